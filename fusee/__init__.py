@@ -1,0 +1,92 @@
+# fusee: durable execution for Python, on asyncio.
+#
+# The layers, each using only the ones below it:
+#
+#   context    Ctx, StepCtx: what workflow and step code call
+#   _driver    RunDriver: one run = machine + loop + coroutine; deliveries
+#              become resolved futures, effects go to the host
+#   _loop      WorkflowLoop: a deterministic asyncio loop per run
+#   machine    RunMachine: the journal machine (pure: no I/O, no clock)
+#   record     journal records and their encoding
+#   ------------------------------------------------------------------------
+#   engine     Engine, Run handles, shards, steps, timers, group commit
+#   store      Store protocol; memory, sqlite
+#
+# Public names are re-exported here; modules with a leading underscore are
+# private.
+"""Durable execution for Python, on asyncio, at the speed of the disk."""
+
+from __future__ import annotations
+
+from fusee._definitions import (
+    QueryDef,
+    Retry,
+    SignalDef,
+    UpdateDef,
+    WorkflowDef,
+    query,
+    signal,
+    update,
+    workflow,
+)
+from fusee._loop import as_completed, select, wait
+from fusee.context import Ctx, StepCtx, WorkflowInfo, WorkflowStream, current_step
+from fusee.engine import Engine, IdPolicy, Run, RunInfo
+from fusee.errors import (
+    AlreadyExists,
+    Cancelled,
+    ChildFailed,
+    CorruptRecord,
+    DeterminismError,
+    Failure,
+    FuseeError,
+    NondeterministicCall,
+    NotFound,
+    PayloadError,
+    StepFailed,
+    StoreError,
+    UnknownWorkflow,
+    WatchdogError,
+    WorkflowFailed,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlreadyExists",
+    "Cancelled",
+    "ChildFailed",
+    "CorruptRecord",
+    "Ctx",
+    "DeterminismError",
+    "Engine",
+    "Failure",
+    "FuseeError",
+    "IdPolicy",
+    "NondeterministicCall",
+    "NotFound",
+    "PayloadError",
+    "QueryDef",
+    "Retry",
+    "Run",
+    "RunInfo",
+    "SignalDef",
+    "StepCtx",
+    "StepFailed",
+    "StoreError",
+    "UnknownWorkflow",
+    "UpdateDef",
+    "WatchdogError",
+    "WorkflowDef",
+    "WorkflowFailed",
+    "WorkflowInfo",
+    "WorkflowStream",
+    "as_completed",
+    "current_step",
+    "query",
+    "select",
+    "signal",
+    "update",
+    "wait",
+    "workflow",
+]

@@ -1,0 +1,1407 @@
+"""The payload codec: values to msgpack bytes, and bytes back to the annotated type.
+
+Workflow inputs, step results, signal and update payloads and workflow results
+are journaled as the bytes `encode` returns. The rule a reader must not break:
+a result is always decoded from its recorded bytes (`decode`, `decoder_for`),
+live too, so live code and replayed code see equal values; and every failure
+is a `fusee.errors.PayloadError`, never a msgpack, pydantic or msgspec error.
+
+The wire format is msgpack (``use_bin_type=True``). The types msgpack lacks
+travel as ext types, so they come back as the same Python type even when the
+hint is ``typing.Any``. These codes are on disk: never renumber one.
+
+======  ======================  ================================================
+code    type                    ext payload
+======  ======================  ================================================
+1       int beyond 64 bits      two's-complement big-endian bytes
+2       datetime.datetime       ISO 8601 text; the UTC offset is kept, a zone
+                                name is not (it comes back as a fixed offset)
+3       datetime.date           ISO 8601 text
+4       datetime.time           ISO 8601 text (offset kept, as for datetime)
+5       datetime.timedelta      days, seconds, microseconds: 3 big-endian int32
+6       uuid.UUID               its 16 bytes
+7       decimal.Decimal         its ``str()`` (sign, exponent and NaN kept)
+======  ======================  ================================================
+
+Everything else is plain msgpack and takes its shape from the hint on the way
+back. Without a hint (``typing.Any``) the plain shape is what you get:
+dataclasses, TypedDicts, pydantic models and msgspec structs come back as
+dicts of their fields, tuples, NamedTuples, sets and frozensets as lists
+(sets sorted when their items sort, so equal sets journal as equal bytes),
+and enum members as their values. A dict key that was a tuple comes back as
+a tuple, whatever the hint, since a list cannot be a key.
+
+A Union tries first the members whose wire shape the value has (an int for
+``float | int``; a map whose keys are exactly a dataclass's fields), then the
+others, in the order written.
+
+Decoding to a type is strict where a wrong value would pass silently (``True``
+is not an ``int``, ``1.0`` is not an ``int``) and lenient where nothing is
+lost (an ``int`` is accepted for ``float``; a missing dataclass field with a
+default takes the default, and a recorded field the class no longer has is
+ignored, so a dataclass can gain and lose fields while old journals replay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import struct
+import sys
+import threading
+import types
+import typing
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, Union
+
+import msgpack
+
+from fusee.errors import PayloadError
+
+if TYPE_CHECKING:
+    import msgspec
+    import pydantic
+
+__all__ = ["Ext", "decode", "decoder_for", "encode"]
+
+
+class Ext(enum.IntEnum):
+    """The msgpack ext type codes of the payload format (see the module docstring).
+
+    Example:
+        >>> int(Ext.UUID)
+        6
+    """
+
+    BIG_INT = 1
+    DATETIME = 2
+    DATE = 3
+    TIME = 4
+    TIMEDELTA = 5
+    UUID = 6
+    DECIMAL = 7
+
+
+_WHAT_TO_DO: Final = (
+    "return a dataclass, pydantic model, msgspec struct or plain data "
+    "(None, bool, int, float, str, bytes, list, tuple, dict, set, enum, "
+    "datetime, date, time, timedelta, UUID, Decimal) instead"
+)
+
+# ---------------------------------------------------------------------------
+# Encoding
+# ---------------------------------------------------------------------------
+
+_INT64_MIN: Final = -(2**63)
+_UINT64_MAX: Final = 2**64 - 1
+_TIMEDELTA: Final = struct.Struct(">iii")
+_ExtType = msgpack.ExtType
+
+
+def _big_int(o: int) -> msgpack.ExtType:
+    n = int(o)
+    # bit_length() leaves out the sign bit two's complement needs.
+    return _ExtType(Ext.BIG_INT.value, n.to_bytes(n.bit_length() // 8 + 1, "big", signed=True))
+
+
+def _datetime(o: dt.datetime) -> msgpack.ExtType:
+    return _ExtType(Ext.DATETIME.value, o.isoformat().encode("ascii"))
+
+
+def _date(o: dt.date) -> msgpack.ExtType:
+    return _ExtType(Ext.DATE.value, o.isoformat().encode("ascii"))
+
+
+def _time(o: dt.time) -> msgpack.ExtType:
+    return _ExtType(Ext.TIME.value, o.isoformat().encode("ascii"))
+
+
+def _timedelta(o: dt.timedelta) -> msgpack.ExtType:
+    return _ExtType(Ext.TIMEDELTA.value, _TIMEDELTA.pack(o.days, o.seconds, o.microseconds))
+
+
+def _uuid(o: uuid.UUID) -> msgpack.ExtType:
+    return _ExtType(Ext.UUID.value, o.bytes)
+
+
+def _decimal(o: decimal.Decimal) -> msgpack.ExtType:
+    return _ExtType(Ext.DECIMAL.value, str(o).encode("ascii"))
+
+
+def _set_items(o: set[Any] | frozenset[Any]) -> list[Any]:
+    # Sorted when the items allow it: a set of str iterates in a per-process
+    # (hash-seeded) order, and equal values should journal as equal bytes.
+    try:
+        return sorted(o)
+    except TypeError:
+        return list(o)
+
+
+# Exact types first: one dict lookup for the common cases. Subclasses are
+# handled by the isinstance chain in `_default_other`.
+_ENCODERS: Final[dict[type, Callable[[Any], object]]] = {
+    int: _big_int,
+    dt.datetime: _datetime,
+    dt.date: _date,
+    dt.time: _time,
+    dt.timedelta: _timedelta,
+    uuid.UUID: _uuid,
+    decimal.Decimal: _decimal,
+    set: _set_items,
+    frozenset: _set_items,
+}
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _dataclass_field_names(cls: type) -> tuple[str, ...] | None:
+    try:
+        return _FIELD_NAMES[cls]
+    except KeyError:
+        pass
+    if not dataclasses.is_dataclass(cls):
+        return None
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    _FIELD_NAMES[cls] = names
+    return names
+
+
+# The types msgspec.to_builtins must leave alone so that they travel as our
+# ext types (msgspec would turn them into strings, and bytes into base64).
+_MSGSPEC_BUILTIN_TYPES: Final = (
+    bytes,
+    bytearray,
+    memoryview,
+    dt.datetime,
+    dt.date,
+    dt.time,
+    dt.timedelta,
+    uuid.UUID,
+    decimal.Decimal,
+)
+
+
+def _is_packable(v: object) -> bool:
+    """Whether msgpack packs ``v`` without calling `_default`."""
+    if v is None or isinstance(
+        v, bool | float | str | bytes | bytearray | memoryview | list | tuple | dict
+    ):
+        return True
+    return type(v) is int and _INT64_MIN <= v <= _UINT64_MAX
+
+
+def _default(o: object) -> object:
+    """The msgpack ``default`` hook: turns a value msgpack cannot pack into one it can."""
+    encode_one = _ENCODERS.get(type(o))
+    if encode_one is not None:
+        return encode_one(o)
+    return _default_other(o)
+
+
+def _default_other(o: object) -> object:
+    cls = type(o)
+    if isinstance(o, enum.Enum):
+        # msgpack calls `default` once per value: a value that is itself not
+        # packable (an enum of dates) must be converted here.
+        value = o.value
+        return value if _is_packable(value) else _default(value)
+    names = _dataclass_field_names(cls)
+    if names is not None:
+        # Every field, init=False ones too, so the hint-less dict is complete.
+        return {name: getattr(o, name) for name in names}
+    if "pydantic" in sys.modules:
+        import pydantic
+
+        if isinstance(o, pydantic.BaseModel):
+            # by_alias: model_validate reads aliases by default. round_trip:
+            # leaves out computed fields, which validation would refuse.
+            dumped = o.model_dump(mode="python", by_alias=True, round_trip=True)
+            return dumped if _is_packable(dumped) else _default(dumped)
+    if "msgspec" in sys.modules:
+        import msgspec
+
+        if isinstance(o, msgspec.Struct):
+            return msgspec.to_builtins(o, builtin_types=_MSGSPEC_BUILTIN_TYPES, enc_hook=_default)
+    if isinstance(o, int):
+        return _big_int(o)
+    if isinstance(o, dt.datetime):
+        return _datetime(o)
+    if isinstance(o, dt.date):
+        return _date(o)
+    if isinstance(o, dt.time):
+        return _time(o)
+    if isinstance(o, dt.timedelta):
+        return _timedelta(o)
+    if isinstance(o, uuid.UUID):
+        return _uuid(o)
+    if isinstance(o, decimal.Decimal):
+        return _decimal(o)
+    if isinstance(o, set | frozenset):
+        return _set_items(o)
+    raise PayloadError(f"{_qualified_name(cls)} is not a payload type; {_WHAT_TO_DO}")
+
+
+_local = threading.local()
+
+
+def encode(value: object, *, name: str = "value") -> bytes:
+    """Encodes a payload to msgpack bytes.
+
+    Args:
+        value: The payload: plain data, a dataclass, TypedDict, NamedTuple,
+            enum member, pydantic model, msgspec struct, datetime, date, time,
+            timedelta, UUID or Decimal, nested as you like.
+        name: What to call the value in an error message (a parameter name).
+
+    Returns:
+        The bytes to journal; `decode` reads them back.
+
+    Raises:
+        PayloadError: The value (or a part of it, named by its path) is of a
+            type the codec cannot encode.
+
+    Example:
+        >>> encode([1, "a", None])
+        b'\\x93\\x01\\xa1a\\xc0'
+    """
+    # One Packer per thread: steps encode results on worker threads, and
+    # `_default` runs Python code in the middle of a pack, where another
+    # thread could otherwise take the GIL and write into the same buffer.
+    # Taken out while in use so a re-entrant call gets its own.
+    packer: msgpack.Packer | None = getattr(_local, "packer", None)
+    if packer is None:
+        packer = msgpack.Packer(default=_default, use_bin_type=True, autoreset=True)
+    else:
+        _local.packer = None
+    try:
+        data = packer.pack(value)
+    except Exception as e:
+        raise _encode_error(value, name, e) from e
+    finally:
+        _local.packer = packer
+    assert data is not None  # autoreset=True: pack returns the bytes
+    return data
+
+
+def _encode_error(value: object, name: str, error: Exception) -> PayloadError:
+    found = _locate_unencodable(value, name, set())
+    if found is None:
+        return PayloadError(f"cannot encode {name}: {type(error).__name__}: {error}; {_WHAT_TO_DO}")
+    path, reason = found
+    return PayloadError(f"cannot encode {path}: {reason}")
+
+
+def _locate_unencodable(v: object, path: str, active: set[int]) -> tuple[str, str] | None:
+    """Finds the first part of ``v`` that cannot be encoded, for the error message.
+
+    Walks the value as the encoder does; slow, and only run after a failure.
+    """
+    if v is None or isinstance(v, bool | int | float | bytes | bytearray | memoryview):
+        return None
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return path, "a str with lone surrogates is not valid UTF-8; remove or replace them"
+        return None
+    if id(v) in active:
+        return path, f"the {type(v).__name__} contains itself; payloads must be trees"
+    if len(active) > 200:
+        return path, "the value is nested too deeply; flatten it"
+    active.add(id(v))
+    try:
+        if isinstance(v, dict):
+            return _locate_in_map(v, path, active, attrs=False)
+        if isinstance(v, list | tuple):
+            return _locate_in_items(v, path, active)
+        try:
+            converted = _default(v)
+        except PayloadError:
+            return path, f"{_qualified_name(type(v))} is not a payload type; {_WHAT_TO_DO}"
+        except Exception as e:
+            return path, f"converting {_qualified_name(type(v))} failed: {type(e).__name__}: {e}"
+        if isinstance(converted, dict):
+            return _locate_in_map(converted, path, active, attrs=True)
+        if isinstance(converted, list | tuple) and not isinstance(converted, msgpack.ExtType):
+            return _locate_in_items(converted, path, active)
+        return None
+    finally:
+        active.discard(id(v))
+
+
+def _locate_in_map(
+    m: dict[Any, Any], path: str, active: set[int], *, attrs: bool
+) -> tuple[str, str] | None:
+    for k, x in m.items():
+        found = _locate_unencodable(k, f"{path}[key {_short_repr(k)}]", active)
+        if found is not None:
+            return found
+        inner = f"{path}.{k}" if attrs and isinstance(k, str) else f"{path}[{_short_repr(k)}]"
+        found = _locate_unencodable(x, inner, active)
+        if found is not None:
+            return found
+    return None
+
+
+def _locate_in_items(
+    items: list[Any] | tuple[Any, ...], path: str, active: set[int]
+) -> tuple[str, str] | None:
+    for i, x in enumerate(items):
+        found = _locate_unencodable(x, f"{path}[{i}]", active)
+        if found is not None:
+            return found
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Decoding: bytes to plain values
+# ---------------------------------------------------------------------------
+
+
+def _decode_big_int(data: bytes) -> int:
+    return int.from_bytes(data, "big", signed=True)
+
+
+def _decode_datetime(data: bytes) -> dt.datetime:
+    return dt.datetime.fromisoformat(data.decode("ascii"))
+
+
+def _decode_date(data: bytes) -> dt.date:
+    return dt.date.fromisoformat(data.decode("ascii"))
+
+
+def _decode_time(data: bytes) -> dt.time:
+    return dt.time.fromisoformat(data.decode("ascii"))
+
+
+def _decode_timedelta(data: bytes) -> dt.timedelta:
+    days, seconds, microseconds = _TIMEDELTA.unpack(data)
+    return dt.timedelta(days=days, seconds=seconds, microseconds=microseconds)
+
+
+def _decode_uuid(data: bytes) -> uuid.UUID:
+    return uuid.UUID(bytes=data)
+
+
+def _decode_decimal(data: bytes) -> decimal.Decimal:
+    return decimal.Decimal(data.decode("ascii"))
+
+
+_EXT_DECODERS: Final[dict[int, Callable[[bytes], object]]] = {
+    Ext.BIG_INT.value: _decode_big_int,
+    Ext.DATETIME.value: _decode_datetime,
+    Ext.DATE.value: _decode_date,
+    Ext.TIME.value: _decode_time,
+    Ext.TIMEDELTA.value: _decode_timedelta,
+    Ext.UUID.value: _decode_uuid,
+    Ext.DECIMAL.value: _decode_decimal,
+}
+
+
+def _ext_hook(code: int, data: bytes) -> object:
+    try:
+        decode_ext = _EXT_DECODERS[code]
+    except KeyError:
+        raise ValueError(f"unknown ext type code {code}") from None
+    return decode_ext(data)
+
+
+class _FrozenDict(dict[Any, Any]):
+    """A map decoded where Python needs a hashable value: inside a dict key."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+
+def _thaw(v: Any) -> Any:
+    # Back to lists and dicts everywhere but in dict keys, which must stay
+    # hashable (a tuple key comes back as a tuple).
+    t = type(v)
+    if t is tuple:
+        return [_thaw(x) for x in v]
+    if t is _FrozenDict:
+        return {k: _thaw(x) for k, x in v.items()}
+    return v
+
+
+def _unpack_fallback(data: object, name: str, error: Exception) -> Any:
+    """Decodes what the fast path refused, or raises the PayloadError for it."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise PayloadError(
+            f"{name}: expected the bytes of an encoded payload, got {type(data).__name__}"
+        ) from error
+    if isinstance(error, TypeError):
+        # A dict key that is an array or a map (a tuple or frozen dataclass
+        # key) is unhashable as a list or dict: decode them frozen instead.
+        # Only here, so the common case pays nothing.
+        try:
+            frozen = msgpack.unpackb(
+                data,
+                ext_hook=_ext_hook,
+                strict_map_key=False,
+                use_list=False,
+                object_pairs_hook=_FrozenDict,
+            )
+        except Exception:
+            pass
+        else:
+            return _thaw(frozen)
+    detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    raise PayloadError(
+        f"{name}: the bytes do not decode as a payload ({detail}); "
+        "they were not written by fusee's payload codec, or are damaged"
+    ) from error
+
+
+def _unpack(data: bytes, name: str) -> Any:
+    try:
+        return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False)
+    except Exception as e:
+        return _unpack_fallback(data, name, e)
+
+
+# ---------------------------------------------------------------------------
+# Decoding: plain values to the annotated type
+# ---------------------------------------------------------------------------
+
+_Convert = Callable[[Any], Any]
+
+
+class _Mismatch(Exception):
+    """A decoded value does not fit the hint; internal, becomes a PayloadError.
+
+    The path is collected while the exception unwinds (innermost segment
+    first), so a successful decode never builds one.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path: list[str] = []
+
+
+def _never(v: object) -> bool:
+    return False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    """How to turn a decoded plain value into one type.
+
+    Attributes:
+        name: The type as a message names it (``list[int]``).
+        convert: Checks and converts a decoded value; raises `_Mismatch`.
+            None when the decoded value is the result as it is (``Any``).
+        exact: Whether a decoded value is this type's own wire shape; a
+            Union tries the members that say yes first.
+        fast: A type such that a decoded value of exactly that type is
+            already the result, so the hot path can skip ``convert``.
+    """
+
+    name: str
+    convert: _Convert | None = None
+    exact: Callable[[Any], bool] = _never
+    fast: type | None = None
+
+
+_ANY: Final = _Plan("Any")
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _run(plan: _Plan) -> _Convert:
+    return plan.convert if plan.convert is not None else _same
+
+
+def _expected(name: str, v: object) -> _Mismatch:
+    return _Mismatch(f"expected {name}, got {_describe(v)}")
+
+
+def _describe(v: object) -> str:
+    if v is None:
+        return "None"
+    t = type(v)
+    if isinstance(v, list | tuple):
+        return f"{t.__name__} of {len(v)} items"
+    if isinstance(v, dict):
+        return f"dict with keys {_short_repr(list(v)[:5])}"
+    return f"{_qualified_name(t)} {_short_repr(v)}"
+
+
+def _short_repr(v: object, limit: int = 40) -> str:
+    text = repr(v)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _qualified_name(cls: type) -> str:
+    if cls.__module__ in ("builtins", "__main__"):
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _type_name(hint: object) -> str:
+    """Names a type the way it is written in code: ``dict[str, list[int]] | None``."""
+    if hint is type(None) or hint is None:
+        return "None"
+    if hint is Ellipsis:
+        return "..."
+    if hint is Any:
+        return "Any"
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is Union or origin is types.UnionType:
+        return " | ".join(_type_name(a) for a in args)
+    if origin is Literal:
+        return f"Literal[{', '.join(repr(a) for a in args)}]"
+    if origin is not None and args:
+        return f"{_type_name(origin)}[{', '.join(_type_name(a) for a in args)}]"
+    if origin is tuple and not args:
+        return "tuple" if hint is _BARE_TUPLE else "tuple[()]"
+    if isinstance(hint, type):
+        return hint.__qualname__
+    if isinstance(hint, TypeVar):
+        return hint.__name__
+    return repr(hint).replace("typing.", "")
+
+
+def _item_error(convert: _Convert, items: list[Any] | tuple[Any, ...]) -> _Mismatch:
+    # Run again, one by one, to learn which item failed: conversions are
+    # pure, and only a failed decode pays for this.
+    for i, x in enumerate(items):
+        try:
+            convert(x)
+        except _Mismatch as e:
+            e.path.append(f"[{i}]")
+            return e
+    return _Mismatch("an item failed to convert, then converted")
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, list | tuple):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return _FrozenDict((k, _freeze(x)) for k, x in v.items())
+    return v
+
+
+def _scalar_plan(cls: type, name: str) -> _Plan:
+    def convert(v: Any) -> Any:
+        if type(v) is cls:
+            return v
+        raise _expected(name, v)
+
+    return _Plan(name, convert, lambda v: type(v) is cls, cls)
+
+
+def _float_convert(v: Any) -> Any:
+    t = type(v)
+    if t is float:
+        return v
+    if t is int:
+        try:
+            return float(v)
+        except OverflowError:
+            raise _Mismatch(f"expected float, got an int too large for a float: {v}") from None
+    raise _expected("float", v)
+
+
+def _bytearray_convert(v: Any) -> Any:
+    if type(v) is bytes:
+        return bytearray(v)
+    raise _expected("bytearray", v)
+
+
+_SCALARS: Final[dict[object, _Plan]] = {
+    **{
+        cls: _scalar_plan(cls, cls.__name__)
+        for cls in (
+            bool,
+            int,
+            str,
+            bytes,
+            dt.datetime,
+            dt.date,
+            dt.time,
+            dt.timedelta,
+            uuid.UUID,
+            decimal.Decimal,
+        )
+    },
+    type(None): _scalar_plan(type(None), "None"),
+    float: _Plan("float", _float_convert, lambda v: type(v) is float, float),
+    bytearray: _Plan("bytearray", _bytearray_convert, lambda v: type(v) is bytes),
+}
+_SCALARS[None] = _SCALARS[type(None)]
+
+_LIST_ORIGINS: Final = frozenset(
+    {
+        list,
+        typing.get_origin(typing.Sequence[int]),
+        typing.get_origin(typing.MutableSequence[int]),
+        typing.get_origin(typing.Collection[int]),
+        typing.get_origin(typing.Iterable[int]),
+    }
+)
+_SET_ORIGINS: Final = frozenset(
+    {set, typing.get_origin(typing.AbstractSet[int]), typing.get_origin(typing.MutableSet[int])}
+)
+_DICT_ORIGINS: Final = frozenset(
+    {
+        dict,
+        typing.get_origin(typing.Mapping[int, int]),
+        typing.get_origin(typing.MutableMapping[int, int]),
+    }
+)
+
+_TypeAliasType: Final = getattr(typing, "TypeAliasType", None)
+# `typing.Tuple` without arguments means tuple[Any, ...], but get_args()
+# gives it the same () as tuple[()], the empty tuple.
+_BARE_TUPLE: Final[object] = typing.Tuple  # noqa: UP006
+
+
+# TypedDict key qualifiers, by name: typing_extensions has its own objects.
+_KEY_MARKERS: Final = frozenset({"Required", "NotRequired", "ReadOnly"})
+
+
+def _unwrap(hint: object) -> object:
+    """Strips what does not change the wire shape: Annotated, NewType, aliases, Required."""
+    while True:
+        origin = typing.get_origin(hint)
+        if origin is typing.Annotated or getattr(origin, "_name", None) in _KEY_MARKERS:
+            hint = typing.get_args(hint)[0]
+        elif isinstance(hint, typing.NewType):
+            hint = hint.__supertype__
+        elif _TypeAliasType is not None and isinstance(hint, _TypeAliasType):
+            hint = hint.__value__
+        else:
+            return hint
+
+
+def _substitute(hint: object, bindings: dict[Any, Any]) -> object:
+    """Replaces a generic class's type variables in one of its field hints."""
+    if not bindings:
+        return hint
+    if isinstance(hint, TypeVar):
+        return bindings.get(hint, hint)
+    params = getattr(hint, "__parameters__", ())
+    if params and typing.get_origin(hint) is not None:
+        return hint[tuple(bindings.get(p, p) for p in params)]  # type: ignore[index]
+    return hint
+
+
+class _Builder:
+    """Builds the `_Plan` of one hint; the memo closes recursive types."""
+
+    def __init__(self) -> None:
+        self.memo: dict[object, _Plan] = {}
+
+    def plan(self, hint: object) -> _Plan:
+        hint = _unwrap(hint)
+        if hint is Any or hint is object:
+            return _ANY
+        try:
+            scalar = _SCALARS.get(hint)
+        except TypeError:  # an unhashable hint: not a scalar
+            scalar = None
+        if scalar is not None:
+            return scalar
+        key = _cache_key(hint)
+        if key is not None and key in self.memo:
+            return self.memo[key]
+        built = self._build(hint, key)
+        if key is not None:
+            self.memo[key] = built
+        return built
+
+    def _build(self, hint: object, key: object) -> _Plan:
+        if isinstance(hint, str | typing.ForwardRef):
+            raise PayloadError(
+                f"cannot decode payloads to the unresolved annotation {hint!r}: resolve it "
+                "first (typing.get_type_hints), or define the type at module level"
+            )
+        origin = typing.get_origin(hint)
+        args = typing.get_args(hint)
+        if origin is Union or origin is types.UnionType:
+            return self._union(hint, args)
+        if origin is Literal:
+            return _literal_plan(hint, args)
+        if isinstance(hint, TypeVar):
+            if hint.__bound__ is not None:
+                return self.plan(hint.__bound__)
+            if hint.__constraints__:
+                return self.plan(Union[hint.__constraints__])  # noqa: UP007
+            return _ANY
+        cls = origin if origin is not None else hint
+        if cls in _LIST_ORIGINS:
+            return self._collection(hint, list, args[0] if args else Any)
+        if cls is tuple:
+            return self._tuple(hint, args)
+        if cls in _SET_ORIGINS:
+            return self._collection(hint, set, args[0] if args else Any)
+        if cls is frozenset:
+            return self._collection(hint, frozenset, args[0] if args else Any)
+        if cls in _DICT_ORIGINS:
+            return self._dict(hint, *(args if args else (Any, Any)))
+        if isinstance(cls, type):
+            if issubclass(cls, enum.Enum):
+                return _enum_plan(cls)
+            pydantic_model = _pydantic_model(cls)
+            if pydantic_model is not None:
+                return _pydantic_plan(pydantic_model)
+            struct = _msgspec_struct(cls)
+            if struct is not None:
+                return _msgspec_plan(hint, struct)
+            bindings = _bindings(cls, args)
+            if dataclasses.is_dataclass(cls):
+                return self._with_recursion(
+                    key, _type_name(hint), lambda: self._dataclass(cls, hint, bindings)
+                )
+            if _is_typeddict(cls):
+                return self._with_recursion(
+                    key, _type_name(hint), lambda: self._typeddict(cls, hint, bindings)
+                )
+            if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+                return self._with_recursion(
+                    key, _type_name(hint), lambda: self._namedtuple(cls, hint, bindings)
+                )
+        raise PayloadError(
+            f"cannot decode payloads to {_type_name(hint)}: it is not a supported payload type; "
+            "annotate with a dataclass, pydantic model, msgspec struct, TypedDict, NamedTuple, "
+            "enum, or plain data types (int, str, list[X], dict[K, V], X | None, ...)"
+        )
+
+    def _with_recursion(self, key: object, name: str, build: Callable[[], _Plan]) -> _Plan:
+        # A class may contain itself (a tree node's children): its fields'
+        # plans are built against a forwarding plan, filled in afterwards.
+        cell: list[_Plan] = []
+
+        def forward(v: Any) -> Any:
+            return _run(cell[0])(v)
+
+        def forward_exact(v: Any) -> bool:
+            return cell[0].exact(v)
+
+        if key is not None:
+            self.memo[key] = _Plan(name, forward, forward_exact)
+        built = build()
+        cell.append(built)
+        return built
+
+    def _union(self, hint: object, args: tuple[Any, ...]) -> _Plan:
+        name = _type_name(hint)
+        members = [self.plan(a) for a in args]
+        if any(m is _ANY for m in members):
+            return _ANY
+        none = _SCALARS[None]
+        if len(members) == 2 and (members[0] is none or members[1] is none):
+            # Optional[X]: the common case, without the general search; its
+            # errors keep their inner path.
+            inner = members[0] if members[1] is none else members[1]
+            inner_convert = _run(inner)
+
+            def convert_optional(v: Any) -> Any:
+                return None if v is None else inner_convert(v)
+
+            return _Plan(name, convert_optional, lambda v: v is None or inner.exact(v))
+
+        def convert(v: Any) -> Any:
+            exact = [m.exact(v) for m in members]
+            failures: list[_Mismatch] = []
+            for m, is_exact in zip(members, exact, strict=True):
+                if is_exact:
+                    try:
+                        return _run(m)(v)
+                    except _Mismatch as e:
+                        failures.append(e)
+            for m, is_exact in zip(members, exact, strict=True):
+                if not is_exact:
+                    try:
+                        return _run(m)(v)
+                    except _Mismatch:
+                        pass
+            if len(failures) == 1:
+                # One member has this shape: its error says more than ours.
+                raise failures[0]
+            raise _expected(name, v)
+
+        return _Plan(name, convert, lambda v: any(m.exact(v) for m in members))
+
+    def _collection(self, hint: object, make: type, item_hint: object) -> _Plan:
+        name = _type_name(hint)
+        item = self.plan(item_hint)
+        item_convert = item.convert
+        if item_convert is None and make is list:
+
+            def convert_list(v: Any) -> Any:
+                t = type(v)
+                if t is list:
+                    return v
+                if t is tuple:
+                    return list(v)
+                raise _expected(name, v)
+
+            return _Plan(name, convert_list, lambda v: type(v) is list, list)
+        if item_convert is None:
+
+            def convert_any_items(v: Any) -> Any:
+                if type(v) is not list and type(v) is not tuple:
+                    raise _expected(name, v)
+                try:
+                    return make(v)
+                except TypeError:
+                    # A set of tuples: the items came back as lists.
+                    return make(_freeze(x) for x in v)
+
+            return _Plan(name, convert_any_items, lambda v: type(v) is list)
+        ic = item_convert
+        fast = item.fast
+
+        def convert(v: Any) -> Any:
+            t = type(v)
+            if t is not list and t is not tuple:
+                raise _expected(name, v)
+            # Items that already are their type (list[int] of ints) need no
+            # call each: a type check is several times cheaper.
+            for x in v:
+                if type(x) is not fast:
+                    break
+            else:
+                return v if t is make else make(v)
+            try:
+                items = [ic(x) for x in v]
+            except _Mismatch:
+                raise _item_error(ic, v) from None
+            if make is list:
+                return items
+            try:
+                return make(items)
+            except TypeError as e:
+                raise _Mismatch(f"expected {name}, but its items are not hashable: {e}") from None
+
+        return _Plan(name, convert, lambda v: type(v) is list)
+
+    def _tuple(self, hint: object, args: tuple[Any, ...]) -> _Plan:
+        name = _type_name(hint)
+        bare = hint is tuple or hint is _BARE_TUPLE
+        if bare or (len(args) == 2 and args[1] is Ellipsis):
+            item = self.plan(Any if bare else args[0])
+            ic = _run(item)
+
+            def convert_variadic(v: Any) -> Any:
+                if type(v) is not list and type(v) is not tuple:
+                    raise _expected(name, v)
+                try:
+                    return tuple([ic(x) for x in v])
+                except _Mismatch:
+                    raise _item_error(ic, v) from None
+
+            return _Plan(name, convert_variadic, lambda v: type(v) is list)
+        converts = [_run(self.plan(a)) for a in args]
+        size = len(converts)
+
+        def convert_fixed(v: Any) -> Any:
+            if (type(v) is not list and type(v) is not tuple) or len(v) != size:
+                raise _Mismatch(f"expected {name} ({size} items), got {_describe(v)}")
+            out = []
+            for i, (c, x) in enumerate(zip(converts, v, strict=True)):
+                try:
+                    out.append(c(x))
+                except _Mismatch as e:
+                    e.path.append(f"[{i}]")
+                    raise
+            return tuple(out)
+
+        return _Plan(name, convert_fixed, lambda v: type(v) is list and len(v) == size)
+
+    def _dict(self, hint: object, key_hint: object, value_hint: object) -> _Plan:
+        name = _type_name(hint)
+        key_plan = self.plan(key_hint)
+        value_plan = self.plan(value_hint)
+        if key_plan.convert is None and value_plan.convert is None:
+
+            def convert_plain(v: Any) -> Any:
+                if isinstance(v, dict):
+                    return v
+                raise _expected(name, v)
+
+            return _Plan(name, convert_plain, lambda v: type(v) is dict, dict)
+        kc = _run(key_plan)
+        vc = _run(value_plan)
+
+        def convert(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise _expected(name, v)
+            try:
+                return {kc(k): vc(x) for k, x in v.items()}
+            except _Mismatch:
+                raise _entry_error(kc, vc, v) from None
+
+        return _Plan(name, convert, lambda v: type(v) is dict)
+
+    def _dataclass(self, cls: type, hint: object, bindings: dict[Any, Any]) -> _Plan:
+        name = _type_name(hint)
+        hints = _field_hints(cls, bindings)
+        specs: list[tuple[str, _Convert | None, type | None, str | None]] = []
+        names: set[str] = set()
+        required: set[str] = set()
+        for f in dataclasses.fields(cls):
+            names.add(f.name)
+            if not f.init:
+                continue  # rebuilt by the class (a default, __post_init__)
+            plan = self.plan(hints.get(f.name, Any))
+            has_default = (
+                f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            )
+            if not has_default:
+                required.add(f.name)
+            specs.append((f.name, plan.convert, plan.fast, None if has_default else plan.name))
+        all_names = frozenset(names)
+        required_names = frozenset(required)
+
+        def convert(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise _expected(f"{name} (a map of its fields)", v)
+            kwargs: dict[str, Any] = {}
+            for field_name, field_convert, fast, required_type in specs:
+                try:
+                    x = v[field_name]
+                except KeyError:
+                    if required_type is None:
+                        continue
+                    e = _Mismatch(
+                        f"expected {required_type}, got nothing: a required field of {name}"
+                    )
+                    e.path.append(f".{field_name}")
+                    raise e from None
+                if field_convert is None or type(x) is fast:
+                    kwargs[field_name] = x
+                    continue
+                try:
+                    kwargs[field_name] = field_convert(x)
+                except _Mismatch as e:
+                    e.path.append(f".{field_name}")
+                    raise
+            try:
+                return cls(**kwargs)
+            except Exception as e:
+                raise _refused(name, e) from None
+
+        def exact(v: Any) -> bool:
+            return type(v) is dict and required_names <= v.keys() and v.keys() <= all_names
+
+        return _Plan(name, convert, exact)
+
+    def _typeddict(self, cls: type, hint: object, bindings: dict[Any, Any]) -> _Plan:
+        name = _type_name(hint)
+        hints = _field_hints(cls, bindings, include_extras=True)
+        required_keys = _required_keys(cls, hints)
+        fields = [(k, _run(self.plan(h))) for k, h in hints.items()]
+        all_keys = frozenset(hints)
+
+        def convert(v: Any) -> Any:
+            if not isinstance(v, dict):
+                raise _expected(f"{name} (a map of its keys)", v)
+            # Unknown keys are kept: a TypedDict is a dict, and dropping
+            # recorded data silently would be worse than carrying it.
+            out = dict(v)
+            for k, c in fields:
+                if k not in v:
+                    if k in required_keys:
+                        e = _Mismatch(f"a required key of {name} is missing")
+                        e.path.append(f"[{k!r}]")
+                        raise e
+                    continue
+                try:
+                    out[k] = c(v[k])
+                except _Mismatch as e:
+                    e.path.append(f"[{k!r}]")
+                    raise
+            return out
+
+        def exact(v: Any) -> bool:
+            return type(v) is dict and required_keys <= v.keys() and v.keys() <= all_keys
+
+        return _Plan(name, convert, exact)
+
+    def _namedtuple(self, cls: type, hint: object, bindings: dict[Any, Any]) -> _Plan:
+        name = _type_name(hint)
+        field_names: tuple[str, ...] = cls._fields  # type: ignore[attr-defined]
+        defaults: dict[str, Any] = cls._field_defaults  # type: ignore[attr-defined]
+        hints = _field_hints(cls, bindings)
+        converts = [_run(self.plan(hints.get(n, Any))) for n in field_names]
+        size = len(field_names)
+        least = size - len(defaults)
+
+        def convert(v: Any) -> Any:
+            if (type(v) is not list and type(v) is not tuple) or not least <= len(v) <= size:
+                raise _Mismatch(
+                    f"expected {name} ({least}..{size} items), got {_describe(v)}"
+                    if least != size
+                    else f"expected {name} ({size} items), got {_describe(v)}"
+                )
+            out = []
+            for field_name, c, x in zip(field_names, converts, v, strict=False):
+                try:
+                    out.append(c(x))
+                except _Mismatch as e:
+                    e.path.append(f".{field_name}")
+                    raise
+            try:
+                return cls(*out)
+            except Exception as e:
+                raise _refused(name, e) from None
+
+        return _Plan(name, convert, lambda v: type(v) is list and least <= len(v) <= size)
+
+
+def _entry_error(kc: _Convert, vc: _Convert, m: dict[Any, Any]) -> _Mismatch:
+    for k, x in m.items():
+        try:
+            kc(k)
+        except _Mismatch as e:
+            e.path.append(f"[key {_short_repr(k)}]")
+            return e
+        try:
+            vc(x)
+        except _Mismatch as e:
+            e.path.append(f"[{_short_repr(k)}]")
+            return e
+    return _Mismatch("an entry failed to convert, then converted")
+
+
+def _refused(name: str, error: Exception) -> _Mismatch:
+    # A __post_init__ or __new__ that validates: the recorded value no longer
+    # passes the class's own checks.
+    return _Mismatch(f"{name}(...) refused the recorded fields: {type(error).__name__}: {error}")
+
+
+def _cache_key(hint: object) -> object:
+    """A key that tells apart hints Python calls equal but we do not.
+
+    ``int | str == str | int``, but a Union tries its members in order.
+    None for an unhashable hint: it is built every time.
+    """
+    try:
+        hash(hint)
+    except TypeError:
+        return None
+    if isinstance(hint, type):
+        return hint
+    return (hint, repr(hint))
+
+
+def _bindings(cls: type, args: tuple[Any, ...]) -> dict[Any, Any]:
+    params: tuple[Any, ...] = getattr(cls, "__parameters__", ())
+    if not args or len(params) != len(args):
+        return {}
+    return dict(zip(params, args, strict=True))
+
+
+def _field_hints(
+    cls: type, bindings: dict[Any, Any], *, include_extras: bool = False
+) -> dict[str, Any]:
+    try:
+        hints = typing.get_type_hints(cls, include_extras=include_extras)
+    except Exception as e:
+        raise PayloadError(
+            f"cannot read the type hints of {cls.__qualname__} ({type(e).__name__}: {e}); "
+            "define the class and the types its fields name at module level"
+        ) from e
+    return {k: _substitute(h, bindings) for k, h in hints.items()}
+
+
+def _required_keys(cls: type, hints: dict[str, Any]) -> frozenset[str]:
+    # With `from __future__ import annotations` a TypedDict cannot see
+    # NotRequired[...] in its string annotations, and lists every key in
+    # __required_keys__ (fixed in later Pythons). The evaluated hints can.
+    required = set(getattr(cls, "__required_keys__", ()))
+    for key, hint in hints.items():
+        marker = _required_marker(hint)
+        if marker is not None:
+            (required.add if marker else required.discard)(key)
+    return frozenset(required)
+
+
+def _required_marker(hint: object) -> bool | None:
+    """True for Required[X], False for NotRequired[X], None for neither."""
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    name = getattr(typing.get_origin(hint), "_name", None)
+    if name == "Required":
+        return True
+    if name == "NotRequired":
+        return False
+    if name == "ReadOnly":
+        return _required_marker(typing.get_args(hint)[0])
+    return None
+
+
+def _is_typeddict(cls: type) -> bool:
+    # typing_extensions.TypedDict (which pydantic requires before Python
+    # 3.12) is a class of its own that typing.is_typeddict does not know.
+    return typing.is_typeddict(cls) or (
+        issubclass(cls, dict) and hasattr(cls, "__required_keys__") and hasattr(cls, "__total__")
+    )
+
+
+def _literal_plan(hint: object, values: tuple[Any, ...]) -> _Plan:
+    name = _type_name(hint)
+    # (wire value, its type, the result): an enum literal is stored by value.
+    choices = [
+        (lit.value, type(lit.value), lit) if isinstance(lit, enum.Enum) else (lit, type(lit), lit)
+        for lit in values
+    ]
+
+    def convert(v: Any) -> Any:
+        t = type(v)
+        for wire, wire_type, result in choices:
+            if t is wire_type and v == wire:
+                return result
+        raise _expected(name, v)
+
+    def exact(v: Any) -> bool:
+        t = type(v)
+        return any(t is wire_type and v == wire for wire, wire_type, _ in choices)
+
+    return _Plan(name, convert, exact)
+
+
+def _enum_plan(cls: type[enum.Enum]) -> _Plan:
+    name = cls.__qualname__
+    members = list(cls)
+    value_types = {type(m.value) for m in members}
+    if issubclass(cls, int):
+        value_types.add(int)
+    if issubclass(cls, str):
+        value_types.add(str)
+    tuple_values = tuple in value_types
+    choices = ", ".join(_short_repr(m.value, 20) for m in members[:10])
+    if len(members) > 10:
+        choices += ", ..."
+    message = f"expected {name} (one of {choices})"
+
+    def convert(v: Any) -> Any:
+        t = type(v)
+        if t is list and tuple_values:
+            v, t = tuple(v), tuple
+        # Lookup is by equality: without the type check True would be 1 and
+        # 1.0 would be 1.
+        if t in value_types:
+            try:
+                return cls(v)
+            except ValueError:
+                pass
+        raise _Mismatch(f"{message}, got {_describe(v)}")
+
+    return _Plan(name, convert, lambda v: type(v) in value_types)
+
+
+def _pydantic_model(cls: type) -> type[pydantic.BaseModel] | None:
+    # No pydantic in sys.modules means no pydantic class exists to check.
+    if "pydantic" not in sys.modules:
+        return None
+    import pydantic
+
+    if issubclass(cls, pydantic.BaseModel):
+        return cls
+    return None
+
+
+def _pydantic_plan(cls: type[pydantic.BaseModel]) -> _Plan:
+    import pydantic
+
+    name = cls.__qualname__
+
+    def convert(v: Any) -> Any:
+        try:
+            return cls.model_validate(v)
+        except pydantic.ValidationError as e:
+            errors = e.errors(include_url=False)
+            first = errors[0]
+            mismatch = _Mismatch(
+                f"{first['msg']} (pydantic, {len(errors)} errors in all)"
+                if len(errors) > 1
+                else f"{first['msg']} (pydantic)"
+            )
+            for part in reversed(first["loc"]):
+                mismatch.path.append(f"[{part}]" if isinstance(part, int) else f".{part}")
+            raise mismatch from None
+        except Exception as e:
+            raise _Mismatch(f"{name}.model_validate raised {type(e).__name__}: {e}") from None
+
+    return _Plan(name, convert, lambda v: type(v) is dict)
+
+
+def _msgspec_struct(cls: type) -> type[msgspec.Struct] | None:
+    if "msgspec" not in sys.modules:
+        return None
+    import msgspec
+
+    if issubclass(cls, msgspec.Struct):
+        return cls
+    return None
+
+
+def _msgspec_plan(hint: object, cls: type[msgspec.Struct]) -> _Plan:
+    import msgspec
+
+    name = _type_name(hint)
+    shape = list if cls.__struct_config__.array_like else dict
+
+    def convert(v: Any) -> Any:
+        try:
+            return msgspec.convert(v, hint)
+        except msgspec.ValidationError as e:
+            message, _, where = str(e).partition(" - at `$")
+            mismatch = _Mismatch(f"{message} (msgspec)")
+            if where:
+                mismatch.path.append(where.rstrip("`"))
+            raise mismatch from None
+        except Exception as e:
+            raise _Mismatch(f"msgspec.convert to {name} raised {type(e).__name__}: {e}") from None
+
+    return _Plan(name, convert, lambda v: type(v) is shape)
+
+
+_PLANS: dict[object, _Plan] = {}
+# By identity, for `decode` called again and again with one hint object:
+# building `_cache_key` (a repr) costs more than the decode. Holding the hint
+# keeps its id from being reused; cleared when full, as fresh `list[int]`
+# objects would otherwise pile up.
+_RECENT: dict[int, tuple[object, _Plan]] = {}
+_RECENT_MAX: Final = 1024
+
+
+def _plan_for(hint: object) -> _Plan:
+    recent = _RECENT.get(id(hint))
+    if recent is not None and recent[0] is hint:
+        return recent[1]
+    plan = _plan_by_key(hint)
+    if len(_RECENT) >= _RECENT_MAX:
+        _RECENT.clear()
+    _RECENT[id(hint)] = (hint, plan)
+    return plan
+
+
+def _plan_by_key(hint: object) -> _Plan:
+    key = _cache_key(hint)
+    if key is None:
+        return _Builder().plan(hint)
+    try:
+        return _PLANS[key]
+    except KeyError:
+        pass
+    plan = _Builder().plan(hint)
+    _PLANS[key] = plan
+    return plan
+
+
+def _decode_error(mismatch: _Mismatch, name: str, plan: _Plan) -> PayloadError:
+    path = name + "".join(reversed(mismatch.path))
+    return PayloadError(
+        f"{path}: {mismatch.message} (decoding to {plan.name}; fix the annotation, "
+        "or the code that produced the value)"
+    )
+
+
+def decode(data: bytes, hint: object = Any, *, name: str = "value") -> Any:
+    """Decodes payload bytes, then converts the value to the annotated type.
+
+    For many payloads of one type, `decoder_for` does the type work once.
+
+    Args:
+        data: Bytes `encode` returned.
+        hint: The annotated type. ``typing.Any`` (the default) converts
+            nothing: dataclasses and models come back as dicts, tuples and
+            sets as lists, enum members as their values; datetimes, UUIDs,
+            Decimals and big ints still come back as themselves.
+        name: What to call the value in an error message (a parameter name).
+
+    Returns:
+        The value, of type ``hint``.
+
+    Raises:
+        PayloadError: The bytes do not decode, the value does not fit the
+            hint (the message names the path inside the value, such as
+            ``order.items[2].sku``), or the hint is not a payload type.
+
+    Example:
+        >>> decode(encode((1, 2)), tuple[int, ...])
+        (1, 2)
+        >>> decode(encode((1, 2)))
+        [1, 2]
+    """
+    plan = _plan_for(hint)
+    value = _unpack(data, name)
+    convert = plan.convert
+    if convert is None or type(value) is plan.fast:
+        return value
+    try:
+        return convert(value)
+    except _Mismatch as e:
+        raise _decode_error(e, name, plan) from None
+
+
+def decoder_for(hint: object = Any, *, name: str = "value") -> Callable[[bytes], Any]:
+    """Returns a function that decodes payload bytes to ``hint``, prepared once.
+
+    Call it once per signature and keep the function: decoding a plain value
+    then costs little more than msgpack itself.
+
+    Args:
+        hint: The annotated type (see `decode`).
+        name: What to call the value in an error message (a parameter name).
+
+    Returns:
+        ``decode(data)``, which behaves as ``decode(data, hint, name=name)``.
+
+    Raises:
+        PayloadError: ``hint`` is not a payload type (raised here, not at the
+            first decode).
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class Point:
+        ...     x: int
+        ...     y: int
+        >>> decode_point = decoder_for(Point)
+        >>> decode_point(encode(Point(1, 2)))
+        Point(x=1, y=2)
+    """
+    plan = _plan_for(hint)
+    convert = plan.convert
+    fast = plan.fast
+    unpackb = msgpack.unpackb
+    ext_hook = _ext_hook
+
+    if convert is None:
+
+        def decode_any(data: bytes) -> Any:
+            try:
+                return unpackb(data, ext_hook=ext_hook, strict_map_key=False)
+            except Exception as e:
+                return _unpack_fallback(data, name, e)
+
+        return decode_any
+
+    def decode_typed(data: bytes) -> Any:
+        try:
+            value = unpackb(data, ext_hook=ext_hook, strict_map_key=False)
+        except Exception as e:
+            value = _unpack_fallback(data, name, e)
+        if type(value) is fast:
+            return value
+        try:
+            return convert(value)
+        except _Mismatch as e:
+            raise _decode_error(e, name, plan) from None
+
+    return decode_typed

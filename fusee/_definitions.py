@@ -1,0 +1,329 @@
+"""Workflow, signal, query and update definitions, and retry policies.
+
+Definitions are plain values: there is no global registry, so two
+definitions of one name (old and new code) may live in one process. An
+engine knows the workflows it was given.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+from fusee._codec import decoder_for
+from fusee._durations import parse_duration
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "QueryDef",
+    "Retry",
+    "SignalDef",
+    "UpdateDef",
+    "WorkflowDef",
+    "hints_of",
+    "query",
+    "signal",
+    "update",
+    "workflow",
+]
+
+I = TypeVar("I")  # noqa: E741 - the conventional name for an input type
+R = TypeVar("R")
+T = TypeVar("T")
+
+Duration = str | int | float | timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """How a failing step is retried.
+
+    A step that raises is retried after ``initial``, then after each delay
+    times ``backoff``, capped at ``max_interval``, ``attempts`` times in all.
+    When the attempts run out the run is paused until ``run.resume()``.
+    Exceptions of the ``non_retryable`` types (and `fusee.Failure`) fail the
+    step at once: the workflow's ``await`` raises `fusee.StepFailed`.
+
+    Example:
+        >>> r = Retry(attempts=3, initial="1s", backoff=2.0, max_interval="3s")
+        >>> [r.delay_s(n) for n in (1, 2, 3)]
+        [1.0, 2.0, 3.0]
+    """
+
+    attempts: int = 5
+    initial: Duration = "1s"
+    backoff: float = 2.0
+    max_interval: Duration = "1m"
+    non_retryable: tuple[type[BaseException], ...] = ()
+    initial_s: float = field(init=False, repr=False, compare=False)
+    max_interval_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if type(self.attempts) is not int or self.attempts < 1:
+            raise ValueError(f"Retry(attempts={self.attempts!r}): attempts must be an int >= 1")
+        if not isinstance(self.backoff, int | float) or self.backoff < 1:
+            raise ValueError(f"Retry(backoff={self.backoff!r}): backoff must be a number >= 1")
+        for t in self.non_retryable:
+            if not (isinstance(t, type) and issubclass(t, BaseException)):
+                raise ValueError(f"Retry(non_retryable=...): {t!r} is not an exception type")
+        object.__setattr__(self, "initial_s", parse_duration(self.initial))
+        object.__setattr__(self, "max_interval_s", parse_duration(self.max_interval))
+
+    def delay_s(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return float(min(self.initial_s * self.backoff ** (attempt - 1), self.max_interval_s))
+
+
+DEFAULT_RETRY: typing.Final = Retry()
+
+
+@dataclass(frozen=True, slots=True)
+class SignalDef(Generic[T]):
+    """A signal a workflow can wait for: its name and payload type.
+
+    Make one with `fusee.signal`.
+
+    Example:
+        >>> review = signal("review", bool)
+        >>> (review.name, review.decode(review.encode(True)))
+        ('review', True)
+    """
+
+    name: str
+    type: Any = Any
+    decode: Callable[[bytes], T] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_name("signal", self.name)
+        object.__setattr__(self, "decode", decoder_for(self.type))
+
+    @staticmethod
+    def encode(value: object) -> bytes:
+        """The payload's bytes (the codec's)."""
+        from fusee._codec import encode
+
+        return encode(value)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryDef:
+    """A query a workflow answers: its name.
+
+    Make one with `fusee.query`.
+
+    Example:
+        >>> query("status").name
+        'status'
+    """
+
+    name: str
+
+    def __post_init__(self) -> None:
+        _check_name("query", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateDef(Generic[T]):
+    """An update a workflow accepts: its name and payload type.
+
+    Make one with `fusee.update`.
+
+    Example:
+        >>> bump = update("bump", int)
+        >>> bump.decode(bump.encode(3))
+        3
+    """
+
+    name: str
+    type: Any = Any
+    decode: Callable[[bytes], T] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_name("update", self.name)
+        object.__setattr__(self, "decode", decoder_for(self.type))
+
+    @staticmethod
+    def encode(value: object) -> bytes:
+        """The payload's bytes (the codec's)."""
+        from fusee._codec import encode
+
+        return encode(value)
+
+
+def _check_name(what: str, name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a {what} needs a non-empty name, got {name!r}")
+
+
+def signal(name: str, type: Any = Any) -> SignalDef[Any]:
+    """Defines a signal: ``ctx.wait_for(sig)`` in the workflow, ``run.signal(sig, x)`` outside.
+
+    Args:
+        name: The signal's name, as recorded in journals.
+        type: The payload's type; payloads are decoded to it.
+
+    Example:
+        >>> review = signal("review", bool)
+    """
+    return SignalDef(name, type)
+
+
+def query(name: str) -> QueryDef:
+    """Defines a query: ``ctx.on_query(q, handler)`` in the workflow, ``run.query(q)`` outside.
+
+    Example:
+        >>> status = query("status")
+    """
+    return QueryDef(name)
+
+
+def update(name: str, type: Any = Any) -> UpdateDef[Any]:
+    """Defines an update: ``ctx.on_update(u, handler)`` in the workflow, ``run.update(u, x)``.
+
+    Example:
+        >>> bump = update("bump", int)
+    """
+    return UpdateDef(name, type)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WorkflowDef(Generic[I, R]):
+    """A workflow: its name and its ``async def`` function.
+
+    Make one with `fusee.workflow`. Its input and result are encoded with
+    the codec and decoded to the function's annotated types.
+
+    Example:
+        >>> @workflow("greet")
+        ... async def greet(ctx: Ctx, name: str) -> str:
+        ...     return f"hello {name}"
+        >>> (greet.name, greet.input_type, greet.result_type)
+        ('greet', <class 'str'>, <class 'str'>)
+    """
+
+    name: str
+    fn: Callable[..., Coroutine[Any, Any, R]]
+    input_type: Any
+    result_type: Any
+    takes_input: bool
+    decode_input: Callable[[bytes], I] = field(repr=False)
+    decode_result: Callable[[bytes], R] = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"<workflow {self.name!r} ({self.fn.__module__}.{self.fn.__qualname__})>"
+
+    @property
+    def location(self) -> str:
+        """``file:line`` where the workflow function is defined."""
+        code = getattr(self.fn, "__code__", None)
+        if code is None:
+            return self.fn.__qualname__
+        return f"{code.co_filename}:{code.co_firstlineno}"
+
+
+WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
+
+
+def hints_of(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``fn``'s type hints, each resolved on its own.
+
+    One annotation that does not resolve (a name imported only for type
+    checking) leaves the others usable instead of losing them all.
+
+    Example:
+        >>> def f(ctx: "Missing", n: int) -> str: ...
+        >>> hints_of(f)
+        {'n': <class 'int'>, 'return': <class 'str'>}
+    """
+    try:
+        return typing.get_type_hints(fn)
+    except Exception:
+        pass
+    out: dict[str, Any] = {}
+    target = inspect.unwrap(fn)
+    namespace = getattr(target, "__globals__", {})
+    for name, ann in getattr(target, "__annotations__", {}).items():
+        try:
+            # Twice at most: a quoted annotation under postponed evaluation
+            # is a string of a string.
+            for _ in range(2):
+                if isinstance(ann, str):
+                    ann = eval(ann, namespace)
+        except Exception:
+            continue
+        if not isinstance(ann, str):
+            out[name] = ann
+    return out
+
+
+def _make_workflow(fn: WorkflowFn, name: str | None) -> WorkflowDef[Any, Any]:
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(
+            f"@fusee.workflow needs an `async def` function, got {fn!r}; "
+            "write `async def my_workflow(ctx: fusee.Ctx, input: T) -> R`"
+        )
+    params = list(inspect.signature(fn).parameters.values())
+    if not 1 <= len(params) <= 2:
+        raise TypeError(
+            f"workflow function {fn.__qualname__} takes {len(params)} parameters; "
+            "it takes the context and at most one input: `(ctx, input)`"
+        )
+    hints = hints_of(fn)
+    input_type = hints.get(params[1].name, Any) if len(params) == 2 else type(None)
+    result_type = hints.get("return", Any)
+    return WorkflowDef(
+        name=name or fn.__name__,
+        fn=fn,
+        input_type=input_type,
+        result_type=result_type,
+        takes_input=len(params) == 2,
+        decode_input=decoder_for(input_type),
+        decode_result=decoder_for(result_type),
+    )
+
+
+@overload
+def workflow(name: Callable[..., Coroutine[Any, Any, R]], /) -> WorkflowDef[Any, R]: ...
+@overload
+def workflow(
+    name: str | None = None, /
+) -> Callable[[Callable[..., Coroutine[Any, Any, R]]], WorkflowDef[Any, R]]: ...
+
+
+def workflow(
+    name: str | WorkflowFn | None = None, /
+) -> WorkflowDef[Any, Any] | Callable[[WorkflowFn], WorkflowDef[Any, Any]]:
+    """Makes an ``async def f(ctx, input)`` function a workflow.
+
+    Use as ``@fusee.workflow("name")``, or bare ``@fusee.workflow`` to name
+    it after the function.
+
+    Args:
+        name: The workflow's type name, as recorded in journals.
+
+    Returns:
+        A `WorkflowDef` to pass to ``Engine.open(workflows=[...])`` and
+        ``engine.start``.
+
+    Example:
+        >>> @workflow
+        ... async def checkout(ctx: Ctx, order_id: str) -> str:
+        ...     return order_id
+        >>> checkout.name
+        'checkout'
+    """
+    if callable(name):
+        return _make_workflow(name, None)
+    if name is not None:
+        _check_name("workflow", name)
+
+    def decorate(fn: WorkflowFn) -> WorkflowDef[Any, Any]:
+        return _make_workflow(fn, name)
+
+    return decorate

@@ -1,0 +1,703 @@
+"""RunDriver: one run = its journal machine, its workflow loop and its coroutine.
+
+The driver runs the workflow code until it is quiescent, takes one delivery
+from the machine, resolves one future (appending the delivery's record
+first), and repeats. It hands its host the effects (records to append, steps
+to run, the run's end) and takes completions back.
+
+The rule: results reach workflow code only as deliveries, one at a time, in
+journal order, and always decoded from their recorded bytes, so live code
+and replayed code see the same values in the same order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fusee import _codec
+from fusee._loop import WorkflowLoop
+from fusee.errors import (
+    Cancelled,
+    ChildFailed,
+    DeterminismError,
+    FuseeError,
+    PayloadError,
+    StepFailed,
+)
+from fusee.machine import (
+    AsyncCompleted,
+    CancelAll,
+    Completion,
+    Deliver,
+    DeliverLive,
+    DeliverUpdate,
+    Outcome,
+    RunMachine,
+    StepCompleted,
+    StepStart,
+)
+from fusee.record import (
+    Record,
+    Start,
+    Status,
+    Timer,
+)
+
+if TYPE_CHECKING:
+    from fusee._definitions import Retry, UpdateDef, WorkflowDef
+    from fusee.context import Ctx
+
+__all__ = ["ContinueAsNew", "RunDriver", "RunHost", "StepCall"]
+
+_OK = Status.OK
+_FAILED = Status.FAILED
+_CANCELLED = Status.CANCELLED
+_TIMED_OUT = Status.TIMED_OUT
+_CONTINUED = Status.CONTINUED
+
+# The files of fusee itself: a determinism error names the first frame of a
+# call stack outside them, the user's line.
+_FUSEE_DIR = __file__.rsplit("/", 1)[0]
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new``: the run ends and a new one starts with ``input``.
+
+    A BaseException so that ``except Exception`` in workflow code does not
+    swallow it by accident.
+    """
+
+    def __init__(self, input: bytes) -> None:
+        super().__init__("continue as new")
+        self.input = input
+
+
+class RunHost(Protocol):
+    """What a driver needs from whoever hosts its run (the engine).
+
+    Records are the host's instructions: it arms a timer from a `Timer`, a
+    wait from a `Wait`, starts a child from a `Child`, sends a signal from a
+    `Send`, sets a retry from an `Attempt`, ends the run from a `Done`.
+    """
+
+    def now_ms(self) -> int:
+        """The wall clock, in Unix milliseconds (live values and deadlines only)."""
+        ...
+
+    def append(self, driver: RunDriver, record: Record) -> int:
+        """Appends ``record`` to the run's journal; returns its LSN."""
+        ...
+
+    def run_step(self, driver: RunDriver, call: StepCall) -> None:
+        """Runs a step's function once the run's gate is durable and its time has come."""
+        ...
+
+    def stuck(self, driver: RunDriver, error: DeterminismError) -> None:
+        """The code diverged from its journal: the run stops, nothing recorded changes."""
+        ...
+
+    def turned(self, driver: RunDriver) -> None:
+        """A turn ended: the code is quiescent and has taken every delivery it could."""
+        ...
+
+
+@dataclass(slots=True, eq=False)
+class StepCall:
+    """A step (or async completion's token function) the host must run.
+
+    Attributes:
+        seq: The step's journal position.
+        name: The step's name.
+        fn: The callable: no argument, or one `fusee.StepCtx`.
+        start: What the machine said: attempt and earliest start.
+        retry: The retry policy.
+        timeout_s: Per-attempt timeout in seconds, or None.
+        inline: A sync function runs on the engine's loop, not in a thread.
+        read_only: It may run before the run's earlier records are durable.
+        is_await: An async completion's token function (its result is not
+            the step's result: the token's completion is).
+        takes_ctx: The callable takes the `fusee.StepCtx`.
+        is_async: The callable is a coroutine function.
+    """
+
+    seq: int
+    name: str
+    fn: Callable[..., Any]
+    start: StepStart
+    retry: Retry
+    timeout_s: float | None
+    inline: bool
+    read_only: bool
+    is_await: bool
+    takes_ctx: bool
+    is_async: bool
+    attempt: int = 0
+    not_before_ms: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class _Op:
+    """A journal operation the code waits for."""
+
+    future: asyncio.Future[Any]
+    kind: str  # "step", "await", "sleep", "wait", "child"
+    name: str
+    decode: Callable[[bytes], Any] | None = None
+    extra: Any = None
+
+
+@dataclass(slots=True, eq=False)
+class _UpdateCall:
+    """An update handler started at its delivery, and its caller's token."""
+
+    ordinal: int
+    token: int | None
+    name: str
+
+
+@dataclass(slots=True)
+class RunEnd:
+    """How a run ended, as its `Done` record says."""
+
+    status: Status
+    payload: bytes
+    continued_input: bytes | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Handlers:
+    queries: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    updates: dict[str, tuple[UpdateDef[Any], Callable[[Any], Any], Callable[[Any], Any] | None]] = (
+        field(default_factory=dict)
+    )
+
+
+def user_location(frame: Any = None) -> str | None:
+    """``file:line`` of the innermost frame outside fusee and asyncio, or None."""
+    f = frame if frame is not None else sys._getframe(1)
+    while f is not None:
+        filename = f.f_code.co_filename
+        if not filename.startswith(_FUSEE_DIR) and "/asyncio/" not in filename:
+            return f"{filename}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+class RunDriver:
+    """One run: its machine, its workflow loop and its coroutine.
+
+    The host creates a driver from the run's journal, calls `start`, and
+    afterwards reports completions (`step_done`, `complete`, ...) and calls
+    `turn` to let the code take them.
+
+    Example:
+        See ``fusee.engine``, the host that drives these.
+    """
+
+    def __init__(
+        self,
+        host: RunHost,
+        workflow: WorkflowDef[Any, Any],
+        journal: list[Record],
+        gate: int,
+        *,
+        strict: bool = False,
+    ) -> None:
+        self.host = host
+        self.workflow = workflow
+        self.machine = RunMachine(journal, gate)
+        start = journal[0]
+        assert isinstance(start, Start)
+        self.start_record = start
+        self.id = start.id
+        self.run = start.run
+        self.strict = strict
+        # Time of the run's timers as its journal recorded them: loop time
+        # moves to a timer's time when it fires, on replay as live.
+        self._timer_at_ms: dict[int, int] = {
+            r.seq: r.fire_at_ms for r in journal if isinstance(r, Timer)
+        }
+        self.loop = WorkflowLoop(self, name=self.id, start_time=start.started_ms / 1000)
+        self._ops: dict[int, _Op] = {}
+        # Keyed by id(): timer handles compare (and hash) by value.
+        self._loop_timers: dict[int, int] = {}
+        self.handlers = _Handlers()
+        self._updates: dict[int, _UpdateCall] = {}
+        self.update_waiters: dict[int, Callable[[Status, bytes], None]] = {}
+        self.main: asyncio.Task[Any] | None = None
+        self.end: RunEnd | None = None
+        self.error: DeterminismError | None = None
+        self.ctx: Ctx | None = None
+        self._turning = False
+        # When the current turn began (time.monotonic), for the watchdog.
+        self.turn_started: float | None = None
+        self._stream_waiters: list[Callable[[], None]] = []
+
+    # --- life ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the workflow coroutine and runs its first turn."""
+        from fusee.context import Ctx
+
+        self.ctx = Ctx(self)
+        wf = self.workflow
+        try:
+            args: tuple[Any, ...] = (
+                (self.ctx, wf.decode_input(self.start_record.input))
+                if wf.takes_input
+                else (self.ctx,)
+            )
+        except PayloadError as e:
+            args = ()
+            error: BaseException = e
+
+            async def fail() -> None:
+                raise error
+
+            self.main = self.loop.create_task(fail(), name=f"{self.id}-main")
+        else:
+            self.main = self.loop.create_task(wf.fn(*args), name=f"{self.id}-main")
+        self.turn()
+
+    def close(self) -> None:
+        """Ends the run's code without running it further (parking, engine shutdown)."""
+        if not self.loop.is_closed():
+            self.loop.shutdown()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has ended (its `Done` is recorded or appended)."""
+        return self.end is not None
+
+    # --- the driver loop -------------------------------------------------------------------------
+
+    def turn(self) -> None:
+        """Runs the code to quiescence and hands it deliveries until none can be made."""
+        if self._turning or self.error is not None or self.end is not None:
+            return
+        self._turning = True
+        self.turn_started = time.monotonic()
+        try:
+            self._turn()
+        finally:
+            self._turning = False
+            self.turn_started = None
+        self.host.turned(self)
+
+    def _turn(self) -> None:
+        m = self.machine
+        loop = self.loop
+        main = self.main
+        assert main is not None
+        while True:
+            loop.run_until_quiescent()
+            if self.error is not None:
+                self._stop()
+                return
+            if main.done():
+                self._finish(main)
+                return
+            n = m.next()
+            t = type(n)
+            if t is DeliverLive:
+                assert isinstance(n, DeliverLive)
+                self._deliver_live(n.seq, n.outcome, n.record.record(self.run, n.seq, n.outcome))
+            elif t is Deliver:
+                assert isinstance(n, Deliver)
+                if n.record is not None:
+                    self._append(n.record)
+                self._resolve(n.seq, n.outcome)
+            elif t is CancelAll:
+                assert isinstance(n, CancelAll)
+                if n.record is not None:
+                    self._append(n.record)
+                reason = _reason_text(n.reason)
+                for seq in n.seqs:
+                    self._cancel_op(seq, reason)
+            elif t is DeliverUpdate:
+                assert isinstance(n, DeliverUpdate)
+                self._start_update(n)
+            else:
+                if not m.has_live_pending() and m.is_replaying():
+                    err = m.stall_error()
+                    if err is not None:
+                        self._diverged(err, self._waiting_location())
+                        self._stop()
+                return
+
+    def _deliver_live(self, seq: int, outcome: Outcome, record: Record) -> None:
+        for end in self.machine.stream_ends(seq, outcome.status):
+            self._append(end)
+        self._append(record)
+        self._resolve(seq, outcome)
+
+    def _finish(self, main: asyncio.Task[Any]) -> None:
+        m = self.machine
+        recorded = m.recorded_done()
+        status, payload, continued = self._main_outcome(main)
+        if status is None:
+            return
+        try:
+            m.check_end()
+        except DeterminismError as e:
+            self._diverged(e, self.workflow.location)
+            self._stop()
+            return
+        if recorded is not None:
+            # Replayed to its end: the journal already says how it ended.
+            self.end = RunEnd(
+                recorded[0], recorded[1], recorded[1] if recorded[0] == _CONTINUED else None
+            )
+            return
+        done = m.finish(status, payload, self.host.now_ms())
+        self.end = RunEnd(status, payload, continued)
+        for token in m.take_offered_updates():
+            waiter = self.update_waiters.pop(token, None)
+            if waiter is not None:
+                waiter(_CANCELLED, _codec.encode("the run ended before the update was handled"))
+        self._append(done)
+
+    def _main_outcome(self, main: asyncio.Task[Any]) -> tuple[Status | None, bytes, bytes | None]:
+        if main.cancelled():
+            # A coroutine that lets a Cancelled out marks its task cancelled;
+            # the reason survives only on the exception result() raises.
+            try:
+                main.result()
+            except asyncio.CancelledError as e:
+                return _CANCELLED, _codec.encode(_reason_text_of(e)), None
+        exc = main.exception()
+        if exc is None:
+            try:
+                return _OK, _codec.encode(main.result(), name="the workflow's result"), None
+            except PayloadError as e:
+                exc = e
+        if isinstance(exc, ContinueAsNew):
+            return _CONTINUED, exc.input, exc.input
+        if isinstance(exc, DeterminismError):
+            # Raised by a ctx call and let through by the code: already stuck.
+            return None, b"", None
+        if isinstance(exc, asyncio.CancelledError):
+            return _CANCELLED, _codec.encode(_reason_text_of(exc)), None
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return _FAILED, _codec.encode([type(exc).__name__, str(exc), tb]), None
+
+    def _stop(self) -> None:
+        assert self.error is not None
+        self.host.stuck(self, self.error)
+
+    def _diverged(self, error: DeterminismError, location: str | None) -> DeterminismError:
+        if error.location is None and location is not None:
+            error = DeterminismError(error.seq, error.message, location=location)
+        if self.error is None:
+            self.error = error
+        return error
+
+    def diverged_at_call(self, error: DeterminismError) -> DeterminismError:
+        """A ctx call found the code off its journal: remember it, stop the run after the turn."""
+        return self._diverged(error, user_location())
+
+    def _waiting_location(self) -> str | None:
+        for task in sorted(self.loop.tasks, key=lambda t: t.get_name()):
+            for frame in reversed(task.get_stack()):
+                loc = user_location(frame)
+                if loc is not None:
+                    return loc
+        return self.workflow.location
+
+    # --- appending -------------------------------------------------------------------------------
+
+    def _append(self, record: Record) -> None:
+        self.machine.gate = self.host.append(self, record)
+
+    def append(self, record: Record | None) -> None:
+        """Appends a record the code's call produced (None: nothing to append)."""
+        if record is not None:
+            self.machine.gate = self.host.append(self, record)
+
+    # --- operations ------------------------------------------------------------------------------
+
+    def register(
+        self,
+        seq: int,
+        kind: str,
+        name: str,
+        decode: Callable[[bytes], Any] | None,
+        extra: Any = None,
+    ) -> asyncio.Future[Any]:
+        """A future for operation ``seq``, resolved by its delivery."""
+        fut: asyncio.Future[Any] = self.loop.create_future()
+        self._ops[seq] = _Op(fut, kind, name, decode, extra)
+        fut.add_done_callback(functools.partial(self._dropped, seq))
+        return fut
+
+    def _dropped(self, seq: int, fut: asyncio.Future[Any]) -> None:
+        # The loser of a race, or the awaiting task was cancelled: the
+        # operation's result will never be delivered.
+        if self.loop.is_shutting_down():
+            # The run is parked or the engine stops: nothing is dropped, the
+            # journal stays as it is for the next life.
+            return
+        if fut.cancelled() and self._ops.pop(seq, None) is not None:
+            self.append(self.machine.forget(seq))
+
+    def _resolve(self, seq: int, outcome: Outcome) -> None:
+        op = self._ops.pop(seq, None)
+        if op is None or op.future.done():
+            return
+        fut = op.future
+        status = outcome.status
+        if status is _OK:
+            if op.kind == "sleep":
+                fire_at = self._timer_at_ms.get(seq)
+                if fire_at is not None:
+                    self.loop.advance_to(fire_at / 1000)
+                fut.set_result(None)
+                return
+            decode = op.decode
+            try:
+                fut.set_result(decode(outcome.payload) if decode is not None else None)
+            except PayloadError as e:
+                fut.set_exception(e)
+            return
+        if status is _TIMED_OUT:
+            fut.set_result(None)
+            return
+        if status is _CANCELLED:
+            fut.set_exception(Cancelled(_reason_text(outcome.payload)))
+            return
+        if op.kind == "child":
+            fut.set_exception(ChildFailed(str(op.extra), _child_cause(status, outcome.payload)))
+            return
+        err_type, message = _error_of(outcome.payload)
+        fut.set_exception(StepFailed(op.name, err_type, message))
+
+    def _cancel_op(self, seq: int, reason: str) -> None:
+        op = self._ops.pop(seq, None)
+        if op is not None and not op.future.done():
+            op.future.set_exception(Cancelled(reason))
+
+    def sleep(self, name: str, delay_s: float) -> tuple[int, asyncio.Future[Any]]:
+        """Starts a durable sleep of ``delay_s`` seconds; the future resolves when it fires."""
+        try:
+            seq, arm = self.machine.begin_sleep(name, self.host.now_ms() + round(delay_s * 1000))
+        except DeterminismError as e:
+            raise self.diverged_at_call(e) from None
+        record = arm.record
+        if record is not None:
+            assert isinstance(record, Timer)
+            self._timer_at_ms[seq] = record.fire_at_ms
+            self._append(record)
+        return seq, self.register(seq, "sleep", name, None)
+
+    # --- loop timers (TimerHost) -----------------------------------------------------------------
+
+    def timer_started(self, handle: asyncio.TimerHandle) -> None:
+        """A loop timer (``asyncio.sleep``, ``asyncio.timeout``): a durable sleep."""
+        delay = handle.when() - self.loop.time()
+        if delay <= 0:
+            # Deterministic already: no wall clock decides when it runs.
+            self.loop.fire_timer(handle)
+            return
+        seq, fut = self.sleep("asyncio.sleep", delay)
+        self._loop_timers[id(handle)] = seq
+        fut.add_done_callback(functools.partial(self._loop_timer_done, handle))
+
+    def _loop_timer_done(self, handle: asyncio.TimerHandle, fut: asyncio.Future[Any]) -> None:
+        self._loop_timers.pop(id(handle), None)
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is None:
+            # Loop time moves to the handle's own time, not the wall clock's.
+            self.loop.fire_timer(handle)
+            return
+        # A cancellation reached the timer: a task sleeping on it gets the
+        # cancellation; a timeout's timer just never fires.
+        args = handle._args
+        if args and isinstance(args[0], asyncio.Future) and not args[0].done():
+            args[0].set_exception(exc)
+        handle.cancel()
+
+    def timer_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        """The code cancelled a loop timer: its durable sleep is dropped."""
+        seq = self._loop_timers.pop(id(handle), None)
+        if seq is None:
+            return
+        op = self._ops.get(seq)
+        if op is not None and not op.future.done():
+            op.future.cancel()
+
+    # --- completions from the host ---------------------------------------------------------------
+
+    def step_done(self, seq: int, status: Status, payload: bytes) -> None:
+        """A step's function ended for good; the code takes the result in this turn."""
+        m = self.machine
+        live = m.take_live_step(seq)
+        if live is not None:
+            # The lone live step's result: nothing could be delivered before
+            # it, so it skips the queue.
+            outcome = Outcome(status, payload)
+            self._deliver_live(seq, outcome, live.record(self.run, seq, outcome))
+        elif not m.complete(seq, StepCompleted(status, payload)):
+            return
+        self.turn()
+
+    def complete(self, seq: int, completion: Completion) -> bool:
+        """Reports a completion (timer, signal, child, async completion) and runs a turn."""
+        taken = self.machine.complete(seq, completion)
+        if taken:
+            self.turn()
+        return taken
+
+    def complete_async(self, seq: int, attempt: int, status: Status, payload: bytes) -> bool:
+        """``engine.complete(token, value)`` for this run's async completion ``seq``."""
+        return self.complete(seq, AsyncCompleted(attempt, status, payload))
+
+    def request_cancel(self, reason: bytes, by: bytes | None = None) -> None:
+        """Queues cancellation; it reaches the code at its turn."""
+        self.machine.request_cancel_by(reason, by)
+        self.turn()
+
+    def offer_update(
+        self,
+        token: int,
+        name: str,
+        id: str,
+        payload: bytes,
+        waiter: Callable[[Status, bytes], None],
+    ) -> None:
+        """Queues an update request; ``waiter`` hears its result (or rejection)."""
+        self.update_waiters[token] = waiter
+        self.machine.offer_update(token, name, id, payload)
+        self.turn()
+
+    # --- updates and queries ---------------------------------------------------------------------
+
+    def _start_update(self, n: DeliverUpdate) -> None:
+        entry = self.handlers.updates.get(n.name)
+        if n.live is not None:
+            waiter = self.update_waiters.get(n.live)
+            if entry is None:
+                self.update_waiters.pop(n.live, None)
+                if waiter is not None:
+                    waiter(
+                        _FAILED,
+                        _codec.encode(
+                            ["UnknownUpdate", f"the workflow has no handler for update '{n.name}'"]
+                        ),
+                    )
+                return
+            udef, _, validator = entry
+            try:
+                arg = udef.decode(n.payload)
+                if validator is not None:
+                    validator(arg)
+            except Exception as e:
+                self.update_waiters.pop(n.live, None)
+                if waiter is not None:
+                    waiter(_FAILED, _codec.encode([type(e).__name__, str(e)]))
+                return
+            ordinal, record = self.machine.accept_update(n.name, n.id, n.payload)
+            self._append(record)
+        else:
+            ordinal = n.ordinal
+            if entry is None:
+                self._diverged(
+                    DeterminismError(
+                        None,
+                        f"the journal delivers update '{n.name}' #{ordinal} here "
+                        "but the code has registered no handler for it",
+                    ),
+                    self._waiting_location(),
+                )
+                return
+        udef, handler, _ = entry
+        call = _UpdateCall(ordinal, n.live, n.name)
+        self._updates[ordinal] = call
+        self.loop.create_task(
+            self._run_update(call, udef, handler, n.payload), name=f"{self.id}-update-{ordinal}"
+        )
+
+    async def _run_update(
+        self, call: _UpdateCall, udef: UpdateDef[Any], handler: Callable[[Any], Any], payload: bytes
+    ) -> None:
+        try:
+            result = handler(udef.decode(payload))
+            if asyncio.iscoroutine(result):
+                result = await result
+            status, out = _OK, _codec.encode(result, name=f"the result of update '{call.name}'")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            status, out = _FAILED, _codec.encode([type(e).__name__, str(e)])
+        try:
+            _, record = self.machine.update_done(call.ordinal, status, out)
+        except DeterminismError as e:
+            raise self.diverged_at_call(e) from None
+        self.append(record)
+        self._updates.pop(call.ordinal, None)
+        if call.token is not None:
+            waiter = self.update_waiters.pop(call.token, None)
+            if waiter is not None:
+                waiter(status, out)
+
+    def query(self, name: str, payload: bytes) -> bytes:
+        """Answers query ``name`` from the code's handler (which must not change the run).
+
+        Raises:
+            FuseeError: The code registered no handler for ``name``.
+        """
+        handler = self.handlers.queries.get(name)
+        if handler is None:
+            raise FuseeError(
+                f"run '{self.id}' has no handler for query '{name}'; "
+                "register one with ctx.on_query(...) before the query is asked"
+            )
+        return _codec.encode(handler(_codec.decode(payload)), name=f"the answer to query '{name}'")
+
+    # --- streams ---------------------------------------------------------------------------------
+
+    def on_stream(self, notify: Callable[[], None]) -> None:
+        """Calls ``notify`` when the run appends a chunk or ends a stream (live readers)."""
+        self._stream_waiters.append(notify)
+
+
+def _reason_text(payload: bytes) -> str:
+    try:
+        v = _codec.decode(payload)
+    except PayloadError:
+        return payload.decode("utf-8", "replace")
+    return v if isinstance(v, str) else repr(v)
+
+
+def _reason_text_of(exc: BaseException) -> str:
+    return str(exc.args[0]) if exc.args else "cancelled"
+
+
+def _error_of(payload: bytes) -> tuple[str, str]:
+    try:
+        v = _codec.decode(payload)
+    except PayloadError:
+        return "Error", payload.decode("utf-8", "replace")
+    if isinstance(v, list | tuple) and len(v) >= 2:
+        return str(v[0]), str(v[1])
+    return "Error", str(v)
+
+
+def _child_cause(status: Status, payload: bytes) -> str:
+    if status is _FAILED:
+        t, m = _error_of(payload)
+        return f"workflow failed: {t}: {m}"
+    return f"ended with status {status.name.lower()}"
+
+
+def error_payload(exc: BaseException) -> bytes:
+    """The recorded form of a step's or handler's error: ``[type, message]``."""
+    return _codec.encode([type(exc).__name__, str(exc)])

@@ -1,0 +1,1413 @@
+"""WorkflowLoop: a deterministic asyncio event loop, one per workflow run.
+
+The run's driver calls `WorkflowLoop.run_until_quiescent` once per journal
+delivery; the loop runs ready callbacks in FIFO order until none is left, keeps
+a time that moves only when the driver says so, and hands every timer to its
+`TimerHost` to be made durable. `wait`, `as_completed` and `select` are
+asyncio's helpers with list order instead of set order.
+
+The one rule: no I/O, no clock, no threads. This module is part of the pure
+core; what workflow code cannot repeat on replay raises `NondeterministicCall`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import inspect
+import sys
+import types
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, Protocol, TypeVar, cast
+
+from fusee.errors import NondeterministicCall
+
+if TYPE_CHECKING:
+    from asyncio import _CoroutineLike
+    from asyncio.events import _ExceptionHandler, _TaskFactory
+    from collections.abc import AsyncGenerator
+    from contextvars import Context
+    from typing import TypeVarTuple
+
+    _Ts = TypeVarTuple("_Ts")
+
+__all__ = [
+    "ALL_COMPLETED",
+    "FIRST_COMPLETED",
+    "FIRST_EXCEPTION",
+    "AsCompleted",
+    "RunEvicted",
+    "TimerHost",
+    "WorkflowLoop",
+    "as_completed",
+    "select",
+    "wait",
+]
+
+_T = TypeVar("_T")
+_FT = TypeVar("_FT", bound="asyncio.Future[Any]")
+
+FIRST_COMPLETED = asyncio.FIRST_COMPLETED
+FIRST_EXCEPTION = asyncio.FIRST_EXCEPTION
+ALL_COMPLETED = asyncio.ALL_COMPLETED
+
+# A finally block may await once per round (each await is failed at once with
+# RunEvicted); a task still pending after this many rounds swallowed it.
+_EVICTION_ROUNDS = 16
+
+_STEP = "Do the work in a step: await ctx.step('name', fn)"
+_CREATE_INSIDE = (
+    "Create asyncio.Event, Queue, Lock, Semaphore and Condition objects inside the "
+    "workflow, and bring results from outside in through a step: "
+    "await ctx.step('name', fn)"
+)
+# Suffixes of the RuntimeErrors asyncio raises (tasks.py and mixins.py).
+_FOREIGN_FUTURE = " attached to a different loop"
+_FOREIGN_PRIMITIVE = " is bound to a different event loop"
+
+
+def _refuse(call: str, why: str, advice: str = _STEP) -> NoReturn:
+    raise NondeterministicCall(f"{call} cannot run in workflow code: {why}. {advice}")
+
+
+class TimerHost(Protocol):
+    """What a `WorkflowLoop` tells about its timers (the run's driver).
+
+    Every ``call_later``/``call_at`` (``asyncio.sleep(x)`` with x > 0,
+    ``asyncio.timeout``, ``asyncio.wait_for``) is a durable timer: the host
+    records it and later calls `WorkflowLoop.fire_timer`. A timer that workflow
+    code cancels before it fires is reported once through `timer_cancelled`;
+    nothing is reported while the loop shuts down (the timers stay in the
+    journal for the parked run). `timer_started` may call `fire_timer` at once
+    (for a time that is not in the future, say).
+
+    ``asyncio.TimerHandle`` compares and hashes by value (when, callback,
+    args), and a cancelled handle forgets its callback: key timers by
+    ``id(handle)``, or compare them with ``is``.
+
+    Example:
+        >>> class RecordingHost:
+        ...     def __init__(self) -> None:
+        ...         self.timers: dict[int, asyncio.TimerHandle] = {}
+        ...     def timer_started(self, handle: asyncio.TimerHandle) -> None:
+        ...         self.timers[id(handle)] = handle
+        ...     def timer_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        ...         del self.timers[id(handle)]
+    """
+
+    def timer_started(self, handle: asyncio.TimerHandle) -> None:
+        """Record a new timer; ``handle.when()`` is absolute loop time."""
+
+    def timer_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        """Forget a pending timer (``handle.cancelled()`` may still be False)."""
+
+
+class RunEvicted(BaseException):
+    """Thrown into every task of a run whose loop shuts down (parked, or closing).
+
+    It is a `BaseException` so that ``except Exception`` and
+    ``except asyncio.CancelledError`` compensation code does not run: the run
+    is not cancelled, it is only dropped from memory and replayed later.
+    ``finally`` blocks run; anything they await fails at once with another
+    `RunEvicted`. Workflow code must not catch it without re-raising.
+
+    Example:
+        >>> issubclass(RunEvicted, Exception)
+        False
+    """
+
+
+class WorkflowLoop(asyncio.AbstractEventLoop):
+    """One workflow run's event loop: deterministic, driven one turn at a time.
+
+    It is never run with ``run_forever``. The driver, itself a coroutine on the
+    process's real loop, calls `run_until_quiescent` after creating the run's
+    main task and after resolving each journal future. Workflow code sees this
+    loop as the running loop and may use ``asyncio.gather``, ``create_task``,
+    ``TaskGroup``, ``Event``, ``Queue``, ``Lock``, ``Semaphore``,
+    ``Condition``, ``timeout``, ``wait_for``, ``shield`` and ``sleep``.
+
+    ``Event``, ``Queue``, ``Lock`` and the like bind to the first loop that
+    uses them, so workflow code must create them inside the run. Awaiting one
+    bound to another loop, or a future of another loop, raises asyncio's
+    ``RuntimeError`` with that advice in its message, and a
+    `NondeterministicCall` is recorded in `errors` for the driver. Errors
+    asyncio cannot raise anywhere (a callback that failed, say) are collected
+    in `errors` too; nothing is logged or printed.
+
+    Args:
+        host: Told about every timer started and cancelled.
+        name: The run's name; tasks are named ``"{name}-task-{n}"``.
+        start_time: The run's recorded start, in seconds; `time` starts here.
+
+    Example:
+        >>> class Host:
+        ...     def timer_started(self, handle: asyncio.TimerHandle) -> None: ...
+        ...     def timer_cancelled(self, handle: asyncio.TimerHandle) -> None: ...
+        >>> loop = WorkflowLoop(Host(), name="order-1")
+        >>> fut = loop.create_future()
+        >>> async def workflow() -> int:
+        ...     return await fut + 1
+        >>> task = loop.create_task(workflow())
+        >>> loop.run_until_quiescent()
+        >>> fut.set_result(41)
+        >>> loop.run_until_quiescent()
+        >>> task.get_name(), task.result()
+        ('order-1-task-1', 42)
+        >>> loop.shutdown()
+    """
+
+    # The C Task schedules its own steps with a wrapper that hides its argument
+    # from Python; learned from the first task this class creates.
+    _step_wrapper: ClassVar[type | None] = None
+
+    def __init__(self, host: TimerHost, *, name: str = "workflow", start_time: float = 0.0) -> None:
+        self._host = host
+        self._name = name
+        self._time = float(start_time)
+        self._ready: deque[asyncio.Handle] = deque()
+        # Strong references in creation order: a pending task that is garbage
+        # collected gets GeneratorExit thrown into it at a random time.
+        self._tasks: dict[asyncio.Future[Any], None] = {}
+        self._task_count = 0
+        self._asyncgens: weakref.WeakKeyDictionary[AsyncGenerator[Any, Any], None] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._aclose_count = 0
+        self._asyncgen_hooks = (self._asyncgen_firstiter, self._asyncgen_finalizer)
+        self._running = False
+        self._turn = 0  # run_until_quiescent calls: completions in one are simultaneous
+        self._shutting_down = False
+        self._closed = False
+        self._debug = False
+        self._task_factory: _TaskFactory | None = None
+        self._exception_handler: _ExceptionHandler | None = None
+        self.slow_callback_duration = 0.1
+        self.errors: list[dict[str, Any]] = []
+        """Contexts passed to `call_exception_handler`, for the driver to read."""
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._ready)} ready"
+        return f"<WorkflowLoop {self._name!r} time={self._time} {state}>"
+
+    @property
+    def name(self) -> str:
+        """The run's name, as given to the constructor.
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None), name="order-1").name
+            'order-1'
+        """
+        return self._name
+
+    @property
+    def tasks(self) -> tuple[asyncio.Task[Any], ...]:
+        """The run's tasks that are not done yet, oldest first.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None), name="order-1")
+            >>> async def noop() -> None: ...
+            >>> [task.get_name() for task in (loop.create_task(noop()), *loop.tasks)]
+            ['order-1-task-1', 'order-1-task-1']
+            >>> loop.run_until_quiescent()
+            >>> loop.tasks
+            ()
+            >>> loop.close()
+        """
+        return tuple(cast("asyncio.Task[Any]", task) for task in self._tasks if not task.done())
+
+    # -- turns ---------------------------------------------------------------
+
+    def run_until_quiescent(self) -> None:
+        """Run ready callbacks, in ``call_soon`` order, until none is left.
+
+        Callbacks scheduled meanwhile run in the same call. The running loop
+        is this one while it runs and the previous one (the driver's) again
+        afterwards, also when a callback raises ``SystemExit`` or
+        ``KeyboardInterrupt`` (the only exceptions that escape; the others go
+        to `call_exception_handler`).
+
+        Raises:
+            RuntimeError: Called again from inside a callback, or after close.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> seen: list[int] = []
+            >>> _ = loop.call_soon(seen.append, 1)
+            >>> _ = loop.call_soon(lambda: loop.call_soon(seen.append, 3))
+            >>> _ = loop.call_soon(seen.append, 2)
+            >>> loop.run_until_quiescent()
+            >>> seen, loop.is_quiescent()
+            ([1, 2, 3], True)
+        """
+        if self._running:
+            raise RuntimeError(
+                f"workflow loop {self._name!r} is already running: run_until_quiescent() "
+                "is not re-entrant; return to the driver instead"
+            )
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        previous = asyncio.events._get_running_loop()
+        hooks = sys.get_asyncgen_hooks()
+        asyncio.events._set_running_loop(self)
+        # Async generators first iterated here must be finalized here, inside
+        # the run, not by the driver's loop at some later time.
+        sys.set_asyncgen_hooks(*self._asyncgen_hooks)
+        self._running = True
+        self._turn += 1
+        ready = self._ready
+        popleft = ready.popleft
+        try:
+            while ready:
+                handle = popleft()
+                if not handle._cancelled:
+                    handle._run()
+        finally:
+            self._running = False
+            sys.set_asyncgen_hooks(*hooks)
+            asyncio.events._set_running_loop(previous)
+
+    def is_quiescent(self) -> bool:
+        """Whether no callback is ready to run (the code waits on futures).
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> _ = loop.call_soon(print, "hi")
+            >>> loop.is_quiescent()
+            False
+        """
+        return not self._ready
+
+    def is_shutting_down(self) -> bool:
+        """Whether `shutdown` has begun (it stays True once the loop is closed).
+
+        Code that starts or drops journal operations should do neither then
+        (raise `RunEvicted` instead of starting one): the run is being
+        dropped, not continued, and asyncio may cancel futures as the tasks
+        unwind.
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None)).is_shutting_down()
+            False
+        """
+        return self._shutting_down
+
+    # -- time and timers -----------------------------------------------------
+
+    def time(self) -> float:
+        """The run's deterministic time in seconds; moved only by the driver.
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None), start_time=100.0).time()
+            100.0
+        """
+        return self._time
+
+    def advance_to(self, t: float) -> None:
+        """Move `time` forward to ``t`` (recorded time; no timer fires).
+
+        Raises:
+            ValueError: ``t`` is earlier than `time`.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None), start_time=5.0)
+            >>> loop.advance_to(7.5)
+            >>> loop.time()
+            7.5
+        """
+        if t < self._time:
+            raise ValueError(
+                f"workflow time moves forward only: advance_to({t}) while time() is {self._time}"
+            )
+        self._time = float(t)
+
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """Start a durable timer ``delay`` seconds after `time` (see `call_at`).
+
+        Example:
+            >>> class Host:
+            ...     def timer_started(self, handle: asyncio.TimerHandle) -> None:
+            ...         print("timer at", handle.when())
+            ...     def timer_cancelled(self, handle: asyncio.TimerHandle) -> None: ...
+            >>> loop = WorkflowLoop(Host(), start_time=10.0)
+            >>> handle = loop.call_later(5, print, "ring")
+            timer at 15.0
+        """
+        return self.call_at(self._time + delay, callback, *args, context=context)
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """Start a durable timer at absolute loop time ``when``.
+
+        The host hears ``timer_started(handle)``, also for a time that is not
+        in the future (the driver decides), and later calls `fire_timer`.
+
+        Example:
+            >>> class Host:
+            ...     def timer_started(self, handle: asyncio.TimerHandle) -> None:
+            ...         print("timer at", handle.when())
+            ...     def timer_cancelled(self, handle: asyncio.TimerHandle) -> None:
+            ...         print("cancelled")
+            >>> loop = WorkflowLoop(Host())
+            >>> handle = loop.call_at(60.0, print, "late")
+            timer at 60.0
+            >>> handle.cancel()
+            cancelled
+        """
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = asyncio.TimerHandle(when, callback, args, self, context)
+        if not self._shutting_down:
+            # `_scheduled` is the flag asyncio's own loops keep: True from start
+            # until fired or cancelled, so a cancel after firing (asyncio.sleep
+            # always cancels in its finally) is not reported.
+            cast(Any, handle)._scheduled = True
+            self._host.timer_started(handle)
+        return handle
+
+    def fire_timer(self, handle: asyncio.TimerHandle) -> bool:
+        """Fire a timer: time moves to its ``when()``, its callback is queued.
+
+        Time becomes ``max(time(), handle.when())`` even when the timer was
+        cancelled meanwhile; the callback is queued only if it was not.
+
+        Returns:
+            Whether the callback was queued (False: the handle was cancelled).
+
+        Raises:
+            ValueError: The handle belongs to another loop.
+            RuntimeError: The timer already fired, or was started while the
+                loop was shutting down.
+
+        Example:
+            >>> class Host:
+            ...     def timer_started(self, handle: asyncio.TimerHandle) -> None: ...
+            ...     def timer_cancelled(self, handle: asyncio.TimerHandle) -> None: ...
+            >>> loop = WorkflowLoop(Host())
+            >>> handle = loop.call_later(30, print, "fired")
+            >>> loop.fire_timer(handle)
+            True
+            >>> loop.run_until_quiescent()
+            fired
+            >>> loop.time()
+            30.0
+        """
+        if getattr(handle, "_loop", None) is not self:
+            raise ValueError(f"{handle!r} is not a timer of workflow loop {self._name!r}")
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        when = handle.when()
+        if when > self._time:
+            self._time = when
+        if handle.cancelled():
+            return False
+        state = cast(Any, handle)
+        if not state._scheduled:
+            raise RuntimeError(
+                f"timer {handle!r} of workflow loop {self._name!r} is not pending: it fired "
+                "already or was started during shutdown; fire each timer once"
+            )
+        state._scheduled = False
+        self._ready.append(handle)
+        return True
+
+    def _timer_handle_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        # TimerHandle.cancel() calls this before marking itself cancelled.
+        state = cast(Any, handle)
+        if state._scheduled:
+            state._scheduled = False
+            if not self._shutting_down:
+                self._host.timer_cancelled(handle)
+
+    # -- callbacks, futures and tasks ----------------------------------------
+
+    def call_soon(
+        self,
+        callback: Callable[[*_Ts], object],
+        *args: *_Ts,
+        context: Context | None = None,
+    ) -> asyncio.Handle:
+        """Queue ``callback(*args)`` to run in this turn, after those queued before.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> _ = loop.call_soon(print, "soon")
+            >>> loop.run_until_quiescent()
+            soon
+        """
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        handle = asyncio.Handle(callback, args, self, context)
+        self._ready.append(handle)
+        # A task that yields a future of another loop reschedules itself with
+        # a RuntimeError to throw (as the argument of a Python Task's step, or
+        # hidden in the C Task's step wrapper): the one place where a foreign
+        # await can be seen before workflow code does. Two type checks on the
+        # hot path; the wrapper is only opened for steps that carry no future.
+        extra: tuple[Any, ...] = args
+        if extra:
+            if type(extra[0]) is RuntimeError:
+                self._explain_foreign_await(extra[0])
+        elif type(callback) is self._step_wrapper:
+            for referent in gc.get_referents(callback):
+                if type(referent) is RuntimeError:
+                    self._explain_foreign_await(referent)
+        return handle
+
+    def create_future(self) -> asyncio.Future[Any]:
+        """A new future of this loop (resolved by the driver or by workflow code).
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None)).create_future().done()
+            False
+        """
+        return asyncio.Future(loop=self)
+
+    def create_task(
+        self,
+        coro: _CoroutineLike[_T],
+        *,
+        name: str | None = None,
+        context: Context | None = None,
+    ) -> asyncio.Task[_T]:
+        """Start ``coro`` as a task of this run, kept alive until it is done.
+
+        Unnamed tasks are named ``"{loop name}-task-{n}"``, n counting every
+        task this loop created from 1, so names are equal on replay (never
+        asyncio's process-wide counter). A task factory, if set, is used.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None), name="order-1")
+            >>> async def noop() -> None: ...
+            >>> loop.create_task(noop()).get_name()
+            'order-1-task-1'
+            >>> loop.shutdown()
+        """
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        self._task_count += 1
+        if name is None:
+            name = f"{self._name}-task-{self._task_count}"
+        factory = self._task_factory
+        if factory is None:
+            task = asyncio.Task(coro, loop=self, name=name, context=context)
+            if self._step_wrapper is None:
+                self._learn_step_wrapper(task)
+        else:
+            make = cast(Any, factory)
+            made = make(self, coro) if context is None else make(self, coro, context=context)
+            task = cast("asyncio.Task[_T]", made)
+            task.set_name(name)
+        self._tasks[task] = None
+        task.add_done_callback(self._on_task_done)
+        return task
+
+    def _learn_step_wrapper(self, task: asyncio.Task[Any]) -> None:
+        step = getattr(self._ready[-1], "_callback", None) if self._ready else None
+        if getattr(step, "__self__", None) is task and not isinstance(step, types.MethodType):
+            WorkflowLoop._step_wrapper = type(step)
+
+    def _on_task_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.pop(task, None)
+        if task.cancelled():
+            return
+        if self._shutting_down:
+            # Read it now: nobody else will, and "exception was never
+            # retrieved" would otherwise be reported at a random later time.
+            error = task.exception()
+            if error is not None:
+                self.call_exception_handler(
+                    {
+                        "message": f"task {_task_name(task)!r} raised while its run shut down",
+                        "exception": error,
+                        "task": task,
+                    }
+                )
+            return
+        error = task._exception  # peek: reading exception() would mark it retrieved
+        if type(error) is RuntimeError and str(error).endswith(_FOREIGN_PRIMITIVE):
+            # Raised synchronously by asyncio's loop-bound primitives (Event,
+            # Queue, Lock...): it cannot be intercepted before workflow code
+            # sees it, so it is explained once it ends the task.
+            self._report_foreign(
+                error,
+                f"{error}: it was created or first used outside this workflow run. "
+                f"{_CREATE_INSIDE}",
+                task,
+            )
+
+    def _explain_foreign_await(self, error: RuntimeError) -> None:
+        text = str(error)
+        if text.endswith(_FOREIGN_FUTURE):
+            self._report_foreign(
+                error,
+                f"{text}: workflow code awaited a future of another event loop, which "
+                f"replay cannot repeat. {_CREATE_INSIDE}",
+                asyncio.current_task(self),
+            )
+
+    def _report_foreign(
+        self, error: RuntimeError, message: str, task: asyncio.Future[Any] | None
+    ) -> None:
+        # Why workflow code gets asyncio's RuntimeError and not the
+        # NondeterministicCall itself: the C Task builds the error inside its
+        # step and throws it into the coroutine; only a Python Task (a task
+        # factory, several times slower per step) could throw another type,
+        # and a subclass of the C Task cannot reach its step. The primitives
+        # raise theirs synchronously inside workflow code. So the error keeps
+        # its type (NondeterministicCall's base: `except RuntimeError` acts the
+        # same) but carries the advice, and the driver finds the
+        # NondeterministicCall in `errors` and can fail the run with it.
+        error.args = (message,)
+        self.call_exception_handler(
+            {"message": message, "exception": NondeterministicCall(message), "task": task}
+        )
+
+    # -- async generators ----------------------------------------------------
+
+    def _asyncgen_firstiter(self, agen: AsyncGenerator[Any, Any]) -> None:
+        self._asyncgens[agen] = None
+
+    def _asyncgen_finalizer(self, agen: AsyncGenerator[Any, Any]) -> None:
+        # Called when an unfinished generator is collected; closing it in a
+        # task of this loop runs its finally blocks inside the run.
+        self._asyncgens.pop(agen, None)
+        if not self._closed:
+            self._start_aclose(agen)
+
+    def _start_aclose(self, agen: AsyncGenerator[Any, Any]) -> None:
+        # Named apart from create_task's counter: collection of a generator in
+        # a reference cycle happens at a random time, and must not shift the
+        # names of the run's own tasks.
+        self._aclose_count += 1
+        task = asyncio.Task(
+            agen.aclose(), loop=self, name=f"{self._name}-asyncgen-close-{self._aclose_count}"
+        )
+        self._tasks[task] = None
+        task.add_done_callback(self._on_aclose_done)
+
+    def _on_aclose_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.pop(task, None)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            self.call_exception_handler(
+                {
+                    "message": "an error occurred during closing of an asynchronous generator",
+                    "exception": error,
+                    "task": task,
+                }
+            )
+
+    async def shutdown_asyncgens(self) -> None:
+        """Close every async generator first iterated on this loop and still open.
+
+        `shutdown` does this too; workflow code rarely needs it.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> task = loop.create_task(loop.shutdown_asyncgens())
+            >>> loop.run_until_quiescent()
+            >>> task.done()
+            True
+        """
+        agens = list(self._asyncgens)
+        self._asyncgens.clear()
+        results = await asyncio.gather(*(agen.aclose() for agen in agens), return_exceptions=True)
+        for result, agen in zip(results, agens, strict=True):
+            if isinstance(result, Exception):
+                self.call_exception_handler(
+                    {
+                        "message": f"an error occurred closing asynchronous generator {agen!r}",
+                        "exception": result,
+                        "asyncgen": agen,
+                    }
+                )
+
+    # -- shutting down -------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """End every task of the run without running its cancellation handlers, then close.
+
+        Each pending task, newest first, gets `RunEvicted` thrown in where it
+        waits, through its own wakeup (so its context and ``current_task()``
+        are right), and the loop is drained; ``finally`` blocks run, and what
+        they await fails at once in the next round. What tasks await is left
+        alone (a journal future stays pending). Tasks that never started are
+        cancelled before any of their code runs. The host hears nothing: a
+        parked run keeps its timers. Then open async generators are closed
+        and the loop is closed. Calling it again does nothing.
+
+        Raises:
+            RuntimeError: Called from a callback of this loop, or a task kept
+                running after `RunEvicted` (it caught it and did not re-raise);
+                the message names the tasks. The loop is closed anyway.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> async def forever() -> None:
+            ...     try:
+            ...         await loop.create_future()
+            ...     except asyncio.CancelledError:
+            ...         print("compensating")  # not run on shutdown
+            ...     finally:
+            ...         print("finally")
+            >>> task = loop.create_task(forever())
+            >>> loop.run_until_quiescent()
+            >>> loop.shutdown()
+            finally
+            >>> task.done(), loop.is_closed()
+            (True, True)
+        """
+        if self._closed:
+            return
+        if self._running:
+            raise RuntimeError(
+                f"workflow loop {self._name!r} cannot shut down from its own callbacks; "
+                "the driver shuts it down between turns"
+            )
+        self._shutting_down = True
+        try:
+            for round_ in range(_EVICTION_ROUNDS):
+                pending = self._pending_tasks()
+                if not pending:
+                    if not self._asyncgens:
+                        break
+                    for agen in list(self._asyncgens):
+                        self._start_aclose(agen)
+                    self._asyncgens.clear()
+                # Newest first: a child ends before the parent that made it
+                # unwinds, so a TaskGroup or gather finds it done and does not
+                # cancel it (which would cancel the journal future it awaits).
+                for task in reversed(pending):
+                    self._evict(task, first_round=round_ == 0)
+                self.run_until_quiescent()
+            stuck = self._pending_tasks()
+            if stuck:
+                for task in stuck:
+                    # Closed now rather than by the garbage collector at some
+                    # random later time; the Task object stays pending.
+                    cast(Any, task)._log_destroy_pending = False
+                    with contextlib.suppress(RuntimeError):  # it ignored GeneratorExit too
+                        cast(Any, task).get_coro().close()
+                names = ", ".join(repr(_task_name(task)) for task in stuck)
+                raise RuntimeError(
+                    f"task(s) {names} of workflow run {self._name!r} kept running after "
+                    f"RunEvicted was thrown into them {_EVICTION_ROUNDS} times: workflow code "
+                    "must not catch BaseException without re-raising it (catch Exception)"
+                )
+        finally:
+            self._closed = True
+            self._ready.clear()
+            self._asyncgens.clear()
+
+    def _pending_tasks(self) -> list[asyncio.Future[Any]]:
+        pending = [task for task in self._tasks if not task.done()]
+        # Tasks built with asyncio.Task(coro, loop=...) bypass create_task.
+        strays = [task for task in asyncio.all_tasks(self) if task not in self._tasks]
+        return pending + sorted(strays, key=_task_name)
+
+    def _evict(self, task: asyncio.Future[Any], *, first_round: bool) -> None:
+        waiter: asyncio.Future[Any] | None = getattr(task, "_fut_waiter", None)
+        if waiter is None:
+            # Its next step is already queued: a task that has not started, or
+            # one that yielded bare (sleep(0)). A task that has not started is
+            # cancelled: no code of it has run, so no handler can catch it.
+            # The other kind runs that step, and is evicted at its next await.
+            if first_round and not _has_started(task):
+                task.cancel()
+            return
+        evicted: asyncio.Future[Any] = asyncio.Future(loop=self)
+        evicted.set_exception(RunEvicted(f"workflow run {self._name!r} was shut down"))
+        # Wake the task through its own wakeup callback with a future that
+        # failed: the task then throws RunEvicted where it awaits, as if the
+        # awaited thing had failed, without touching that thing (it may be
+        # shared, or another task).
+        if waiter.done():
+            for handle in self._ready:
+                step = getattr(handle, "_callback", None)
+                args = handle._args
+                if getattr(step, "__self__", None) is task and len(args) == 1 and args[0] is waiter:
+                    handle._args = (evicted,)
+                    return
+        else:
+            for callback, context in waiter._callbacks or ():
+                if getattr(callback, "__self__", None) is task:
+                    waiter.remove_done_callback(callback)
+                    self.call_soon(callback, evicted, context=context)
+                    return
+        # A future type that keeps its callbacks elsewhere: cancelling is the
+        # only remaining way in (and runs the task's cancellation handlers).
+        task.cancel(f"workflow run {self._name!r} was shut down")
+
+    def close(self) -> None:
+        """Close the loop; pending tasks are ended first, as by `shutdown`.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> loop.close()
+            >>> loop.is_closed(), loop.is_running()
+            (True, False)
+        """
+        self.shutdown()
+
+    def is_closed(self) -> bool:
+        """Whether the loop was closed (by `shutdown` or `close`).
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None)).is_closed()
+            False
+        """
+        return self._closed
+
+    def is_running(self) -> bool:
+        """True until the loop is closed.
+
+        Workflow code only ever runs inside `run_until_quiescent`, so from its
+        side the loop is always running; between turns it is merely waiting.
+        Library code asking this wants to know whether it may call
+        ``run_until_complete``, and the answer for a run's loop is no.
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None)).is_running()
+            True
+        """
+        return not self._closed
+
+    # -- settings ------------------------------------------------------------
+
+    def get_debug(self) -> bool:
+        """Whether asyncio debug mode is on (False unless `set_debug` turned it on).
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None)).get_debug()
+            False
+        """
+        return self._debug
+
+    def set_debug(self, enabled: bool) -> None:
+        """Turn asyncio debug mode on or off (handles keep their creation stack).
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> loop.set_debug(True)
+            >>> loop.get_debug()
+            True
+        """
+        self._debug = enabled
+
+    def get_task_factory(self) -> _TaskFactory | None:
+        """The factory `create_task` uses, or None for ``asyncio.Task``.
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None)).get_task_factory() is None
+            True
+        """
+        return self._task_factory
+
+    def set_task_factory(self, factory: _TaskFactory | None) -> None:
+        """Make `create_task` call ``factory(loop, coro)`` (None: ``asyncio.Task``).
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> loop.set_task_factory(None)
+        """
+        if factory is not None and not callable(factory):
+            raise TypeError("task factory must be a callable or None")
+        self._task_factory = factory
+
+    def get_exception_handler(self) -> _ExceptionHandler | None:
+        """The handler set with `set_exception_handler`, or None.
+
+        Example:
+            >>> WorkflowLoop(cast(TimerHost, None)).get_exception_handler() is None
+            True
+        """
+        return self._exception_handler
+
+    def set_exception_handler(self, handler: _ExceptionHandler | None) -> None:
+        """Call ``handler(loop, context)`` instead of `default_exception_handler`.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> loop.set_exception_handler(lambda loop, context: print(context["message"]))
+            >>> loop.call_exception_handler({"message": "boom"})
+            boom
+        """
+        if handler is not None and not callable(handler):
+            raise TypeError(f"A callable object or None is expected, got {handler!r}")
+        self._exception_handler = handler
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        """Append ``context`` to `errors`; the driver reports them (nothing is logged).
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> loop.default_exception_handler({"message": "boom"})
+            >>> loop.errors
+            [{'message': 'boom'}]
+        """
+        self.errors.append(context)
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        """Report an error asyncio could not raise anywhere (to `errors` by default).
+
+        Contexts whose exception is `RunEvicted` (or a group of them) are
+        dropped: they are the shutdown itself, not errors.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> loop.call_exception_handler({"message": "boom", "exception": ValueError()})
+            >>> [context["message"] for context in loop.errors]
+            ['boom']
+        """
+        if _is_eviction(context.get("exception")):
+            return
+        handler = self._exception_handler
+        if handler is None:
+            self.default_exception_handler(context)
+            return
+        try:
+            handler(self, context)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self.default_exception_handler(
+                {
+                    "message": "Unhandled error in exception handler",
+                    "exception": exc,
+                    "context": context,
+                }
+            )
+
+    # -- refused: what replay cannot repeat ----------------------------------
+    # Each raises at the call, before anything starts. The async ones are
+    # plain methods here, so `await loop.getaddrinfo(...)` fails at the call.
+
+    def run_forever(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: the driver runs this loop, one journal delivery at a time."""
+        _refuse("run_forever", _DRIVEN, _AWAIT_INSTEAD)
+
+    def run_until_complete(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: the driver runs this loop, one journal delivery at a time."""
+        _refuse("run_until_complete", _DRIVEN, _AWAIT_INSTEAD)
+
+    def stop(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: the driver runs this loop; a run ends when its workflow returns."""
+        _refuse("stop", _DRIVEN, "Return from the workflow function (or raise) to end the run.")
+
+    def call_soon_threadsafe(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: threads are not replayed."""
+        _refuse("call_soon_threadsafe", _THREADS)
+
+    def run_in_executor(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: threads are not replayed (this is what ``asyncio.to_thread`` calls)."""
+        _refuse("run_in_executor", _THREADS)
+
+    def set_default_executor(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: threads are not replayed."""
+        _refuse("set_default_executor", _THREADS)
+
+    def shutdown_default_executor(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: threads are not replayed (a workflow loop has no executor)."""
+        _refuse("shutdown_default_executor", _THREADS)
+
+    def getaddrinfo(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: DNS lookups are I/O."""
+        _refuse("getaddrinfo", _DNS)
+
+    def getnameinfo(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: DNS lookups are I/O."""
+        _refuse("getnameinfo", _DNS)
+
+    def create_connection(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: network I/O is not replayed."""
+        _refuse("create_connection", _NETWORK)
+
+    def create_server(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: network I/O is not replayed."""
+        _refuse("create_server", _NETWORK)
+
+    def create_datagram_endpoint(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: network I/O is not replayed."""
+        _refuse("create_datagram_endpoint", _NETWORK)
+
+    def create_unix_connection(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("create_unix_connection", _NETWORK)
+
+    def create_unix_server(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("create_unix_server", _NETWORK)
+
+    def connect_accepted_socket(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("connect_accepted_socket", _NETWORK)
+
+    def sendfile(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: file and network I/O is not replayed."""
+        _refuse("sendfile", _NETWORK)
+
+    def start_tls(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: network I/O is not replayed."""
+        _refuse("start_tls", _NETWORK)
+
+    def connect_read_pipe(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: pipe I/O is not replayed."""
+        _refuse("connect_read_pipe", _PIPES)
+
+    def connect_write_pipe(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: pipe I/O is not replayed."""
+        _refuse("connect_write_pipe", _PIPES)
+
+    def subprocess_exec(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: subprocesses are not replayed."""
+        _refuse("subprocess_exec", _SUBPROCESSES)
+
+    def subprocess_shell(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: subprocesses are not replayed."""
+        _refuse("subprocess_shell", _SUBPROCESSES)
+
+    def add_reader(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: file descriptor I/O is not replayed."""
+        _refuse("add_reader", _DESCRIPTORS)
+
+    def remove_reader(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: file descriptor I/O is not replayed."""
+        _refuse("remove_reader", _DESCRIPTORS)
+
+    def add_writer(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: file descriptor I/O is not replayed."""
+        _refuse("add_writer", _DESCRIPTORS)
+
+    def remove_writer(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: file descriptor I/O is not replayed."""
+        _refuse("remove_writer", _DESCRIPTORS)
+
+    def sock_recv(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_recv", _NETWORK)
+
+    def sock_recv_into(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_recv_into", _NETWORK)
+
+    def sock_recvfrom(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_recvfrom", _NETWORK)
+
+    def sock_recvfrom_into(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_recvfrom_into", _NETWORK)
+
+    def sock_sendall(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_sendall", _NETWORK)
+
+    def sock_sendto(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_sendto", _NETWORK)
+
+    def sock_connect(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_connect", _NETWORK)
+
+    def sock_accept(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_accept", _NETWORK)
+
+    def sock_sendfile(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: socket I/O is not replayed."""
+        _refuse("sock_sendfile", _NETWORK)
+
+    def add_signal_handler(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: process signals are not replayed."""
+        _refuse("add_signal_handler", _SIGNALS, _SIGNALS_INSTEAD)
+
+    def remove_signal_handler(self, *args: object, **kwargs: object) -> NoReturn:
+        """Refused: process signals are not replayed."""
+        _refuse("remove_signal_handler", _SIGNALS, _SIGNALS_INSTEAD)
+
+
+_DRIVEN = "the run's driver runs this loop, one journal delivery at a time"
+_AWAIT_INSTEAD = "Workflow code already runs on it: await the coroutine instead."
+_THREADS = "threads are not replayed"
+_DNS = "DNS lookups are I/O, which replay cannot repeat"
+_NETWORK = "network I/O is not replayed"
+_PIPES = "pipe I/O is not replayed"
+_SUBPROCESSES = "subprocesses are not replayed"
+_DESCRIPTORS = "file descriptor I/O is not replayed"
+_SIGNALS = "process signals are not replayed"
+_SIGNALS_INSTEAD = (
+    "Receive outside events as fusee signals: review = fusee.signal('review', bool); "
+    "await ctx.wait_for(review)"
+)
+
+
+def _refusing(name: str) -> Callable[..., NoReturn]:
+    def refused(self: WorkflowLoop, *args: object, **kwargs: object) -> NoReturn:
+        _refuse(name, "this loop method has no deterministic meaning in a workflow run")
+
+    refused.__name__ = refused.__qualname__ = name
+    refused.__doc__ = "Refused: not supported in workflow code."
+    return refused
+
+
+# A newer Python may add loop methods; refuse them too rather than inherit
+# AbstractEventLoop's bare NotImplementedError.
+for _name, _value in vars(asyncio.AbstractEventLoop).items():
+    if callable(_value) and not _name.startswith("__") and _name not in vars(WorkflowLoop):
+        setattr(WorkflowLoop, _name, _refusing(_name))
+del _name, _value
+
+
+def _is_eviction(error: object) -> bool:
+    # A TaskGroup whose tasks were evicted raises a group of RunEvicted.
+    if isinstance(error, BaseExceptionGroup):
+        return error.split(RunEvicted)[1] is None
+    return isinstance(error, RunEvicted)
+
+
+def _task_name(task: asyncio.Future[Any]) -> str:
+    get_name = getattr(task, "get_name", None)
+    return str(get_name()) if get_name is not None else repr(task)
+
+
+def _has_started(task: asyncio.Future[Any]) -> bool:
+    get_coro = getattr(task, "get_coro", None)
+    coro = get_coro() if get_coro is not None else None
+    if inspect.iscoroutine(coro):
+        return inspect.getcoroutinestate(coro) != inspect.CORO_CREATED
+    if inspect.isgenerator(coro):
+        return inspect.getgeneratorstate(coro) != inspect.GEN_CREATED
+    return True
+
+
+# -- list-ordered helpers ------------------------------------------------------
+
+
+async def wait(
+    aws: Iterable[_FT],
+    *,
+    return_when: str = ALL_COMPLETED,
+    timeout: float | None = None,
+) -> tuple[list[_FT], list[_FT]]:
+    """Wait for tasks or futures, like ``asyncio.wait``, but return lists in input order.
+
+    ``asyncio.wait`` returns sets, whose iteration order differs between runs;
+    replay needs the same order every time.
+
+    Args:
+        aws: Tasks or futures (not coroutines: wrap them with
+            ``asyncio.create_task``, as ``asyncio.wait`` requires). Repeats
+            count once.
+        return_when: ``FIRST_COMPLETED``, ``FIRST_EXCEPTION`` or
+            ``ALL_COMPLETED`` (default).
+        timeout: Seconds to wait at most (a durable timer), or None. When it
+            passes, the call returns what is done then; nothing is cancelled.
+
+    Returns:
+        ``(done, pending)``, each in the order of ``aws``. When the condition
+        already holds, it returns at once without yielding.
+
+    Raises:
+        ValueError: ``aws`` is empty, or ``return_when`` is unknown.
+        TypeError: ``aws`` holds something that is not a task or future.
+
+    Example:
+        >>> async def main() -> tuple[list[str], int]:
+        ...     loop = asyncio.get_running_loop()
+        ...     a, b, c = loop.create_future(), loop.create_future(), loop.create_future()
+        ...     c.set_result("c")
+        ...     a.set_result("a")
+        ...     done, pending = await wait([a, b, c], return_when=FIRST_COMPLETED)
+        ...     b.cancel()
+        ...     return [f.result() for f in done], len(pending)
+        >>> asyncio.run(main())
+        (['a', 'c'], 1)
+    """
+    futures = list(dict.fromkeys(aws))
+    if not futures:
+        raise ValueError("wait() needs at least one task or future")
+    for fut in futures:
+        if not asyncio.isfuture(fut):
+            raise TypeError(
+                f"wait() takes tasks and futures, not {fut!r}; "
+                "wrap a coroutine with asyncio.create_task() first"
+            )
+    if return_when not in (FIRST_COMPLETED, FIRST_EXCEPTION, ALL_COMPLETED):
+        raise ValueError(f"Invalid return_when value: {return_when}")
+    if not _wait_is_over(futures, return_when):
+        await _wait_until_over(futures, return_when, timeout)
+    done = [fut for fut in futures if fut.done()]
+    pending = [fut for fut in futures if not fut.done()]
+    return done, pending
+
+
+def _fails(fut: asyncio.Future[Any]) -> bool:
+    return fut.done() and not fut.cancelled() and fut.exception() is not None
+
+
+def _wait_is_over(futures: list[_FT], return_when: str) -> bool:
+    if return_when == FIRST_COMPLETED:
+        return any(fut.done() for fut in futures)
+    if return_when == FIRST_EXCEPTION and any(_fails(fut) for fut in futures):
+        return True
+    return all(fut.done() for fut in futures)
+
+
+async def _wait_until_over(futures: list[_FT], return_when: str, timeout: float | None) -> None:
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    pending = [fut for fut in futures if not fut.done()]
+    left = len(pending)
+
+    def on_done(fut: asyncio.Future[Any]) -> None:
+        nonlocal left
+        left -= 1
+        over = left <= 0 or return_when == FIRST_COMPLETED
+        if (over or (return_when == FIRST_EXCEPTION and _fails(fut))) and not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(timeout, _release, waiter) if timeout is not None else None
+    for fut in pending:
+        fut.add_done_callback(on_done)
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()
+        for fut in pending:
+            fut.remove_done_callback(on_done)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class AsCompleted(Generic[_T]):
+    """What `as_completed` returns: iterate it with ``async for`` or ``for``.
+
+    ``async for fut in as_completed(aws)`` yields each task or future (done)
+    as it completes; ``for next_done in as_completed(aws)`` yields awaitables
+    that return (or raise) the next result, as ``asyncio.as_completed`` does.
+    It can be iterated once.
+
+    Order: completion order, where all that complete in one turn of a
+    `WorkflowLoop` (one journal delivery) count as simultaneous and come in
+    the order of ``aws``. On another loop it is plain completion order.
+
+    Example:
+        >>> async def main() -> list[str]:
+        ...     loop = asyncio.get_running_loop()
+        ...     a, b = loop.create_future(), loop.create_future()
+        ...     loop.call_soon(b.set_result, "b")
+        ...     loop.call_soon(a.set_result, "a")
+        ...     return [fut.result() async for fut in as_completed([a, b])]
+        >>> asyncio.run(main())
+        ['b', 'a']
+    """
+
+    def __init__(self, aws: Iterable[Awaitable[_T]], *, timeout: float | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._futures: list[asyncio.Future[_T]] = [
+            asyncio.ensure_future(aw, loop=self._loop) for aw in dict.fromkeys(aws)
+        ]
+        self._left = list(self._futures)  # not handed out yet, in input order
+        self._completed_at: dict[asyncio.Future[_T], int] = {}
+        self._completions = 0
+        self._timeout = timeout
+        self._timer: asyncio.TimerHandle | None = None
+        self._timed_out = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._started = False
+
+    def __aiter__(self) -> AsyncIterator[asyncio.Future[_T]]:
+        self._start()
+        return self._iterate()
+
+    def __iter__(self) -> Iterator[Awaitable[_T]]:
+        self._start()
+        return self._awaitables()
+
+    def _start(self) -> None:
+        if self._started:
+            raise RuntimeError("as_completed() can be iterated once")
+        self._started = True
+        for fut in self._futures:
+            if fut.done():
+                self._completed_at[fut] = self._now()
+            else:
+                fut.add_done_callback(self._on_done)
+        if self._timeout is not None and len(self._completed_at) < len(self._futures):
+            self._timer = self._loop.call_later(self._timeout, self._on_timeout)
+
+    def _now(self) -> int:
+        if isinstance(self._loop, WorkflowLoop):
+            return self._loop._turn
+        self._completions += 1
+        return self._completions
+
+    def _stop(self) -> None:
+        # Also reached when the caller breaks out early (an async generator
+        # abandoned in a workflow is closed by its loop): the durable timer
+        # must not outlive the iteration.
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for fut in self._futures:
+            fut.remove_done_callback(self._on_done)
+
+    async def _iterate(self) -> AsyncIterator[asyncio.Future[_T]]:
+        try:
+            while self._left:
+                yield await self._next_done()
+        finally:
+            self._stop()
+
+    def _awaitables(self) -> Iterator[Awaitable[_T]]:
+        try:
+            for _ in range(len(self._left)):
+                yield self._next_result()
+        finally:
+            self._stop()
+
+    async def _next_result(self) -> _T:
+        return (await self._next_done()).result()
+
+    async def _next_done(self) -> asyncio.Future[_T]:
+        while True:
+            first: int | None = None
+            first_at = 0
+            for index, fut in enumerate(self._left):
+                at = self._completed_at.get(fut)
+                if at is not None and (first is None or at < first_at):
+                    first, first_at = index, at
+            if first is not None:
+                return self._left.pop(first)
+            if self._timed_out:
+                raise TimeoutError(
+                    f"as_completed() timed out after {self._timeout}s "
+                    f"with {len(self._left)} not done"
+                )
+            waiter: asyncio.Future[None] = self._loop.create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def _on_done(self, fut: asyncio.Future[_T]) -> None:
+        self._completed_at[fut] = self._now()
+        self._wake()
+
+    def _on_timeout(self) -> None:
+        self._timer = None
+        self._timed_out = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def as_completed(aws: Iterable[Awaitable[_T]], *, timeout: float | None = None) -> AsCompleted[_T]:
+    """Iterate over awaitables as they complete, like ``asyncio.as_completed``, replayably.
+
+    Coroutines are wrapped in tasks at the call. Those that complete in the
+    same turn of a `WorkflowLoop` come in the order of ``aws``.
+
+    Args:
+        aws: Tasks, futures or coroutines; repeats count once.
+        timeout: Seconds (a durable timer started when iteration starts), or
+            None. Once it passes, asking for one that is not done raises
+            ``TimeoutError``; nothing is cancelled.
+
+    Returns:
+        An `AsCompleted`: ``async for`` yields the done tasks/futures;
+        ``for`` yields awaitables of the results (as ``asyncio.as_completed``).
+
+    Example:
+        >>> async def main() -> list[int]:
+        ...     async def after(n: int) -> int:
+        ...         for _ in range(n):
+        ...             await asyncio.sleep(0)
+        ...         return n
+        ...     return [await next_done for next_done in as_completed([after(3), after(1)])]
+        >>> asyncio.run(main())
+        [1, 3]
+    """
+    return AsCompleted(aws, timeout=timeout)
+
+
+async def select(*aws: Awaitable[_T]) -> tuple[int, _T]:
+    """Race awaitables; return the winner's index and result, cancel the others.
+
+    The losers are cancelled and awaited, so none is left pending (a loser
+    that refuses cancellation keeps ``select`` waiting). When several are done
+    by the time ``select`` resumes, the first in argument order wins. If the
+    winner raised, ``select`` raises that. If ``select`` itself is cancelled,
+    all of them are cancelled and awaited first.
+
+    Args:
+        *aws: Tasks, futures or coroutines (wrapped in tasks).
+
+    Returns:
+        ``(index, result)`` of the winner.
+
+    Raises:
+        ValueError: No awaitable was given.
+
+    Example:
+        >>> async def main() -> tuple[int, str]:
+        ...     loop = asyncio.get_running_loop()
+        ...     never, soon = loop.create_future(), loop.create_future()
+        ...     loop.call_soon(soon.set_result, "soon")
+        ...     return await select(never, soon)
+        >>> asyncio.run(main())
+        (1, 'soon')
+    """
+    if not aws:
+        raise ValueError("select() needs at least one awaitable")
+    loop = asyncio.get_running_loop()
+    futures = [asyncio.ensure_future(aw, loop=loop) for aw in aws]
+    try:
+        await wait(futures, return_when=FIRST_COMPLETED)
+    except RunEvicted:
+        # The shutdown ends every task itself; cancelling them here would run
+        # their cancellation handlers.
+        raise
+    except BaseException:
+        await _cancel_and_wait(futures)
+        raise
+    index = next(i for i, fut in enumerate(futures) if fut.done())
+    winner = futures[index]
+    await _cancel_and_wait([fut for fut in futures if fut is not winner])
+    return index, winner.result()
+
+
+async def _cancel_and_wait(futures: Sequence[asyncio.Future[_T]]) -> None:
+    losers = list(dict.fromkeys(futures))
+    pending = [fut for fut in losers if not fut.done()]
+    for fut in pending:
+        fut.cancel()
+    if pending:
+        await wait(pending)
+    for fut in losers:
+        if not fut.cancelled():
+            fut.exception()  # retrieved: a loser's failure is not an error

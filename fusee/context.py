@@ -1,0 +1,642 @@
+"""The API workflow and step code calls: `Ctx` and `StepCtx`.
+
+Every `Ctx` operation that waits (``step``, ``sleep``, ``wait_for``,
+``child``, ``await_completion``) takes the next journal position when it is
+*called*, not when it is awaited, and returns a future of the run's loop.
+Values that differ from one run to the next (``now``, ``random``, ``uuid4``)
+are recorded and replayed.
+
+The rule: workflow code reaches the outside world only through these calls;
+anything else it does must give the same result every time it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import datetime
+import inspect
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
+
+from fusee import _codec
+from fusee._definitions import DEFAULT_RETRY, Retry, hints_of
+from fusee._driver import ContinueAsNew, StepCall
+from fusee._durations import parse_duration
+from fusee.errors import DeterminismError, FuseeError, PayloadError
+from fusee.record import DETACHED, value_kind
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+    from fusee._driver import RunDriver
+
+__all__ = ["Ctx", "StepCtx", "WorkflowInfo", "WorkflowStream", "current_step"]
+
+T = TypeVar("T")
+
+Duration = str | int | float | datetime.timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowInfo:
+    """Who the running workflow is (``ctx.info``).
+
+    Example:
+        >>> WorkflowInfo("order-1", 3, "checkout", datetime.datetime(2026, 1, 1)).id
+        'order-1'
+    """
+
+    id: str
+    run: int
+    workflow: str
+    started_at: datetime.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _StepShape:
+    takes_ctx: bool
+    is_async: bool
+    decode: Callable[[bytes], Any]
+
+
+# Keyed by code object, so a lambda written once in a loop is inspected once.
+_SHAPES: dict[object, _StepShape] = {}
+
+
+def _shape(fn: Callable[..., Any]) -> _StepShape:
+    key = getattr(fn, "__code__", None)
+    if key is not None:
+        shape = _SHAPES.get(key)
+        if shape is not None:
+            return shape
+    if not callable(fn):
+        raise TypeError(f"a step needs a callable, got {fn!r}")
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        params = []  # type: ignore[assignment]
+    required = [
+        p
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(required) > 1:
+        raise TypeError(
+            f"step function {getattr(fn, '__qualname__', fn)!r} takes {len(required)} arguments; "
+            "a step function takes none, or one: the fusee.StepCtx"
+        )
+    hint = hints_of(fn).get("return", Any)
+    try:
+        decode = _codec.decoder_for(hint)
+    except PayloadError:
+        # A return type the codec cannot convert to (an iterator, a plain
+        # class): the result comes back as recorded.
+        decode = _codec.decoder_for(Any)
+    shape = _StepShape(
+        takes_ctx=bool(required),
+        is_async=inspect.iscoroutinefunction(fn),
+        decode=decode,
+    )
+    if key is not None:
+        _SHAPES[key] = shape
+    return shape
+
+
+class Ctx:
+    """The workflow's handle on its run: every durable operation goes through it.
+
+    Workflow functions receive it as their first argument.
+
+    Example:
+        >>> import fusee
+        >>> @fusee.workflow("hello")
+        ... async def hello(ctx, name: str) -> str:
+        ...     greeting = await ctx.step("greet", lambda: f"hello {name}")
+        ...     await ctx.sleep("pause", "1s")
+        ...     return greeting
+    """
+
+    __slots__ = ("_driver", "_machine")
+
+    def __init__(self, driver: RunDriver) -> None:
+        self._driver = driver
+        self._machine = driver.machine
+
+    @property
+    def info(self) -> WorkflowInfo:
+        """The run's id, run number, workflow name and start time.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> str:
+            ...     return ctx.info.id
+        """
+        s = self._driver.start_record
+        return WorkflowInfo(
+            s.id,
+            s.run,
+            s.wtype,
+            datetime.datetime.fromtimestamp(s.started_ms / 1000, datetime.UTC),
+        )
+
+    def journal_size(self) -> int:
+        """Operations the run has started so far; deterministic, so code may decide on it.
+
+        Example:
+            >>> async def f(ctx: Ctx, n: int) -> None:
+            ...     if ctx.journal_size() > 10_000:
+            ...         ctx.continue_as_new(n)
+        """
+        return self._machine.journal_size()
+
+    def _diverged(self, e: DeterminismError) -> DeterminismError:
+        return self._driver.diverged_at_call(e)
+
+    # --- steps -----------------------------------------------------------------------------------
+
+    @overload
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        *,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+        inline: bool = False,
+        read_only: bool = False,
+    ) -> asyncio.Future[T]: ...
+    @overload
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        *,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+        inline: bool = False,
+        read_only: bool = False,
+    ) -> asyncio.Future[T]: ...
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+        inline: bool = False,
+        read_only: bool = False,
+    ) -> asyncio.Future[Any]:
+        """Runs ``fn`` once, durably: its result is recorded and replayed after a crash.
+
+        Args:
+            name: The step's name, as recorded (replay checks it).
+            fn: A sync or async callable taking no argument or one
+                `StepCtx`. Sync functions run in a worker thread unless
+                ``inline``.
+            retry: How failures are retried (default: `fusee.Retry()`).
+            timeout: Per-attempt limit (a duration); a timeout is a failure.
+            inline: Run a sync function on the engine's loop (it must not block).
+            read_only: It changes nothing outside, so it may run before the
+                run's earlier records are durable.
+
+        Returns:
+            A future of the result, decoded to ``fn``'s return annotation.
+
+        Raises:
+            fusee.StepFailed: (from the future) the step failed for good.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> int:
+            ...     return await ctx.step("add", lambda: 1 + 1)
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"ctx.step needs a non-empty name, got {name!r}")
+        shape = _shape(fn)
+        d = self._driver
+        try:
+            seq, start = self._machine.begin_step(name)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        fut = d.register(seq, "step", name, shape.decode)
+        if start.attempt != 0:
+            d.host.run_step(
+                d,
+                StepCall(
+                    seq=seq,
+                    name=name,
+                    fn=fn,
+                    start=start,
+                    retry=retry if retry is not None else DEFAULT_RETRY,
+                    timeout_s=parse_duration(timeout) if timeout is not None else None,
+                    inline=inline,
+                    read_only=read_only,
+                    is_await=False,
+                    takes_ctx=shape.takes_ctx,
+                    is_async=shape.is_async,
+                    attempt=start.attempt,
+                    not_before_ms=start.not_before_ms,
+                ),
+            )
+        return fut
+
+    def await_completion(
+        self,
+        name: str,
+        fn: Callable[[StepCtx], Any],
+        *,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+    ) -> asyncio.Future[Any]:
+        """Hands a token out (``fn(s)``, ``s.token``), then waits for ``engine.complete(token, v)``.
+
+        ``fn`` runs as a step does (retried on failure); once it returns, the
+        run waits, costing nothing, for the outside world to complete the
+        token.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> bool:
+            ...     return await ctx.await_completion("approval", lambda s: print(s.token))
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"ctx.await_completion needs a non-empty name, got {name!r}")
+        shape = _shape(fn)
+        d = self._driver
+        try:
+            seq, start = self._machine.begin_await(name)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        fut = d.register(seq, "await", name, _codec.decode)
+        if start.mode == "run":
+            d.host.run_step(
+                d,
+                StepCall(
+                    seq=seq,
+                    name=name,
+                    fn=fn,
+                    start=start,  # type: ignore[arg-type]
+                    retry=retry if retry is not None else DEFAULT_RETRY,
+                    timeout_s=parse_duration(timeout) if timeout is not None else None,
+                    inline=False,
+                    read_only=False,
+                    is_await=True,
+                    takes_ctx=shape.takes_ctx,
+                    is_async=shape.is_async,
+                    attempt=start.attempt,
+                    not_before_ms=start.not_before_ms,
+                ),
+            )
+        return fut
+
+    # --- time, signals, children -----------------------------------------------------------------
+
+    def sleep(self, name: str, duration: Duration) -> asyncio.Future[None]:
+        """A durable sleep: the run may be parked meanwhile and survives restarts.
+
+        Args:
+            name: The sleep's name, as recorded.
+            duration: ``"500ms"``, ``"10m"``, ``"1h30m"``, ``"1d"``, seconds, or a timedelta.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> None:
+            ...     await ctx.sleep("cool-off", "10m")
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(
+                f"ctx.sleep needs a name first, got {name!r}: write ctx.sleep('nap', '10m')"
+            )
+        _, fut = self._driver.sleep(name, parse_duration(duration))
+        return fut
+
+    def wait_for(
+        self, signal: SignalDef[T], *, timeout: Duration | None = None
+    ) -> asyncio.Future[T | None]:
+        """Waits for the next ``signal``; resolves to its payload, or None on timeout.
+
+        Signals sent before the wait are buffered, oldest first.
+
+        Example:
+            >>> import fusee
+            >>> review = fusee.signal("review", bool)
+            >>> async def f(ctx: Ctx) -> bool | None:
+            ...     return await ctx.wait_for(review, timeout="1d")
+        """
+        d = self._driver
+        deadline = (
+            d.host.now_ms() + round(parse_duration(timeout) * 1000) if timeout is not None else 0
+        )
+        try:
+            seq, arm = self._machine.begin_wait(signal.name, deadline)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        d.append(arm.record)
+        return d.register(seq, "wait", signal.name, signal.decode)
+
+    def child(
+        self,
+        workflow: WorkflowDef[Any, T],
+        id: str,
+        input: Any = None,
+        *,
+        detached: bool = False,
+    ) -> asyncio.Future[T]:
+        """Starts child run ``id`` of ``workflow``; resolves to its result.
+
+        A detached child outlives this run and its future resolves to None
+        once it is started.
+
+        Raises:
+            fusee.ChildFailed: (from the future) the child failed.
+
+        Example:
+            >>> async def f(ctx: Ctx, order_id: str) -> None:
+            ...     await ctx.child(ship, f"ship-{order_id}", order_id)  # doctest: +SKIP
+        """
+        if not isinstance(id, str) or not id:
+            raise TypeError(f"ctx.child needs a non-empty run id, got {id!r}")
+        d = self._driver
+        data = _codec.encode(input, name=f"the input of child '{id}'")
+        try:
+            seq, arm = self._machine.begin_child(
+                workflow.name, id, DETACHED if detached else 0, 0, data
+            )
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        d.append(arm.record)
+        if detached:
+            fut: asyncio.Future[Any] = d.loop.create_future()
+            fut.set_result(None)
+            return fut
+        return d.register(seq, "child", workflow.name, workflow.decode_result, id)
+
+    def send(self, target: str, signal: SignalDef[T], payload: T) -> None:
+        """Signals run ``target``, once this run's record of sending is durable.
+
+        Example:
+            >>> import fusee
+            >>> go = fusee.signal("go", bool)
+            >>> async def f(ctx: Ctx) -> None:
+            ...     ctx.send("other-run", go, True)
+        """
+        data = _codec.encode(payload, name=f"the payload of signal '{signal.name}'")
+        try:
+            _, record = self._machine.send(target, signal.name, data)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        self._driver.append(record)
+
+    # --- recorded values -------------------------------------------------------------------------
+
+    def _value(self, kind: int, make: Callable[[], bytes]) -> bytes:
+        try:
+            _, value, record = self._machine.value(kind, make)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        self._driver.append(record)
+        return value
+
+    def now(self) -> datetime.datetime:
+        """The current time (UTC), recorded: replay sees the same time.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> str:
+            ...     return ctx.now().isoformat()
+        """
+        host = self._driver.host
+        v = self._value(value_kind.NOW, lambda: host.now_ms().to_bytes(8, "little"))
+        return datetime.datetime.fromtimestamp(int.from_bytes(v, "little") / 1000, datetime.UTC)
+
+    def random(self) -> float:
+        """A random float in [0, 1), recorded.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> bool:
+            ...     return ctx.random() < 0.5
+        """
+        v = self._value(value_kind.RANDOM, lambda: os.urandom(8))
+        return (int.from_bytes(v, "little") >> 11) / float(1 << 53)
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID, recorded.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> str:
+            ...     return str(ctx.uuid4())
+        """
+        return uuid.UUID(bytes=self._value(value_kind.UUID, lambda: uuid.uuid4().bytes), version=4)
+
+    def patched(self, id: str) -> bool:
+        """Whether this run takes patch ``id``'s new code here (versioning).
+
+        True for new runs and for running ones that reach this point after
+        the patch was deployed; False while replaying a journal that passed
+        this point under the old code.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> float:
+            ...     return 0.2 if ctx.patched("fix-tax") else 0.19
+        """
+        on, record = self._machine.patched(id)
+        self._driver.append(record)
+        return on
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        """Records search attributes: ``engine.list`` and ``fusee list --attr`` filter on them.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> None:
+            ...     ctx.set_attributes({"customer": "ana"})
+        """
+        if not isinstance(attributes, Mapping):
+            raise TypeError(f"ctx.set_attributes needs a mapping, got {attributes!r}")
+        data = _codec.encode(dict(attributes), name="the attributes")
+        try:
+            _, record = self._machine.set_attributes(data)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        self._driver.append(record)
+
+    # --- streams, queries, updates ---------------------------------------------------------------
+
+    def stream(self, name: str) -> WorkflowStream:
+        """A stream the workflow appends to and clients read live (``run.stream(name)``).
+
+        Example:
+            >>> async def f(ctx: Ctx) -> None:
+            ...     async with ctx.stream("tokens") as out:
+            ...         await out.append("hi")
+        """
+        return WorkflowStream(self._driver, name)
+
+    def on_query(self, query: QueryDef, handler: Callable[[Any], Any]) -> None:
+        """Answers ``query`` with ``handler(arg)``; it must not change the run.
+
+        Example:
+            >>> import fusee
+            >>> status = fusee.query("status")
+            >>> async def f(ctx: Ctx) -> None:
+            ...     ctx.on_query(status, lambda _: {"phase": "review"})
+        """
+        self._driver.handlers.queries[query.name] = handler
+
+    def on_update(
+        self,
+        update: UpdateDef[T],
+        handler: Callable[[T], Any],
+        validator: Callable[[T], None] | None = None,
+    ) -> None:
+        """Accepts ``update``: ``validator`` may reject it (raise); ``handler`` runs at its turn.
+
+        The handler (sync or async) starts at the update's place in the
+        journal, so it replays identically; its result goes to the caller of
+        ``run.update``.
+
+        Example:
+            >>> import fusee
+            >>> bump = fusee.update("bump", int)
+            >>> async def f(ctx: Ctx) -> None:
+            ...     total = [0]
+            ...     ctx.on_update(bump, lambda n: total.__setitem__(0, total[0] + n))
+        """
+        self._driver.handlers.updates[update.name] = (update, handler, validator)
+
+    def continue_as_new(self, input: Any = None) -> NoReturn:
+        """Ends this run and starts a new one of the same workflow and id with ``input``.
+
+        Raises:
+            ContinueAsNew: always; never returns.
+
+        Example:
+            >>> async def f(ctx: Ctx, n: int) -> None:
+            ...     ctx.continue_as_new(n + 1)
+        """
+        raise ContinueAsNew(_codec.encode(input, name="the input of the next run"))
+
+
+class WorkflowStream:
+    """A stream written by workflow code (``async with ctx.stream(name) as out``).
+
+    Example:
+        >>> async def f(ctx: Ctx) -> None:
+        ...     async with ctx.stream("tokens") as out:
+        ...         await out.append("a")
+    """
+
+    __slots__ = ("_driver", "_name")
+
+    def __init__(self, driver: RunDriver, name: str) -> None:
+        self._driver = driver
+        self._name = name
+
+    async def __aenter__(self) -> WorkflowStream:
+        try:
+            self._driver.machine.stream_open(self._name, None)
+        except RuntimeError as e:
+            raise FuseeError(str(e)) from None
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def append(self, value: Any) -> None:
+        """Appends ``value`` to the stream (recorded; replay does not append it again)."""
+        data = _codec.encode(value, name=f"a chunk of stream '{self._name}'")
+        try:
+            record = self._driver.machine.stream_append(self._name, None, data)
+        except RuntimeError as e:
+            raise FuseeError(str(e)) from None
+        self._driver.append(record)
+
+    async def close(self) -> None:
+        """Completes the stream; readers see its end."""
+        try:
+            record = self._driver.machine.stream_close(self._name, None)
+        except RuntimeError as e:
+            raise FuseeError(str(e)) from None
+        self._driver.append(record)
+
+
+_current_step: contextvars.ContextVar[StepCtx | None] = contextvars.ContextVar(
+    "fusee_current_step", default=None
+)
+
+
+class StepCtx:
+    """What a step function may know and do about its own execution.
+
+    Attributes:
+        key: An idempotency key, ``"{id}/{run}/{seq}"``: the same for every
+            attempt and after a crash; pass it to payment APIs and the like.
+        attempt: This attempt's number in the current retry budget (1-based).
+        token: For ``ctx.await_completion``: the token to hand out.
+
+    Example:
+        >>> def charge(s: StepCtx) -> str:
+        ...     return f"charged with key {s.key} on attempt {s.attempt}"
+    """
+
+    __slots__ = ("_heartbeat", "_progress", "_stream", "attempt", "key", "token")
+
+    def __init__(
+        self,
+        key: str,
+        attempt: int,
+        token: str | None,
+        progress: Callable[[], Any],
+        heartbeat: Callable[[Any], None],
+        stream: Callable[[str], Any],
+    ) -> None:
+        self.key = key
+        self.attempt = attempt
+        self.token = token
+        self._progress = progress
+        self._heartbeat = heartbeat
+        self._stream = stream
+
+    @property
+    def progress(self) -> Any:
+        """The last progress recorded by `heartbeat`, in this attempt or an earlier one."""
+        return self._progress()
+
+    def heartbeat(self, progress: Any = None) -> None:
+        """Reports that the step is alive, with ``progress`` kept for a retry to resume from.
+
+        Example:
+            >>> def export(s: StepCtx) -> None:
+            ...     start = s.progress or 0
+            ...     for page in range(start, 10):
+            ...         s.heartbeat(page)
+        """
+        self._heartbeat(progress)
+
+    def stream(self, name: str) -> Any:
+        """A stream this step writes; it ends when the step's result is recorded.
+
+        Example:
+            >>> async def gen(s: StepCtx) -> None:
+            ...     async with s.stream("tokens") as out:
+            ...         await out.append("hi")
+        """
+        return self._stream(name)
+
+
+def current_step() -> StepCtx | None:
+    """The `StepCtx` of the step running in this context (None outside steps).
+
+    Lets code deep inside a step reach its idempotency key or heartbeat.
+
+    Example:
+        >>> current_step() is None
+        True
+    """
+    return _current_step.get()

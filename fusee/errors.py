@@ -1,0 +1,270 @@
+"""The exceptions fusee raises, as one tree.
+
+```
+FuseeError
+├── DeterminismError      replayed code differs from its journal
+│                         (position, recorded, called, file:line)
+├── StepFailed            a step failed for good (name, error type, message)
+├── WorkflowFailed        run.result() of a run that raised (type, message, traceback)
+├── ChildFailed           a child run failed (id, cause)
+├── NotFound              no run with that id
+├── AlreadyExists         a run with that id exists (see fusee.IdPolicy)
+├── UnknownWorkflow       a workflow name the engine was not given
+├── PayloadError          a value the codec cannot encode, or bytes it cannot
+│                         decode to the annotated type
+├── StoreError            storage unusable (newer format, locked, full)
+│   └── CorruptRecord     a journal record that does not decode
+├── WatchdogError         workflow code that did not yield
+└── NondeterministicCall  workflow code called what replay cannot repeat
+                          (threads, sockets, executors): do it in ctx.step
+Cancelled(asyncio.CancelledError)   an operation or run cancelled
+Failure(Exception)                  raised by a step: fail now, no retry
+```
+
+Every message says what happened and what to do about it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = [
+    "AlreadyExists",
+    "Cancelled",
+    "ChildFailed",
+    "CorruptRecord",
+    "DeterminismError",
+    "Failure",
+    "FuseeError",
+    "NondeterministicCall",
+    "NotFound",
+    "PayloadError",
+    "StepFailed",
+    "StoreError",
+    "UnknownWorkflow",
+    "WatchdogError",
+    "WorkflowFailed",
+]
+
+
+class FuseeError(Exception):
+    """The base of every error fusee raises (except `Cancelled` and `Failure`).
+
+    Example:
+        >>> try:
+        ...     raise NotFound("no run 'order-9'")
+        ... except FuseeError as e:
+        ...     print(e)
+        no run 'order-9'
+    """
+
+
+class DeterminismError(FuseeError):
+    """Replayed workflow code differs from what its journal recorded.
+
+    Attributes:
+        seq: The journal position (operation sequence number) where the code
+            and the journal part, or None when no position applies.
+        message: What the journal recorded and what the code did.
+        location: ``file:line`` of the call in the user's code, when known.
+
+    Example:
+        >>> e = DeterminismError(3, "the journal recorded step 'a' here", location="app.py:12")
+        >>> str(e)
+        "determinism error at journal position 3: the journal recorded step 'a' here (at app.py:12)"
+    """
+
+    def __init__(self, seq: int | None, message: str, *, location: str | None = None) -> None:
+        self.seq = seq
+        self.message = message
+        self.location = location
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = (
+            f"determinism error at journal position {self.seq}"
+            if self.seq is not None
+            else "determinism error"
+        )
+        text = f"{where}: {self.message}"
+        if self.location is not None:
+            text += f" (at {self.location})"
+        return text
+
+    def __str__(self) -> str:
+        return self._text()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_determinism, (self.seq, self.message, self.location))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeterminismError):
+            return NotImplemented
+        return (self.seq, self.message, self.location) == (
+            other.seq,
+            other.message,
+            other.location,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.seq, self.message, self.location))
+
+
+def _rebuild_determinism(seq: int | None, message: str, location: str | None) -> DeterminismError:
+    return DeterminismError(seq, message, location=location)
+
+
+class StepFailed(FuseeError):
+    """A step failed for good: not retryable, or raised `fusee.Failure`.
+
+    Example:
+        >>> e = StepFailed("charge", "CardDeclined", "insufficient funds")
+        >>> (e.step, e.type)
+        ('charge', 'CardDeclined')
+    """
+
+    def __init__(self, step: str, type: str, message: str) -> None:
+        self.step = step
+        self.type = type
+        self.message = message
+        super().__init__(f"step '{step}' failed: {type}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.step, self.type, self.message))
+
+
+class WorkflowFailed(FuseeError):
+    """The workflow raised; `run.result()` raises this with the cause's text.
+
+    Example:
+        >>> WorkflowFailed("ValueError", "bad order", "").type
+        'ValueError'
+    """
+
+    def __init__(self, type: str, message: str, traceback: str = "") -> None:
+        self.type = type
+        self.message = message
+        self.traceback = traceback
+        super().__init__(f"workflow failed: {type}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.type, self.message, self.traceback))
+
+
+class ChildFailed(FuseeError):
+    """A child run failed; ``cause`` says how.
+
+    Example:
+        >>> ChildFailed("ship-1", "workflow failed: KeyError: 'sku'").id
+        'ship-1'
+    """
+
+    def __init__(self, id: str, cause: str) -> None:
+        self.id = id
+        self.cause = cause
+        super().__init__(f"child run '{id}' failed: {cause}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.id, self.cause))
+
+
+class NotFound(FuseeError):
+    """No run has that id in this store.
+
+    Example:
+        >>> raise NotFound("no run 'x'; check the id with `fusee list`")
+        Traceback (most recent call last):
+        fusee.errors.NotFound: no run 'x'; check the id with `fusee list`
+    """
+
+
+class AlreadyExists(FuseeError):
+    """A run with that id exists; pass ``id_policy=fusee.IdPolicy.ATTACH`` to reuse it.
+
+    Example:
+        >>> issubclass(AlreadyExists, FuseeError)
+        True
+    """
+
+
+class UnknownWorkflow(FuseeError):
+    """A workflow name that was not passed to ``Engine.open(..., workflows=[...])``.
+
+    Example:
+        >>> issubclass(UnknownWorkflow, FuseeError)
+        True
+    """
+
+
+class PayloadError(FuseeError):
+    """A value the codec cannot encode, or bytes it cannot decode to the type.
+
+    Example:
+        >>> issubclass(PayloadError, FuseeError)
+        True
+    """
+
+
+class StoreError(FuseeError):
+    """Storage is unusable: a newer format, locked, full or damaged.
+
+    Example:
+        >>> issubclass(CorruptRecord, StoreError)
+        True
+    """
+
+
+class CorruptRecord(StoreError):
+    """Bytes that should hold a journal record do not decode to one.
+
+    Example:
+        >>> from fusee import record
+        >>> try:
+        ...     record.decode(b"\\x01garbage")
+        ... except CorruptRecord as e:
+        ...     print("refused")
+        refused
+    """
+
+
+class WatchdogError(FuseeError):
+    """Workflow code ran without yielding for longer than the watchdog allows.
+
+    Example:
+        >>> issubclass(WatchdogError, FuseeError)
+        True
+    """
+
+
+class Cancelled(asyncio.CancelledError):
+    """An operation or the run was cancelled; code may catch it to compensate.
+
+    Example:
+        >>> import asyncio
+        >>> isinstance(Cancelled("stop"), asyncio.CancelledError)
+        True
+    """
+
+
+class Failure(Exception):
+    """Raised by a step to fail at once, with no retry.
+
+    The workflow's ``await`` of that step raises `StepFailed`.
+
+    Example:
+        >>> def charge() -> None:
+        ...     raise Failure("card declined")
+    """
+
+
+class NondeterministicCall(FuseeError, RuntimeError):
+    """Workflow code called something replay cannot repeat.
+
+    Threads, sockets, executors, subprocesses and futures of other event
+    loops cannot be replayed from a journal; move the call into a step
+    (``await ctx.step("name", fn)``), whose result is recorded.
+
+    Example:
+        >>> issubclass(NondeterministicCall, RuntimeError)
+        True
+    """

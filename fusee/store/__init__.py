@@ -1,0 +1,356 @@
+"""Where journals live: the `Store` protocol, its value types, and `open_store`.
+
+A store keeps, durably, each run's journal (encoded records, as opaque bytes
+in log-sequence order) and one `RunRow` per workflow id (its latest run: for
+listing, describing and recovery). The engine talks to storage only through
+`Store`; `MemoryStore` (tests, ``"memory"``) and `SqliteStore` (a directory)
+implement it.
+
+The rule: a store never alters, reorders or interprets record bytes, and an
+append is all or nothing. Decoding is the engine's job (`fusee.record`), so a
+damaged record comes back exactly as it was stored.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, Protocol, runtime_checkable
+
+import msgpack
+
+from fusee.errors import NotFound, StoreError
+
+__all__ = [
+    "RUN_STATUSES",
+    "UNFINISHED_STATUSES",
+    "Entry",
+    "MemoryStore",
+    "RunRow",
+    "SqliteStore",
+    "Store",
+    "open_store",
+]
+
+RUN_STATUSES: Final = frozenset(
+    {"running", "suspended", "paused", "completed", "failed", "cancelled", "continued"}
+)
+"""Every value `RunRow.status` may take."""
+
+UNFINISHED_STATUSES: Final = frozenset({"running", "suspended", "paused"})
+"""The statuses of runs that recovery must pick up again (`Store.unfinished`)."""
+
+_DURABILITIES: Final = ("fsync", "none")
+
+# Shared by every RunRow without attributes: read-only, so sharing is safe.
+_NO_ATTRIBUTES: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def _no_attributes() -> Mapping[str, Any]:
+    return _NO_ATTRIBUTES
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One journal record to append.
+
+    Attributes:
+        lsn: The log sequence number, assigned by the engine; strictly
+            increasing across all appends to one store.
+        id: The workflow id.
+        run: The run number (one id can have several runs over time:
+            continue-as-new, replace).
+        data: The encoded record (`fusee.record.encode`), stored as is.
+
+    Example:
+        >>> Entry(lsn=1, id="order-1", run=1, data=b"\\x01").lsn
+        1
+    """
+
+    lsn: int
+    id: str
+    run: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """What a store keeps about a run besides its journal.
+
+    Attributes:
+        id: The workflow id (a store keeps one row per id: its latest run).
+        run: The run number.
+        workflow: The workflow type name.
+        status: One of `RUN_STATUSES`.
+        started_ms: When the run started (Unix time, milliseconds).
+        finished_ms: When it finished, or None while it has not.
+        wake_ms: For a parked (suspended) run, the earliest time it must be
+            woken (a timer, a wait's deadline); None when only a signal, an
+            update, a cancel or a child's result can wake it.
+        attributes: Search attributes, plain msgpack-able data. Kept
+            read-only: a mapping passed in is copied behind a read-only view.
+        parent: The parent's workflow id, for a child run.
+
+    Example:
+        >>> row = RunRow("order-1", 1, "checkout", "running", 1_700_000_000_000,
+        ...              attributes={"customer": "ada"})
+        >>> (row.status, row.attributes["customer"], row.finished_ms)
+        ('running', 'ada', None)
+    """
+
+    id: str
+    run: int
+    workflow: str
+    status: str
+    started_ms: int
+    finished_ms: int | None = None
+    wake_ms: int | None = None
+    attributes: Mapping[str, Any] = field(default_factory=_no_attributes)
+    parent: str | None = None
+
+    def __post_init__(self) -> None:
+        # Rows are shared between the store and its callers (a MemoryStore
+        # hands back the very object): a caller's dict must not change them.
+        if type(self.attributes) is not MappingProxyType:
+            object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable storage for journals and run rows; what the engine writes to.
+
+    One store object serves one event loop. `open` before anything else;
+    `close` when done (it waits for writes in flight).
+
+    Example:
+        >>> import asyncio
+        >>> from fusee.store.memory import MemoryStore
+        >>> async def demo(store: Store) -> list[tuple[int, bytes]]:
+        ...     await store.open()
+        ...     await store.append([Entry(1, "a", 1, b"x"), Entry(2, "a", 1, b"y")],
+        ...                        [RunRow("a", 1, "wf", "running", 0)])
+        ...     records = await store.load("a")
+        ...     await store.close()
+        ...     return records
+        >>> asyncio.run(demo(MemoryStore()))
+        [(1, b'x'), (2, b'y')]
+    """
+
+    async def open(self) -> None:
+        """Creates the store, or checks the one there; raises `StoreError`."""
+        ...
+
+    async def close(self) -> None:
+        """Waits for writes in flight, then closes; closing twice is harmless."""
+        ...
+
+    @property
+    def last_lsn(self) -> int:
+        """The highest LSN stored (0 for an empty store); valid after `open`."""
+        ...
+
+    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+        """Stores ``entries`` and ``runs`` in one durable write, or none of them.
+
+        ``entries`` may belong to many runs; each row in ``runs`` replaces the
+        row of its id. Under ``durability="fsync"`` the write is on disk when
+        this returns.
+
+        Raises:
+            ValueError: LSNs do not increase, or do not exceed every LSN
+                appended before (a bug in the caller); nothing is stored.
+            StoreError: The write failed (disk full, locked, read-only);
+                nothing of the batch is stored.
+        """
+        ...
+
+    async def load(
+        self, id: str, run: int | None = None, *, after_lsn: int = 0
+    ) -> builtins.list[tuple[int, bytes]]:
+        """Returns a run's journal as ``(lsn, data)`` pairs in LSN order.
+
+        ``run`` defaults to the id's latest run (from its `RunRow`); only
+        records with an LSN above ``after_lsn`` are returned.
+
+        Raises:
+            NotFound: No run with that id (or that run of it) in this store.
+        """
+        ...
+
+    async def get(self, id: str) -> RunRow | None:
+        """Returns the row of ``id`` (its latest run), or None."""
+        ...
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[RunRow]:
+        """Returns the rows that match every filter given, by start time then id.
+
+        ``attributes`` matches a row when each given key is there with an equal
+        value (compared as msgpack gives them back: tuples as lists).
+        """
+        ...
+
+    async def unfinished(self) -> builtins.list[RunRow]:
+        """Returns the rows whose status is in `UNFINISHED_STATUSES`."""
+        ...
+
+    async def next_run(self) -> int:
+        """Returns a run number never used before in this store (from 1 up)."""
+        ...
+
+
+def open_store(
+    target: str | os.PathLike[str], *, durability: str = "fsync", readonly: bool = False
+) -> Store:
+    """Makes the store a target names; the caller then awaits its ``open()``.
+
+    Args:
+        target: A directory path (a `SqliteStore` keeping ``fusee.db`` there),
+            or ``"memory"`` (a `MemoryStore`, which keeps nothing after the
+            process ends).
+        durability: ``"fsync"`` (each append is on disk when it returns) or
+            ``"none"`` (the OS writes when it likes: for tests and demos).
+        readonly: Open an existing store to read only (the CLI's way, while an
+            engine writes it).
+
+    Returns:
+        The store, not opened yet.
+
+    Raises:
+        ValueError: ``durability`` is not one the store knows.
+        StoreError: The target is a URL (Postgres is not supported yet), or
+            ``"memory"`` with ``readonly=True``.
+
+    Example:
+        >>> type(open_store("memory")).__name__
+        'MemoryStore'
+        >>> open_store("postgresql://db/fusee")
+        Traceback (most recent call last):
+        fusee.errors.StoreError: Postgres stores are not supported yet ...
+    """
+    _check_durability(durability)
+    if isinstance(target, str) and target == "memory":
+        if readonly:
+            raise StoreError(
+                "a memory store keeps nothing to read; pass the directory of an engine's store"
+            )
+        return MemoryStore()
+    if isinstance(target, str) and "://" in target:
+        scheme = target.split("://", 1)[0]
+        if scheme in {"postgres", "postgresql"}:
+            what = "Postgres stores are not supported yet"
+        else:
+            what = f"{scheme!r} stores are not supported"
+        raise StoreError(
+            f"{what} ({target!r}); pass a directory path (an SQLite store, the default) or 'memory'"
+        )
+    return SqliteStore(target, durability=durability, readonly=readonly)
+
+
+def _check_durability(durability: str) -> None:
+    if durability not in _DURABILITIES:
+        raise ValueError(
+            f"durability must be 'fsync' (on disk when append returns) or 'none' "
+            f"(for tests and demos), not {durability!r}"
+        )
+
+
+def _check_batch(
+    entries: Sequence[Entry], runs: Sequence[RunRow], floor: int
+) -> tuple[int, builtins.list[bytes | None]]:
+    """Checks an append before anything is stored; both stores share it.
+
+    Returns the batch's highest LSN (``floor`` when it has no entries) and
+    each row's attributes packed as msgpack (None when empty), so that a
+    value msgpack refuses fails the call that passed it, not a later write.
+    """
+    last = floor
+    for e in entries:
+        lsn = e.lsn
+        if lsn <= last:
+            if last == floor:
+                raise ValueError(
+                    f"entry LSN {lsn} does not exceed the store's last LSN {floor}; the "
+                    "engine must assign increasing LSNs above every one appended before"
+                )
+            raise ValueError(f"entry LSNs must increase within a batch: {lsn} after {last}")
+        if type(e.data) is not bytes:
+            raise TypeError(f"entry data must be bytes, not {type(e.data).__name__}")
+        last = lsn
+    packed: builtins.list[bytes | None] = []
+    for row in runs:
+        if row.status not in RUN_STATUSES:
+            raise ValueError(
+                f"run status {row.status!r} of {row.id!r} is not one of "
+                f"{', '.join(sorted(RUN_STATUSES))}"
+            )
+        packed.append(_pack_attributes(row) if row.attributes else None)
+    return last, packed
+
+
+def _pack_attributes(row: RunRow) -> bytes:
+    for key in row.attributes:
+        if type(key) is not str:
+            raise TypeError(f"search attribute names of {row.id!r} must be str, not {key!r}")
+    try:
+        return msgpack.packb(dict(row.attributes), use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(
+            f"search attributes of {row.id!r} must be plain msgpack data "
+            f"(str, int, float, bool, None, bytes, lists and dicts of them): {e}"
+        ) from e
+
+
+def _unpack_attributes(data: bytes | None) -> Mapping[str, Any]:
+    if not data:
+        return _NO_ATTRIBUTES
+    value: dict[str, Any] = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    return MappingProxyType(value)
+
+
+def _normalize_filter(attributes: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """Returns a filter's values as stored values come back (tuples as lists)."""
+    if not attributes:
+        return None
+    try:
+        value: dict[str, Any] = msgpack.unpackb(
+            msgpack.packb(dict(attributes), use_bin_type=True), raw=False, strict_map_key=False
+        )
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TypeError(f"attribute filters must be plain msgpack data: {e}") from e
+    return value
+
+
+def _matches(row: RunRow, attributes: Mapping[str, Any]) -> bool:
+    have = row.attributes
+    return all(key in have and have[key] == want for key, want in attributes.items())
+
+
+def _check_list_args(status: str | None, limit: int | None) -> None:
+    if status is not None and status not in RUN_STATUSES:
+        raise ValueError(f"status {status!r} is not one of {', '.join(sorted(RUN_STATUSES))}")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be 0 or more, not {limit}")
+
+
+def _not_found(id: str, run: int | None = None) -> NotFound:
+    if run is None:
+        return NotFound(f"no run {id!r} in this store; `fusee list` shows the runs there are")
+    return NotFound(
+        f"run {run} of {id!r} has no records in this store; `fusee list` shows the runs "
+        "there are (omit the run number for the latest)"
+    )
+
+
+# Imported last: both modules build on the names above.
+from fusee.store.memory import MemoryStore  # noqa: E402
+from fusee.store.sqlite import SqliteStore  # noqa: E402

@@ -1,0 +1,954 @@
+"""The SQLite store: the embedded default, one WAL-mode file ``fusee.db`` per directory.
+
+Schema, format 1 (the format is ``PRAGMA user_version``; ``PRAGMA
+application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
+
+    journal(lsn INTEGER PRIMARY KEY, id TEXT, run INTEGER, data BLOB)
+        index (id, run, lsn)                      -- load(), by run then LSN
+    runs(id TEXT PRIMARY KEY, run, workflow, status, started_ms, finished_ms,
+         wake_ms, attributes BLOB, parent)        -- one row per id: its latest run
+        index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id)
+    meta(key TEXT PRIMARY KEY, value INTEGER)
+        'run_reserved': run numbers up to it may have been handed out
+
+``attributes`` is a msgpack map, NULL when empty. Run numbers are reserved in
+blocks (`next_run` writes once per block, riding along with appends), and
+``close`` writes back the exact count, so only a crash leaves a gap.
+
+The rule: only the writer thread writes. Every change goes through its
+queue, in call order, so LSNs land in order and the appends queued while a
+commit runs go to disk together in the next transaction (one fsync). Reads
+run on a separate read-only connection in a reader thread, after the writes
+queued before them; the event loop never waits on SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypeAlias, TypeVar
+
+from fusee.errors import StoreError
+from fusee.store import (
+    UNFINISHED_STATUSES,
+    Entry,
+    RunRow,
+    _check_batch,
+    _check_durability,
+    _check_list_args,
+    _matches,
+    _normalize_filter,
+    _not_found,
+    _unpack_attributes,
+)
+
+__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "SqliteStore"]
+
+FILENAME: Final = "fusee.db"
+"""The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
+
+FORMAT: Final = 1
+"""The schema format this fusee writes; an older one is upgraded on open."""
+
+APPLICATION_ID: Final = 0x66757365
+"""``PRAGMA application_id`` of a fusee store ("fuse"): tells it from other databases."""
+
+_SCHEMA: Final = (
+    "CREATE TABLE journal (lsn INTEGER PRIMARY KEY, id TEXT NOT NULL,"
+    " run INTEGER NOT NULL, data BLOB NOT NULL)",
+    "CREATE INDEX journal_by_run ON journal (id, run, lsn)",
+    "CREATE TABLE runs (id TEXT PRIMARY KEY, run INTEGER NOT NULL, workflow TEXT NOT NULL,"
+    " status TEXT NOT NULL, started_ms INTEGER NOT NULL, finished_ms INTEGER,"
+    " wake_ms INTEGER, attributes BLOB, parent TEXT)",
+    "CREATE INDEX runs_by_start ON runs (started_ms, id)",
+    "CREATE INDEX runs_by_status ON runs (status, started_ms, id)",
+    "CREATE INDEX runs_by_workflow ON runs (workflow, started_ms, id)",
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
+    "INSERT INTO meta VALUES ('run_reserved', 0)",
+    f"PRAGMA application_id = {APPLICATION_ID}",
+    f"PRAGMA user_version = {FORMAT}",
+)
+
+# Statements that upgrade format N to N + 1, keyed by N. Format 1 is the first,
+# so there is nothing to upgrade yet; a format 2 adds its steps under 1 here.
+_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {}
+
+_ROW_COLUMNS: Final = (
+    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
+)
+_INSERT_ENTRY: Final = "INSERT INTO journal (lsn, id, run, data) VALUES (?, ?, ?, ?)"
+_UPSERT_ROW: Final = (
+    f"INSERT OR REPLACE INTO runs ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_SET_RESERVED: Final = "UPDATE meta SET value = ? WHERE key = 'run_reserved'"
+
+# Run numbers reserved per meta write: a crash wastes at most this many.
+_RUN_BLOCK: Final = 128
+
+# SQLite primary result codes (the low byte of an extended code).
+_BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _CONSTRAINT, _NOTADB = (
+    5, 6, 8, 10, 11, 13, 14, 19, 26,
+)  # fmt: skip
+
+_SqlRow: TypeAlias = tuple[Any, ...]
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class _Write:
+    """One caller's write, queued for the writer thread."""
+
+    entries: tuple[Entry, ...]
+    rows: builtins.list[_SqlRow]
+    run_reserved: int | None
+    fail: Exception | None  # test hook: raised inside the transaction
+    max_lsn: int  # 0 when there are no entries
+    # Resolves with None or the StoreError; never cancelled (callers await a
+    # shield), so reads can wait on it as a barrier.
+    done: asyncio.Future[StoreError | None]
+
+
+class SqliteStore:
+    """A `fusee.store.Store` in ``DIRECTORY/fusee.db`` (SQLite, WAL mode).
+
+    Args:
+        directory: Where the store lives; created with its parents if missing
+            (unless ``readonly``).
+        durability: ``"fsync"`` (``synchronous=FULL``: an append is on disk
+            when it returns) or ``"none"`` (``synchronous=OFF``: for tests and
+            demos; a power loss may lose recent appends).
+        readonly: Read an existing store only (the CLI does, while an engine
+            writes it from another process).
+
+    Raises:
+        ValueError: An unknown ``durability``.
+
+    Example:
+        >>> import asyncio, tempfile
+        >>> from fusee.store import Entry, RunRow
+        >>> async def demo(directory: str) -> list[tuple[int, bytes]]:
+        ...     store = SqliteStore(directory, durability="none")
+        ...     await store.open()
+        ...     await store.append([Entry(1, "a", 1, b"start")],
+        ...                        [RunRow("a", 1, "wf", "running", 0)])
+        ...     await store.close()
+        ...     reader = SqliteStore(directory, readonly=True)
+        ...     await reader.open()
+        ...     try:
+        ...         return await reader.load("a")
+        ...     finally:
+        ...         await reader.close()
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     asyncio.run(demo(d))
+        [(1, b'start')]
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        durability: str = "fsync",
+        readonly: bool = False,
+    ) -> None:
+        _check_durability(durability)
+        self._directory = Path(directory)
+        self._path = self._directory / FILENAME
+        self._durability = durability
+        self._readonly = readonly
+        # How long a write waits for another process's lock before failing.
+        self._busy_timeout_s = 5.0
+        self._state = "new"  # -> opening -> open -> closing -> closed (-> opening again)
+        self._closing: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._reader: ThreadPoolExecutor | None = None
+        self._rconn: sqlite3.Connection | None = None
+        self._last_lsn = 0
+        # Above every LSN stored or queued: what the next append must exceed.
+        self._accepted_lsn = 0
+        self._inflight = 0
+        self._tail: asyncio.Future[StoreError | None] | None = None
+        self._run_next = 1
+        self._run_reserved = 0
+        self._run_lock = asyncio.Lock()
+        # For tests: committed write transactions, and the connection's
+        # `PRAGMA synchronous` as read back after setting it.
+        self._transactions = 0
+        self._synchronous: int | None = None
+        self._fail_next: Exception | None = None
+
+    @property
+    def path(self) -> Path:
+        """The database file: ``DIRECTORY/fusee.db``.
+
+        Example:
+            >>> SqliteStore("data").path.as_posix()
+            'data/fusee.db'
+        """
+        return self._path
+
+    @property
+    def last_lsn(self) -> int:
+        """The highest LSN stored, 0 when empty (for a read-only store: at open).
+
+        Example:
+            >>> SqliteStore("data").last_lsn
+            0
+        """
+        return self._last_lsn
+
+    async def open(self) -> None:
+        """Creates the store or checks the one there, and starts its threads.
+
+        Opening an open store does nothing; a closed one may be opened again.
+
+        Raises:
+            StoreError: The file is not a fusee store (or not a database), is
+                from a newer fusee, is locked by another process, or (read-only)
+                does not exist.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> async def demo(directory: str) -> int:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     await store.close()
+            ...     return store.last_lsn
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            0
+        """
+        if self._state == "open":
+            return
+        if self._state == "opening":
+            raise StoreError(f"the store {self._path} is being opened already; await that open()")
+        if self._state == "closing":
+            await self.close()
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._queue = queue.SimpleQueue()
+        self._tail = None
+        self._inflight = 0
+        self._run_lock = asyncio.Lock()
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="fusee-store-read")
+        self._state = "opening"
+        try:
+            if self._readonly:
+                last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
+            else:
+                ready: asyncio.Future[tuple[int, int]] = loop.create_future()
+                self._writer = threading.Thread(
+                    target=self._write_main,
+                    args=(ready,),
+                    name=f"fusee-store-write {self._directory}",
+                    # A store nobody closed must not keep the process alive.
+                    daemon=True,
+                )
+                self._writer.start()
+                last_lsn, reserved = await ready
+                await loop.run_in_executor(self._reader, self._open_reader)
+        except BaseException:
+            await self._shut_down()
+            self._state = "closed"
+            raise
+        self._last_lsn = self._accepted_lsn = last_lsn
+        self._run_reserved = reserved
+        self._run_next = reserved + 1
+        self._state = "open"
+
+    async def close(self) -> None:
+        """Waits for the writes queued so far, then closes; closing twice is harmless.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(SqliteStore("never-opened").close())
+        """
+        if self._state in ("new", "opening", "closed"):
+            return
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            return
+        loop = asyncio.get_running_loop()
+        closing = self._closing = loop.create_future()
+        self._state = "closing"
+        try:
+            if self._writer is not None:
+                async with self._run_lock:
+                    # Give back the unused part of the reserved block.
+                    if self._run_next - 1 < self._run_reserved:
+                        self._submit((), [], self._run_next - 1, None, 0)
+            await self._shut_down()
+        finally:
+            self._state = "closed"
+            self._closing = None
+            closing.set_result(None)
+
+    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+        """Stores ``entries`` and ``runs`` in one transaction, or nothing when it raises.
+
+        Appends queued while the writer commits go to disk together in its
+        next transaction; each returns once that transaction is committed
+        (and, under ``durability="fsync"``, synced). Cancelling the caller
+        does not cancel the write.
+
+        Args:
+            entries: Records with increasing LSNs above every LSN appended before.
+            runs: Rows that replace the rows of their ids, in order.
+
+        Raises:
+            ValueError: LSNs that do not increase past those appended before.
+            TypeError: Record data that is not bytes, or attributes msgpack
+                cannot encode.
+            StoreError: The write failed (disk full, locked by another
+                process, read-only store, closed store).
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> from fusee.store import Entry
+            >>> async def demo(directory: str) -> int:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     await store.append([Entry(7, "a", 1, b"x")])
+            ...     await store.close()
+            ...     return store.last_lsn
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            7
+        """
+        self._check_writable()
+        entries = tuple(entries)
+        last, packed = _check_batch(entries, runs, self._accepted_lsn)
+        if not entries and not runs:
+            return
+        rows = [
+            (
+                r.id,
+                r.run,
+                r.workflow,
+                r.status,
+                r.started_ms,
+                r.finished_ms,
+                r.wake_ms,
+                blob,
+                r.parent,
+            )
+            for r, blob in zip(runs, packed, strict=True)
+        ]
+        fail, self._fail_next = self._fail_next, None
+        done = self._submit(entries, rows, None, fail, last if entries else 0)
+        error = await asyncio.shield(done)
+        if error is not None:
+            raise error
+
+    async def load(
+        self, id: str, run: int | None = None, *, after_lsn: int = 0
+    ) -> builtins.list[tuple[int, bytes]]:
+        """Returns a run's records after ``after_lsn`` as ``(lsn, data)`` in LSN order.
+
+        Args:
+            id: The workflow id.
+            run: The run number; None for the id's latest run.
+            after_lsn: Only records with a higher LSN are returned.
+
+        Raises:
+            NotFound: No such id, or no records for that run of it.
+            StoreError: The file is damaged or unreadable.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> from fusee.store import Entry
+            >>> async def demo(directory: str) -> list[tuple[int, bytes]]:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     await store.append([Entry(1, "a", 1, b"x"), Entry(2, "a", 1, b"y")])
+            ...     try:
+            ...         return await store.load("a", 1, after_lsn=1)
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            [(2, b'y')]
+        """
+        return await self._read(lambda conn: _load(conn, id, run, after_lsn))
+
+    async def get(self, id: str) -> RunRow | None:
+        """Returns the row of ``id`` (its latest run), or None.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> async def demo(directory: str) -> RunRow | None:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     try:
+            ...         return await store.get("nobody")
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     print(asyncio.run(demo(d)))
+            None
+        """
+        return await self._read(lambda conn: _get(conn, id))
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+    ) -> builtins.list[RunRow]:
+        """Returns the rows matching every filter given, by start time then id.
+
+        Args:
+            status: Only rows with this status.
+            workflow: Only rows of this workflow type.
+            attributes: Only rows having each of these keys with an equal value.
+            limit: At most this many rows.
+
+        Raises:
+            ValueError: An unknown status, or a negative limit.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> from fusee.store import RunRow
+            >>> async def demo(directory: str) -> list[str]:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     await store.append([], [RunRow("b", 1, "wf", "running", 2),
+            ...                             RunRow("a", 2, "wf", "failed", 1)])
+            ...     try:
+            ...         return [r.id for r in await store.list(status="running")]
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            ['b']
+        """
+        _check_list_args(status, limit)
+        wanted = _normalize_filter(attributes)
+        return await self._read(lambda conn: _list(conn, status, workflow, wanted, limit))
+
+    async def unfinished(self) -> builtins.list[RunRow]:
+        """Returns the rows of runs that are running, suspended or paused.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> async def demo(directory: str) -> list[RunRow]:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     try:
+            ...         return await store.unfinished()
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            []
+        """
+        return await self._read(_unfinished)
+
+    async def next_run(self) -> int:
+        """Returns a run number this store never gave out before (from 1 up).
+
+        Raises:
+            StoreError: A read-only or closed store, or the counter could not
+                be written.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> async def demo(directory: str) -> list[int]:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     first = [await store.next_run(), await store.next_run()]
+            ...     await store.close()
+            ...     await store.open()
+            ...     try:
+            ...         return [*first, await store.next_run()]
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            [1, 2, 3]
+        """
+        self._check_writable()
+        if self._run_next > self._run_reserved:
+            async with self._run_lock:
+                self._check_writable()
+                if self._run_next > self._run_reserved:
+                    reserved = self._run_next - 1 + _RUN_BLOCK
+                    error = await asyncio.shield(self._submit((), [], reserved, None, 0))
+                    if error is not None:
+                        raise error
+                    self._run_reserved = reserved
+        run = self._run_next
+        self._run_next += 1
+        return run
+
+    def _fail_next_append(self, exc: Exception) -> None:
+        """Test hook: the next append raises ``exc`` inside its transaction."""
+        self._fail_next = exc
+
+    # -- the event loop's side ---------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self._state != "open":
+            raise StoreError(f"the store {self._path} is closed; await store.open() first")
+        if self._readonly:
+            raise StoreError(
+                f"the store {self._path} is open read-only; an engine writes it "
+                "(open it without readonly=True)"
+            )
+
+    def _submit(
+        self,
+        entries: tuple[Entry, ...],
+        rows: builtins.list[_SqlRow],
+        run_reserved: int | None,
+        fail: Exception | None,
+        max_lsn: int,
+    ) -> asyncio.Future[StoreError | None]:
+        assert self._loop is not None
+        done: asyncio.Future[StoreError | None] = self._loop.create_future()
+        if max_lsn:
+            self._accepted_lsn = max_lsn
+        self._inflight += 1
+        self._tail = done
+        self._queue.put(_Write(entries, rows, run_reserved, fail, max_lsn, done))
+        return done
+
+    def _finish(
+        self, writes: builtins.list[_Write], errors: builtins.list[StoreError | None]
+    ) -> None:
+        for write, error in zip(writes, errors, strict=True):
+            self._inflight -= 1
+            if error is None and write.max_lsn > self._last_lsn:
+                self._last_lsn = write.max_lsn
+            write.done.set_result(error)
+        if self._inflight == 0:
+            # LSNs of failed appends were never stored: they may be used again.
+            self._accepted_lsn = self._last_lsn
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._state != "open":
+            raise StoreError(f"the store {self._path} is closed; await store.open() first")
+        tail = self._tail
+        if tail is not None and not tail.done():
+            # Reads see every append called before them, committed or failed.
+            await asyncio.wait((tail,))
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._reader, self._run_read, fn)
+
+    async def _shut_down(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = self._reader
+        assert reader is not None
+        try:
+            # The reader first: the last connection to close folds the WAL into
+            # the database and removes it, which a read-only one cannot do.
+            await loop.run_in_executor(reader, self._close_reader)
+            if self._writer is not None:
+                self._queue.put(None)
+                await loop.run_in_executor(reader, self._writer.join)
+                self._writer = None
+        finally:
+            reader.shutdown(wait=True)
+            self._reader = None
+
+    # -- the reader thread's side ------------------------------------------------------
+
+    def _open_reader(self) -> tuple[int, int]:
+        if self._readonly and not self._path.is_file():
+            raise StoreError(
+                f"no fusee store in {self._directory}; start an engine there first or pass --data"
+            )
+        try:
+            conn = sqlite3.connect(
+                f"{self._path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as e:
+            raise _store_error(e, self._path, "opening") from e
+        try:
+            if self._readonly:
+                _check_format(conn, self._path, create=False)
+            last_lsn, reserved = _counters(conn)
+        except sqlite3.Error as e:
+            conn.close()
+            raise _store_error(e, self._path, "opening") from e
+        except BaseException:
+            conn.close()
+            raise
+        self._rconn = conn
+        return last_lsn, reserved
+
+    def _close_reader(self) -> None:
+        if self._rconn is not None:
+            self._rconn.close()
+            self._rconn = None
+
+    def _run_read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        conn = self._rconn
+        assert conn is not None
+        try:
+            return fn(conn)
+        except sqlite3.Error as e:
+            raise _store_error(e, self._path, "reading") from e
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    # -- the writer thread's side ------------------------------------------------------
+
+    def _write_main(self, ready: asyncio.Future[tuple[int, int]]) -> None:
+        try:
+            conn, counters = self._open_writer()
+        except BaseException as e:
+            self._post(_settle, ready, None, e)
+            return
+        try:
+            self._post(_settle, ready, counters, None)
+            self._serve(conn)
+        finally:
+            conn.close()
+
+    def _open_writer(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(
+                f"cannot create the store directory {self._directory}: {e.strerror}; "
+                "pass a directory you can write"
+            ) from e
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(self._path, timeout=self._busy_timeout_s, isolation_level=None)
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(
+                    f"{self._path} cannot use SQLite's WAL mode (it stays in {mode!r}); "
+                    "put the store on a local file system"
+                )
+            level = "FULL" if self._durability == "fsync" else "OFF"
+            conn.execute(f"PRAGMA synchronous = {level}")
+            self._synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
+            _check_format(conn, self._path, create=True)
+            counters = _counters(conn)
+        except BaseException as e:
+            if conn is not None:
+                conn.close()
+            if isinstance(e, sqlite3.Error):
+                raise _store_error(e, self._path, "opening") from e
+            raise
+        return conn, counters
+
+    def _serve(self, conn: sqlite3.Connection) -> None:
+        q = self._queue
+        while True:
+            jobs = [q.get()]
+            # Everything queued meanwhile shares one transaction: group commit.
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    jobs.append(q.get_nowait())
+            writes = [job for job in jobs if job is not None]
+            if writes:
+                self._post(self._finish, writes, self._write(conn, writes))
+            if len(writes) < len(jobs):  # close() queued the stop, and nothing after it
+                return
+
+    def _write(
+        self, conn: sqlite3.Connection, writes: builtins.list[_Write]
+    ) -> builtins.list[StoreError | None]:
+        try:
+            self._commit(conn, writes)
+            return [None] * len(writes)
+        except Exception as e:
+            if len(writes) == 1 or _fails_every_write(e):
+                return [self._write_error(e) for _ in writes]
+        # One caller's failure (a bad value, a conflict) must not fail the
+        # others it shared the transaction with: each alone, in order.
+        errors: builtins.list[StoreError | None] = []
+        for write in writes:
+            try:
+                self._commit(conn, [write])
+                errors.append(None)
+            except Exception as e:
+                errors.append(self._write_error(e))
+        return errors
+
+    def _commit(self, conn: sqlite3.Connection, writes: builtins.list[_Write]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                _INSERT_ENTRY,
+                ((e.lsn, e.id, e.run, e.data) for w in writes for e in w.entries),
+            )
+            rows = [row for w in writes for row in w.rows]
+            if rows:
+                conn.executemany(_UPSERT_ROW, rows)
+            reserved = None
+            for w in writes:
+                if w.run_reserved is not None:
+                    reserved = w.run_reserved
+                if w.fail is not None:
+                    raise w.fail
+            if reserved is not None:
+                conn.execute(_SET_RESERVED, (reserved,))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                # The error that got us here is the one to report.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        self._transactions += 1
+
+    def _write_error(self, e: Exception) -> StoreError:
+        if isinstance(e, sqlite3.Error):
+            error = _store_error(e, self._path, "writing")
+        else:
+            error = StoreError(f"writing {self._path} failed: {type(e).__name__}: {e}")
+        error.__cause__ = e
+        return error
+
+    def _post(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        # A loop closed without closing the store: nobody is left to tell.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(fn, *args)
+
+
+def _settle(
+    future: asyncio.Future[tuple[int, int]],
+    result: tuple[int, int] | None,
+    error: BaseException | None,
+) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        assert result is not None
+        future.set_result(result)
+
+
+def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None:
+    """Checks that ``conn`` holds a fusee store of this format; creates or upgrades it."""
+    app, version = _header(conn)
+    if app == 0 and version == 0:
+        if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
+            raise _foreign(path)
+        if not create:
+            raise StoreError(
+                f"{path} is not a fusee store (an empty database); start an engine "
+                "there first or pass --data"
+            )
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have created it since we looked.
+            app, version = _header(conn)
+            if app == 0 and version == 0:
+                if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
+                    raise _foreign(path)
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        app, version = _header(conn)
+    if app != APPLICATION_ID:
+        raise _foreign(path)
+    if version > FORMAT:
+        raise StoreError(
+            f"store {path} has format {version}, newer than this fusee understands "
+            f"({FORMAT}); upgrade fusee"
+        )
+    if version < FORMAT and not create:
+        raise StoreError(
+            f"store {path} has format {version}, older than this fusee's ({FORMAT}); "
+            "open it once with an engine (not read-only) to upgrade it"
+        )
+    while version < FORMAT:
+        steps = _MIGRATIONS.get(version)
+        if steps is None:
+            raise StoreError(
+                f"store {path} has format {version}, which this fusee cannot upgrade; "
+                "the file may be damaged: restore it from a backup"
+            )
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in steps:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        version += 1
+
+
+def _header(conn: sqlite3.Connection) -> tuple[int, int]:
+    app = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    return int(app), int(version)
+
+
+def _foreign(path: Path) -> StoreError:
+    return StoreError(
+        f"{path} is an SQLite database but not a fusee store; move it away or pass "
+        "another directory"
+    )
+
+
+def _counters(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Returns the highest LSN stored and the reserved run-number count."""
+    last_lsn = conn.execute("SELECT coalesce(max(lsn), 0) FROM journal").fetchone()[0]
+    reserved = conn.execute("SELECT value FROM meta WHERE key = 'run_reserved'").fetchone()[0]
+    return int(last_lsn), int(reserved)
+
+
+def _code(e: BaseException) -> int:
+    """The SQLite primary result code of ``e``, 0 when it has none."""
+    return (getattr(e, "sqlite_errorcode", None) or 0) & 0xFF
+
+
+def _fails_every_write(e: Exception) -> bool:
+    """Whether ``e`` comes from the database's state, not from one write's values.
+
+    Retrying such a transaction's writes one by one would only fail each again
+    (and wait out a lock once per write).
+    """
+    return _code(e) in (_BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB)
+
+
+def _store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
+    code = _code(e)
+    if code in (_BUSY, _LOCKED):
+        text = (
+            f"another process holds the store {path} (it stayed locked past the busy "
+            "timeout); stop that process, or give this one another directory"
+        )
+    elif code == _FULL:
+        text = f"the disk holding {path} is full; free some space and retry"
+    elif code == _READONLY:
+        text = f"{path} cannot be written (read-only file or file system); check its permissions"
+    elif code == _NOTADB:
+        text = f"{path} is not an SQLite database; move it away or pass another directory"
+    elif code == _CORRUPT:
+        text = f"{path} is damaged ({e}); restore it from a backup"
+    elif code == _CONSTRAINT and "journal.lsn" in str(e):
+        text = (
+            f"{path} already holds an LSN being appended: another process writes this "
+            "store; only one engine may write a store directory"
+        )
+    elif code in (_CANTOPEN, _IOERR):
+        text = f"{doing} {path} failed ({e}); check the path, its permissions and the disk"
+    else:
+        text = f"{doing} {path} failed: {e}"
+    return StoreError(text)
+
+
+def _load(
+    conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int
+) -> builtins.list[tuple[int, bytes]]:
+    conn.execute("BEGIN")  # one snapshot for the queries below
+    found = conn.execute("SELECT run FROM runs WHERE id = ?", (id,)).fetchone()
+    row_run: int | None = found[0] if found is not None else None
+    if run is None:
+        run = row_run
+        if run is None:
+            run = conn.execute("SELECT max(run) FROM journal WHERE id = ?", (id,)).fetchone()[0]
+            if run is None:
+                raise _not_found(id)
+    records: builtins.list[tuple[int, bytes]] = conn.execute(
+        "SELECT lsn, data FROM journal WHERE id = ? AND run = ? AND lsn > ? ORDER BY lsn",
+        (id, run, after_lsn),
+    ).fetchall()
+    if not records and run != row_run:
+        has_run = conn.execute(
+            "SELECT 1 FROM journal WHERE id = ? AND run = ? LIMIT 1", (id, run)
+        ).fetchone()
+        if has_run is None:
+            known = (
+                row_run is not None
+                or conn.execute("SELECT 1 FROM journal WHERE id = ? LIMIT 1", (id,)).fetchone()
+            )
+            raise _not_found(id, run if known else None)
+    return records
+
+
+def _row(values: _SqlRow) -> RunRow:
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values
+    return RunRow(
+        id,
+        run,
+        workflow,
+        status,
+        started_ms,
+        finished_ms,
+        wake_ms,
+        _unpack_attributes(attributes),
+        parent,
+    )
+
+
+def _get(conn: sqlite3.Connection, id: str) -> RunRow | None:
+    found = conn.execute(f"SELECT {_ROW_COLUMNS} FROM runs WHERE id = ?", (id,)).fetchone()
+    return None if found is None else _row(found)
+
+
+def _list(
+    conn: sqlite3.Connection,
+    status: str | None,
+    workflow: str | None,
+    attributes: Mapping[str, Any] | None,
+    limit: int | None,
+) -> builtins.list[RunRow]:
+    where: builtins.list[str] = []
+    params: builtins.list[object] = []
+    if status is not None:
+        where.append("status = ?")
+        params.append(status)
+    if workflow is not None:
+        where.append("workflow = ?")
+        params.append(workflow)
+    sql = f"SELECT {_ROW_COLUMNS} FROM runs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY started_ms, id"
+    if attributes is None:
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_row(values) for values in conn.execute(sql, params)]
+    # Attributes are msgpack blobs SQLite cannot look into: filter here.
+    rows: builtins.list[RunRow] = []
+    if limit == 0:
+        return rows
+    for values in conn.execute(sql, params):
+        row = _row(values)
+        if _matches(row, attributes):
+            rows.append(row)
+            if len(rows) == limit:
+                break
+    return rows
+
+
+def _unfinished(conn: sqlite3.Connection) -> builtins.list[RunRow]:
+    marks = ", ".join("?" * len(UNFINISHED_STATUSES))
+    sql = f"SELECT {_ROW_COLUMNS} FROM runs WHERE status IN ({marks}) ORDER BY started_ms, id"
+    return [_row(values) for values in conn.execute(sql, sorted(UNFINISHED_STATUSES))]

@@ -1,0 +1,448 @@
+"""What only the SQLite store has: a file format, threads, other processes, damage.
+
+Failures are made real where SQLite can make them: a write lock held by a
+second connection (as another process would hold it), files that are not
+stores. Readers run in another thread and in another process while the
+writer appends, coordinated by pipes and awaits, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import sqlite3
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from fusee.errors import NotFound, StoreError
+from fusee.store import Entry, MemoryStore, RunRow, SqliteStore, open_store
+from fusee.store.sqlite import APPLICATION_ID, FILENAME, FORMAT
+
+
+def row(id: str, run: int = 1, status: str = "running") -> RunRow:
+    return RunRow(id, run, "checkout", status, 0)
+
+
+@contextlib.contextmanager
+def connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """A second connection to the store file, as another process would have."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest_asyncio.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    s = SqliteStore(tmp_path / "data", durability="none")
+    await s.open()
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def made_store(directory: Path, lsns: range = range(1, 4)) -> None:
+    s = SqliteStore(directory, durability="none")
+    await s.open()
+    await s.append([Entry(n, "a", 1, b"x%d" % n) for n in lsns], [row("a")])
+    await s.close()
+
+
+# -- the file ------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_store_is_one_file_in_a_directory_created_with_its_parents(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "deep" / "er" / "data"
+
+    await made_store(directory)
+
+    # Closing folds the WAL back into the file: nothing else is left.
+    assert sorted(p.name for p in directory.iterdir()) == [FILENAME]
+    with connect(directory / FILENAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (FORMAT,)
+        assert conn.execute("PRAGMA application_id").fetchone() == (APPLICATION_ID,)
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+@pytest.mark.asyncio
+async def test_a_store_from_a_newer_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    await made_store(tmp_path)
+    with connect(tmp_path / FILENAME) as conn:
+        conn.execute(f"PRAGMA user_version = {FORMAT + 1}")
+
+    for readonly in (False, True):
+        s = SqliteStore(tmp_path, readonly=readonly)
+        with pytest.raises(StoreError) as raised:
+            await s.open()
+        assert str(raised.value) == (
+            f"store {tmp_path / FILENAME} has format {FORMAT + 1}, newer than this fusee "
+            f"understands ({FORMAT}); upgrade fusee"
+        )
+        await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "readonly", [pytest.param(False, id="writer"), pytest.param(True, id="readonly")]
+)
+async def test_a_file_that_is_not_a_database_is_refused_naming_it(
+    tmp_path: Path, readonly: bool
+) -> None:
+    (tmp_path / FILENAME).write_bytes(b"these are my notes, not a database\n" * 200)
+
+    with pytest.raises(StoreError, match=rf"{tmp_path / FILENAME} is not an SQLite database"):
+        await SqliteStore(tmp_path, readonly=readonly).open()
+    assert (tmp_path / FILENAME).read_bytes().startswith(b"these are my notes")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "readonly", [pytest.param(False, id="writer"), pytest.param(True, id="readonly")]
+)
+async def test_another_programs_database_is_refused_and_left_alone(
+    tmp_path: Path, readonly: bool
+) -> None:
+    with connect(tmp_path / FILENAME) as conn:
+        conn.execute("CREATE TABLE contacts (name TEXT)")
+
+    with pytest.raises(StoreError, match="is an SQLite database but not a fusee store"):
+        await SqliteStore(tmp_path, readonly=readonly).open()
+    with connect(tmp_path / FILENAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (0,)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda data: data[: len(data) // 2], id="truncated"),
+        pytest.param(lambda data: data[:4096] + b"\xff" * (len(data) - 4096), id="overwritten"),
+    ],
+)
+async def test_a_damaged_database_is_refused_naming_it(
+    tmp_path: Path, damage: Callable[[bytes], bytes]
+) -> None:
+    await made_store(tmp_path, range(1, 200))
+    path = tmp_path / FILENAME
+    path.write_bytes(damage(path.read_bytes()))
+
+    with pytest.raises(StoreError, match=rf"{path} is damaged"):
+        await SqliteStore(tmp_path).open()
+
+
+@pytest.mark.asyncio
+async def test_readonly_needs_an_existing_store(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(StoreError) as raised:
+        await SqliteStore(missing, readonly=True).open()
+    assert str(raised.value) == (
+        f"no fusee store in {missing}; start an engine there first or pass --data"
+    )
+    assert not missing.exists()
+
+    with pytest.raises(StoreError, match="no fusee store in"):
+        await SqliteStore(tmp_path, readonly=True).open()
+
+
+@pytest.mark.asyncio
+async def test_a_readonly_store_reads_but_refuses_writes(tmp_path: Path) -> None:
+    await made_store(tmp_path)
+    reader = SqliteStore(tmp_path, readonly=True)
+    await reader.open()
+    try:
+        assert [n for n, _ in await reader.load("a")] == [1, 2, 3]
+        assert reader.last_lsn == 3
+        with pytest.raises(StoreError, match="read-only"):
+            await reader.append([Entry(4, "a", 1, b"x")])
+        with pytest.raises(StoreError, match="read-only"):
+            await reader.next_run()
+    finally:
+        await reader.close()
+
+
+# -- durability ----------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("durability", "synchronous"),
+    [pytest.param("fsync", 2, id="fsync"), pytest.param("none", 0, id="none")],
+)
+async def test_each_durability_sets_sqlite_sync_and_keeps_data(
+    tmp_path: Path, durability: str, synchronous: int
+) -> None:
+    s = SqliteStore(tmp_path, durability=durability)
+    await s.open()
+    try:
+        assert s._synchronous == synchronous  # FULL = 2, OFF = 0
+        for n in range(1, 6):
+            await s.append([Entry(n, "a", 1, b"%d" % n)], [row("a")])
+    finally:
+        await s.close()
+
+    again = SqliteStore(tmp_path, durability=durability)
+    await again.open()
+    try:
+        assert await again.load("a") == [(n, b"%d" % n) for n in range(1, 6)]
+    finally:
+        await again.close()
+
+
+def test_an_unknown_durability_is_a_value_error_naming_the_choices(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"'fsync'.*'none'.*not 'full'"):
+        SqliteStore(tmp_path, durability="full")
+    with pytest.raises(ValueError, match=r"'fsync'.*'none'.*not 'sometimes'"):
+        open_store("memory", durability="sometimes")
+
+
+# -- the writer thread ---------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_appends_queued_during_a_commit_share_the_next_transaction(
+    store: SqliteStore,
+) -> None:
+    before = store._transactions
+    with connect(store.path) as blocker:
+        # Another process's write lock: the writer's commit waits on it while
+        # the appends below queue up.
+        blocker.execute("BEGIN IMMEDIATE")
+        appends = [
+            asyncio.ensure_future(store.append([Entry(n, f"w{n}", 1, b"x")], [row(f"w{n}")]))
+            for n in range(1, 31)
+        ]
+        await asyncio.sleep(0)  # every append is queued
+        blocker.execute("ROLLBACK")
+        await asyncio.gather(*appends)
+
+    # The writer took one or more before it blocked, and the rest together.
+    assert store._transactions - before <= 2
+    assert store.last_lsn == 30
+    assert len(await store.list()) == 30
+
+
+@pytest.mark.asyncio
+async def test_one_failing_append_does_not_fail_the_others_it_was_queued_with(
+    store: SqliteStore,
+) -> None:
+    with connect(store.path) as blocker:
+        blocker.execute("BEGIN IMMEDIATE")
+        first = asyncio.ensure_future(store.append([Entry(1, "a", 1, b"1")], [row("a")]))
+        await asyncio.sleep(0)
+        store._fail_next_append(sqlite3.OperationalError("injected"))
+        bad = asyncio.ensure_future(store.append([Entry(2, "b", 1, b"2")], [row("b")]))
+        await asyncio.sleep(0)
+        last = asyncio.ensure_future(store.append([Entry(3, "c", 1, b"3")], [row("c")]))
+        await asyncio.sleep(0)
+        # Whatever the writer took before the lock stopped it, `bad` shares
+        # a transaction with another append.
+        blocker.execute("ROLLBACK")
+        await asyncio.gather(first, last)
+        with pytest.raises(StoreError, match="injected"):
+            await bad
+
+    assert [r.id for r in await store.list()] == ["a", "c"]
+    with pytest.raises(NotFound):
+        await store.load("b")
+    assert store.last_lsn == 3
+
+
+@pytest.mark.asyncio
+async def test_a_store_locked_by_another_process_fails_the_append_and_stores_nothing(
+    tmp_path: Path,
+) -> None:
+    s = SqliteStore(tmp_path, durability="none")
+    s._busy_timeout_s = 0.05
+    await s.open()
+    try:
+        with connect(s.path) as other:
+            other.execute("BEGIN IMMEDIATE")
+            results = await asyncio.gather(
+                *(s.append([Entry(n, f"w{n}", 1, b"x")], [row(f"w{n}")]) for n in range(1, 4)),
+                return_exceptions=True,
+            )
+            other.execute("ROLLBACK")
+        assert [type(r) for r in results] == [StoreError] * 3
+        assert "another process holds the store" in str(results[0])
+        assert await s.list() == []
+        assert s.last_lsn == 0
+        await s.append([Entry(1, "a", 1, b"x")], [row("a")])
+        assert await s.load("a") == [(1, b"x")]
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_run_numbers_handed_out_before_a_crash_are_not_reused(tmp_path: Path) -> None:
+    s = SqliteStore(tmp_path / "live", durability="none")
+    await s.open()
+    try:
+        handed_out = [await s.next_run() for _ in range(3)]
+        await s.append([Entry(1, "a", 1, b"x")])
+        # The files as they are this moment, while the store is open: a crash.
+        shutil.copytree(tmp_path / "live", tmp_path / "crashed")
+    finally:
+        await s.close()
+
+    after = SqliteStore(tmp_path / "crashed", durability="none")
+    await after.open()
+    try:
+        assert await after.load("a") == [(1, b"x")]
+        assert await after.next_run() > max(handed_out)
+    finally:
+        await after.close()
+
+
+# -- readers elsewhere ---------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_reader_in_another_thread_sees_whole_batches_while_the_writer_appends(
+    store: SqliteStore,
+) -> None:
+    await store.append([], [row("a")])
+    reader = SqliteStore(store.path.parent, readonly=True)
+    await reader.open()
+    batches, size = 40, 5
+
+    async def write() -> None:
+        for b in range(batches):
+            lsns = range(b * size + 1, (b + 1) * size + 1)
+            await store.append([Entry(n, "a", 1, b"%d" % n) for n in lsns])
+
+    async def read() -> list[int]:
+        seen: list[int] = []
+        while not seen or seen[-1] < batches * size:
+            lsns = [n for n, _ in await reader.load("a")]
+            # A prefix of the log, and never part of a batch.
+            assert lsns == list(range(1, len(lsns) + 1))
+            assert len(lsns) % size == 0
+            seen.append(len(lsns))
+        return seen
+
+    try:
+        _, seen = await asyncio.gather(write(), read())
+    finally:
+        await reader.close()
+    assert seen == sorted(seen)
+
+
+_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from fusee.store.sqlite import SqliteStore
+
+    async def main() -> None:
+        store = SqliteStore(sys.argv[1], readonly=True)
+        await store.open()
+        try:
+            print("ready", flush=True)
+            for line in sys.stdin:
+                after = int(line)
+                records = await store.load("a", after_lsn=after)
+                print(" ".join(str(lsn) for lsn, _ in records), flush=True)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.asyncio
+async def test_a_reader_in_another_process_follows_the_journal_while_the_engine_writes(
+    store: SqliteStore,
+) -> None:
+    await store.append([Entry(1, "a", 1, b"start")], [row("a")])
+    # The child imports fusee from where this process does.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _CHILD,
+        str(store.path.parent),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=store.path.parent,
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+
+    async def ask(after_lsn: int) -> list[int]:
+        assert child.stdin is not None
+        assert child.stdout is not None
+        child.stdin.write(b"%d\n" % after_lsn)
+        await child.stdin.drain()
+        return [int(n) for n in (await child.stdout.readline()).split()]
+
+    try:
+        assert await child.stdout.readline() == b"ready\n"
+        assert await ask(0) == [1]
+        followed, lsn = [1], 1
+        for _ in range(5):
+            # `fusee show --follow`: ask for what came after the last record seen,
+            # while the next batch is being written.
+            writing = asyncio.ensure_future(
+                store.append([Entry(n, "a", 1, b"x") for n in range(lsn + 1, lsn + 4)])
+            )
+            new = await ask(followed[-1])
+            assert new in ([], [lsn + 1, lsn + 2, lsn + 3])
+            await writing
+            followed += new or await ask(followed[-1])
+            lsn += 3
+        assert followed == list(range(1, lsn + 1))
+    finally:
+        child.stdin.close()
+        await child.wait()
+    assert child.returncode == 0
+
+
+# -- open_store ----------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_open_store_picks_the_store_its_target_names(tmp_path: Path) -> None:
+    assert isinstance(open_store("memory"), MemoryStore)
+    sqlite_store = open_store(tmp_path / "data", durability="none")
+    assert isinstance(sqlite_store, SqliteStore)
+    await sqlite_store.open()
+    await sqlite_store.close()
+    assert (tmp_path / "data" / FILENAME).is_file()
+    assert isinstance(open_store(str(tmp_path / "data"), readonly=True), SqliteStore)
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        pytest.param(
+            "postgresql://db.local/fusee",
+            r"^Postgres stores are not supported yet .*pass a directory path .* or 'memory'$",
+            id="postgres",
+        ),
+        pytest.param(
+            "postgres://db/fusee", "Postgres stores are not supported yet", id="postgres-short"
+        ),
+        pytest.param("redis://cache", "'redis' stores are not supported", id="other-url"),
+    ],
+)
+def test_open_store_refuses_urls_it_does_not_support(target: str, message: str) -> None:
+    with pytest.raises(StoreError, match=message):
+        open_store(target)
+
+
+def test_open_store_refuses_a_readonly_memory_store() -> None:
+    with pytest.raises(StoreError, match="keeps nothing to read"):
+        open_store("memory", readonly=True)
