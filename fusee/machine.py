@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias, cast
 
 from fusee._frozen import fast_init
 from fusee.errors import DeterminismError
@@ -550,47 +550,62 @@ class RunInfo:
 # --- internal state --------------------------------------------------------------
 
 
-class _Recorded:
-    """What the loaded journal says about one position."""
+class _Entry:
+    """An operation as the machine knows it: what the journal recorded, or what is pending.
 
-    __slots__ = ("attempt", "base", "delivered", "kind", "marked", "name", "retry_at_ms", "value")
+    Class-level defaults and no __slots__: replay makes one of these per
+    journal position, and setting two fields instead of a dozen is most of
+    what it costs per delivery.
+    """
 
-    def __init__(self, kind: OpKind, name: str) -> None:
+    kind: OpKind
+    name: str
+    attempt = 0
+    """Last failed attempt (steps); the token's attempt (async completions);
+    the value kind (values)."""
+    live = False
+    """Pending, resolved by live work (not by the journal)."""
+    waiting = False
+    """Waiting on something outside the run (an async completion whose
+    token was handed out): the run may be parked."""
+    queued = False
+    """A live completion for it is queued, not yet delivered."""
+    paused = False
+    """A step whose retries ran out, waiting for a resume: the run may be parked."""
+
+
+class _Recorded(_Entry):
+    """What the loaded journal says about one position.
+
+    When the code starts the operation and its result is recorded, this
+    same object is its pending entry: replayed operations are never
+    changed through it, so nothing is allocated for them.
+    """
+
+    retry_at_ms = 0
+    base = 0
+    """Attempts made before the step's last resume: its retry budget counts from here."""
+    marked = False
+    """A begin marker (timer, wait, child, awaiting) or value exists."""
+    value: bytes | None = None
+    delivered = False
+    """A final delivery for this seq exists in the replay queue."""
+
+    def __init__(self, kind: OpKind, name: str, delivered: bool = False) -> None:
         self.kind = kind
         self.name = name
-        # Last failed attempt (steps); the token's attempt (async
-        # completions); the value kind (values).
-        self.attempt = 0
-        self.retry_at_ms = 0
-        # Attempts made before the step's last resume: its retry budget
-        # counts from here.
-        self.base = 0
-        # A begin marker (timer, wait, child, awaiting) or value exists.
-        self.marked = False
-        self.value: bytes | None = None
-        # A final delivery for this seq exists in the replay queue.
-        self.delivered = False
+        if delivered:
+            self.delivered = True
 
 
-class _Pending:
-    """An operation the code started and that is not resolved yet."""
-
-    __slots__ = ("attempt", "kind", "live", "name", "paused", "queued", "waiting")
+class _Pending(_Entry):
+    """An operation the code started whose result live work will bring."""
 
     def __init__(self, kind: OpKind, name: str, attempt: int, live: bool) -> None:
         self.kind = kind
         self.name = name
         self.attempt = attempt
-        # Resolved by live work (False: by the journal, on replay).
         self.live = live
-        # Waiting on something outside the run (an async completion whose
-        # token was handed out): the run may be parked.
-        self.waiting = False
-        # A live completion for it is queued, not yet delivered.
-        self.queued = False
-        # A step whose retries ran out, waiting for a resume: the run may
-        # be parked.
-        self.paused = False
 
 
 # Who writes a stream in this life of the run (not journaled: workflow code
@@ -755,7 +770,7 @@ class RunMachine:
         # Highest sequence number the loaded journal mentions.
         self._max_recorded: int | None = None
         self._replay: deque[_ReplayItem] = deque()
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, _Entry] = {}
         self._live: deque[_LiveItem] = deque()
         # Completions that arrived before the code started their operation
         # (a timer that fired, or a signal that matched, while replay had
@@ -781,8 +796,23 @@ class RunMachine:
             self._replay.append((_UPDATE, 0, u.name, u.id, u.payload))
             self._updates = 1
         load = self._load
+        recorded = self._recorded
+        append = self._replay.append
+        top = -1
         for i in range(1, len(journal)):
-            load(journal[i])
+            rec = journal[i]
+            # Inline, the common case: a step delivered at a fresh position
+            # (most of any journal), with nothing to check it against.
+            if type(rec) is Step and rec.seq not in recorded:
+                seq = rec.seq
+                recorded[seq] = _Recorded(_STEP, rec.name, True)
+                if seq > top:
+                    top = seq
+                append((_OP, seq, Outcome(rec.status, rec.payload)))
+            else:
+                load(rec)
+        if top >= 0 and (self._max_recorded is None or top > self._max_recorded):
+            self._max_recorded = top
 
     def release(self) -> None:
         """Lets go of the run: its payloads and names are dropped.
@@ -845,8 +875,17 @@ class RunMachine:
 
     def _load(self, rec: Record) -> None:
         if isinstance(rec, Step):
-            self._mark(rec.seq, _STEP, rec.name).delivered = True
-            self._replay.append((_OP, rec.seq, Outcome(rec.status, rec.payload)))
+            seq = rec.seq
+            if seq in self._recorded:
+                self._mark(seq, _STEP, rec.name).delivered = True
+            else:
+                # The common case, a step delivered at a fresh position:
+                # nothing to check against.
+                r = self._recorded[seq] = _Recorded(_STEP, rec.name)
+                r.delivered = True
+                if self._max_recorded is None or seq > self._max_recorded:
+                    self._max_recorded = seq
+            self._replay.append((_OP, seq, Outcome(rec.status, rec.payload)))
         elif isinstance(rec, Attempt):
             r = self._mark(rec.seq, _STEP, rec.name)
             r.attempt = rec.attempt
@@ -1105,8 +1144,9 @@ class RunMachine:
         self._last_name = n
         return n
 
-    def _add_pending(self, seq: int, kind: OpKind, name: str, attempt: int, live: bool) -> _Pending:
-        p = _Pending(kind, self._intern(name), attempt, live)
+    def _add_pending(self, seq: int, kind: OpKind, name: str, attempt: int, live: bool) -> _Entry:
+        # Replayed: its recorded entry serves (see _Recorded).
+        p = _Pending(kind, self._intern(name), attempt, True) if live else self._recorded[seq]
         self._pending[seq] = p
         return p
 
@@ -1137,7 +1177,7 @@ class RunMachine:
                 raise _mismatch(seq, r, _STEP, name)
             if r.delivered:
                 start = _REPLAY_STEP
-                self._pending[seq] = _Pending(_STEP, name, 0, False)
+                self._pending[seq] = r
             else:
                 start = StepStart(r.attempt + 1 - r.base, r.retry_at_ms)
                 p = self._pending[seq] = _Pending(_STEP, name, r.attempt + 1, True)
@@ -1716,7 +1756,18 @@ class RunMachine:
         Call only when the code is quiescent; resolve the result, let the
         code run, then call again.
         """
-        if self._replay:
+        replay = self._replay
+        if replay:
+            front = replay[0]
+            if front[0] == _OP:
+                # Inline: this is every delivery of a replay.
+                op = cast("tuple[int, int, Outcome]", front)
+                entry = self._pending.get(op[1])
+                if entry is None or entry.live:
+                    return STALLED
+                del self._pending[op[1]]
+                replay.popleft()
+                return Deliver(op[1], op[2], None)
             return self._next_replay()
         live = self._live
         pending = self._pending
@@ -1761,7 +1812,7 @@ class RunMachine:
         _, ordinal, name, id, payload = front  # type: ignore[misc]
         return DeliverUpdate(ordinal, name, id, payload, None)
 
-    def _deliver_completion(self, seq: int, p: _Pending, c: Completion) -> Next:
+    def _deliver_completion(self, seq: int, p: _Entry, c: Completion) -> Next:
         run = self._info.run
         t = type(c)
         if t is StepCompleted:
