@@ -41,7 +41,6 @@ from fusee.machine import (
     Outcome,
     RunMachine,
     StepCompleted,
-    StepStart,
 )
 from fusee.record import (
     Record,
@@ -116,7 +115,6 @@ class StepCall:
         seq: The step's journal position.
         name: The step's name.
         fn: The callable: no argument, or one `fusee.StepCtx`.
-        start: What the machine said: attempt and earliest start.
         retry: The retry policy.
         timeout_s: Per-attempt timeout in seconds, or None.
         inline: A sync function runs on the engine's loop, not in a thread.
@@ -125,12 +123,13 @@ class StepCall:
             the step's result: the token's completion is).
         takes_ctx: The callable takes the `fusee.StepCtx`.
         is_async: The callable is a coroutine function.
+        attempt: The attempt it starts at, in its retry budget.
+        not_before_ms: When it may start (`fusee.record.PAUSED`: after a resume).
     """
 
     seq: int
     name: str
     fn: Callable[..., Any]
-    start: StepStart
     retry: Retry
     timeout_s: float | None
     inline: bool
@@ -138,8 +137,8 @@ class StepCall:
     is_await: bool
     takes_ctx: bool
     is_async: bool
-    attempt: int = 0
-    not_before_ms: int = 0
+    attempt: int
+    not_before_ms: int
 
 
 class _JournalFuture(asyncio.Future[Any]):
@@ -187,7 +186,6 @@ class RunEnd:
 
     status: Status
     payload: bytes
-    continued_input: bytes | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -248,7 +246,6 @@ class RunDriver:
         # Keyed by id(): timer handles compare (and hash) by value.
         self._loop_timers: dict[int, int] = {}
         self.handlers = _Handlers()
-        self._updates: dict[int, _UpdateCall] = {}
         self.update_waiters: dict[int, Callable[[Status, bytes], None]] = {}
         self.main: asyncio.Task[Any] | None = None
         self.end: RunEnd | None = None
@@ -257,7 +254,6 @@ class RunDriver:
         self._turning = False
         # When the current turn began (time.monotonic), for the watchdog.
         self.turn_started: float | None = None
-        self._stream_waiters: list[Callable[[], None]] = []
 
     # --- life ------------------------------------------------------------------------------------
 
@@ -362,7 +358,7 @@ class RunDriver:
     def _finish(self, main: asyncio.Task[Any]) -> None:
         m = self.machine
         recorded = m.recorded_done()
-        status, payload, continued = self._main_outcome(main)
+        status, payload = self._main_outcome(main)
         if status is None:
             return
         try:
@@ -373,41 +369,39 @@ class RunDriver:
             return
         if recorded is not None:
             # Replayed to its end: the journal already says how it ended.
-            self.end = RunEnd(
-                recorded[0], recorded[1], recorded[1] if recorded[0] == _CONTINUED else None
-            )
+            self.end = RunEnd(recorded[0], recorded[1])
             return
         done = m.finish(status, payload, self.host.now_ms())
-        self.end = RunEnd(status, payload, continued)
+        self.end = RunEnd(status, payload)
         for token in m.take_offered_updates():
             waiter = self.update_waiters.pop(token, None)
             if waiter is not None:
                 waiter(_CANCELLED, _codec.encode("the run ended before the update was handled"))
         self._append(done)
 
-    def _main_outcome(self, main: asyncio.Task[Any]) -> tuple[Status | None, bytes, bytes | None]:
+    def _main_outcome(self, main: asyncio.Task[Any]) -> tuple[Status | None, bytes]:
         if main.cancelled():
             # A coroutine that lets a Cancelled out marks its task cancelled;
             # the reason survives only on the exception result() raises.
             try:
                 main.result()
             except asyncio.CancelledError as e:
-                return _CANCELLED, _codec.encode(_reason_text_of(e)), None
+                return _CANCELLED, _codec.encode(_reason_text_of(e))
         exc = main.exception()
         if exc is None:
             try:
-                return _OK, _codec.encode(main.result(), name="the workflow's result"), None
+                return _OK, _codec.encode(main.result(), name="the workflow's result")
             except PayloadError as e:
                 exc = e
         if isinstance(exc, ContinueAsNew):
-            return _CONTINUED, exc.input, exc.input
+            return _CONTINUED, exc.input
         if isinstance(exc, DeterminismError):
             # Raised by a ctx call and let through by the code: already stuck.
-            return None, b"", None
+            return None, b""
         if isinstance(exc, asyncio.CancelledError):
-            return _CANCELLED, _codec.encode(_reason_text_of(exc)), None
+            return _CANCELLED, _codec.encode(_reason_text_of(exc))
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return _FAILED, _codec.encode([type(exc).__name__, str(exc), tb]), None
+        return _FAILED, _codec.encode([type(exc).__name__, str(exc), tb])
 
     def _stop(self) -> None:
         assert self.error is not None
@@ -643,7 +637,6 @@ class RunDriver:
                 return
         udef, handler, _ = entry
         call = _UpdateCall(ordinal, n.live, n.name)
-        self._updates[ordinal] = call
         self.loop.create_task(
             self._run_update(call, udef, handler, n.payload), name=f"{self.id}-update-{ordinal}"
         )
@@ -665,7 +658,6 @@ class RunDriver:
         except DeterminismError as e:
             raise self.diverged_at_call(e) from None
         self.append(record)
-        self._updates.pop(call.ordinal, None)
         if call.token is not None:
             waiter = self.update_waiters.pop(call.token, None)
             if waiter is not None:
@@ -686,10 +678,6 @@ class RunDriver:
         return _codec.encode(handler(_codec.decode(payload)), name=f"the answer to query '{name}'")
 
     # --- streams ---------------------------------------------------------------------------------
-
-    def on_stream(self, notify: Callable[[], None]) -> None:
-        """Calls ``notify`` when the run appends a chunk or ends a stream (live readers)."""
-        self._stream_waiters.append(notify)
 
 
 def _reason_text(payload: bytes) -> str:

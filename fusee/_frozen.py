@@ -11,6 +11,8 @@ Everything else a dataclass has (``fields()``, ``replace()``, equality,
 from __future__ import annotations
 
 import dataclasses
+import linecache
+import sys
 from typing import Any, TypeVar
 
 __all__ = ["fast_init"]
@@ -20,6 +22,12 @@ T = TypeVar("T")
 
 def fast_init(cls: type[T]) -> type[T]:
     """Replaces a frozen slotted dataclass's ``__init__`` with a faster one.
+
+    Only ``__init__`` changes: ``__setattr__`` still raises
+    ``FrozenInstanceError``, and ``__eq__``, ``__hash__``, ``__repr__``,
+    ``fields()`` and ``replace()`` are the dataclass's own. The new
+    ``__init__`` keeps the original's annotations and resolves them in the
+    class's module, so ``typing.get_type_hints`` still works on it.
 
     Args:
         cls: A dataclass made with ``frozen=True, slots=True`` whose fields
@@ -37,24 +45,40 @@ def fast_init(cls: type[T]) -> type[T]:
         >>> P(1)
         P(x=1, y=0)
     """
-    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-    namespace: dict[str, Any] = {}
+    names: dict[str, Any] = {}
     params: list[str] = []
-    body: list[str] = []
-    for f in fields:
+    lines: list[str] = []
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.default_factory is not dataclasses.MISSING or not f.init:
             raise TypeError(f"fast_init does not support field {f.name!r} of {cls.__name__}")
-        namespace[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        # The slot's own descriptor: what object.__setattr__ ends up calling,
+        # without the attribute lookup and the frozen class's __setattr__.
+        names[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
         if f.default is dataclasses.MISSING:
             params.append(f.name)
         else:
-            namespace[f"_default_{f.name}"] = f.default
+            names[f"_default_{f.name}"] = f.default
             params.append(f"{f.name}=_default_{f.name}")
-        body.append(f"    _set_{f.name}(self, {f.name})")
-    source = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "    pass")
-    exec(source, namespace)
-    init = namespace["__init__"]
+        lines.append(f"        _set_{f.name}(self, {f.name})\n")
+    # Made inside a factory whose parameters are the helpers (closure cells,
+    # as dataclasses does), so none of them leaks into the module's globals.
+    source = (
+        f"def _factory({', '.join(names)}):\n"
+        f"    def __init__(self, {', '.join(params)}):\n"
+        + ("".join(lines) or "        pass\n")
+        + "    return __init__\n"
+    )
+    filename = f"<fusee fast __init__ of {cls.__module__}.{cls.__qualname__}>"
+    module_globals = sys.modules[cls.__module__].__dict__
+    namespace: dict[str, Any] = {}
+    exec(compile(source, filename, "exec"), module_globals, namespace)
+    # Registered so that tracebacks and debuggers show the generated lines.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    init = namespace["_factory"](**names)
+    original = cls.__dict__["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = cls.__init__.__doc__
-    cls.__init__ = init  # type: ignore[method-assign]
+    init.__module__ = cls.__module__
+    init.__annotations__ = dict(original.__annotations__)
+    init.__doc__ = original.__doc__
+    type.__setattr__(cls, "__init__", init)
     return cls

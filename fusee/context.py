@@ -225,25 +225,51 @@ class Ctx:
             raise self._diverged(e) from None
         fut = d.register(seq, "step", name, shape.decode)
         if start.attempt != 0:
-            d.host.run_step(
-                d,
-                StepCall(
-                    seq=seq,
-                    name=name,
-                    fn=fn,
-                    start=start,
-                    retry=retry if retry is not None else DEFAULT_RETRY,
-                    timeout_s=parse_duration(timeout) if timeout is not None else None,
-                    inline=inline,
-                    read_only=read_only,
-                    is_await=False,
-                    takes_ctx=shape.takes_ctx,
-                    is_async=shape.is_async,
-                    attempt=start.attempt,
-                    not_before_ms=start.not_before_ms,
-                ),
+            self._run(
+                seq,
+                name,
+                fn,
+                shape,
+                start.attempt,
+                start.not_before_ms,
+                retry,
+                timeout,
+                inline=inline,
+                read_only=read_only,
             )
         return fut
+
+    def _run(
+        self,
+        seq: int,
+        name: str,
+        fn: Callable[..., Any],
+        shape: _StepShape,
+        attempt: int,
+        not_before_ms: int,
+        retry: Retry | None,
+        timeout: Duration | None,
+        *,
+        inline: bool = False,
+        read_only: bool = False,
+        is_await: bool = False,
+    ) -> None:
+        # Hands the host a step (or a token function) to run.
+        call = StepCall(
+            seq=seq,
+            name=name,
+            fn=fn,
+            retry=retry if retry is not None else DEFAULT_RETRY,
+            timeout_s=parse_duration(timeout) if timeout is not None else None,
+            inline=inline,
+            read_only=read_only,
+            is_await=is_await,
+            takes_ctx=shape.takes_ctx,
+            is_async=shape.is_async,
+            attempt=attempt,
+            not_before_ms=not_before_ms,
+        )
+        self._driver.host.run_step(self._driver, call)
 
     def await_completion(
         self,
@@ -273,23 +299,16 @@ class Ctx:
             raise self._diverged(e) from None
         fut = d.register(seq, "await", name, _codec.decode)
         if start.mode == "run":
-            d.host.run_step(
-                d,
-                StepCall(
-                    seq=seq,
-                    name=name,
-                    fn=fn,
-                    start=start,  # type: ignore[arg-type]
-                    retry=retry if retry is not None else DEFAULT_RETRY,
-                    timeout_s=parse_duration(timeout) if timeout is not None else None,
-                    inline=False,
-                    read_only=False,
-                    is_await=True,
-                    takes_ctx=shape.takes_ctx,
-                    is_async=shape.is_async,
-                    attempt=start.attempt,
-                    not_before_ms=start.not_before_ms,
-                ),
+            self._run(
+                seq,
+                name,
+                fn,
+                shape,
+                start.attempt,
+                start.not_before_ms,
+                retry,
+                timeout,
+                is_await=True,
             )
         return fut
 
@@ -354,8 +373,12 @@ class Ctx:
             fusee.ChildFailed: (from the future) the child failed.
 
         Example:
-            >>> async def f(ctx: Ctx, order_id: str) -> None:
-            ...     await ctx.child(ship, f"ship-{order_id}", order_id)  # doctest: +SKIP
+            >>> import fusee
+            >>> @fusee.workflow("ship")
+            ... async def ship(ctx, order_id: str) -> str:
+            ...     return f"shipped {order_id}"
+            >>> async def f(ctx: Ctx, order_id: str) -> str:
+            ...     return await ctx.child(ship, f"ship-{order_id}", order_id)
         """
         if not isinstance(id, str) or not id:
             raise TypeError(f"ctx.child needs a non-empty run id, got {id!r}")

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias, get_args
 
 import msgpack
 
+from fusee._frozen import fast_init
 from fusee.errors import CorruptRecord
 
 if TYPE_CHECKING:
@@ -808,38 +809,10 @@ _COPY_MAX: Final = 1024
 # --- fast __init__ ---------------------------------------------------------------
 
 
-def _install_init(cls: type) -> None:
-    """Replaces the dataclass ``__init__`` of ``cls`` with one that sets slots directly.
-
-    The frozen dataclass ``__init__`` stores each field with
-    ``object.__setattr__``, about twice the cost of this one. Only ``__init__``
-    changes: ``__setattr__`` still raises ``FrozenInstanceError``, and
-    ``__eq__``, ``__hash__``, ``__repr__``, ``fields()`` and ``replace()`` are
-    the dataclass's own.
-    """
-    names: dict[str, Any] = {}
-    params, lines = [], []
-    for f in _fields_of(cls):
-        names[f"_set_{f.name}"] = _setter(cls, f.name)
-        if f.default is dataclasses.MISSING:
-            params.append(f.name)
-        else:
-            names[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
-        lines.append(f"    _set_{f.name}(self, {f.name})")
-    source = f"def _fn(self, {', '.join(params)}):\n" + "\n".join(lines) + "\n"
-    init = _compile(f"<fusee.record {cls.__name__}.__init__>", source, names)
-    original = cls.__dict__["__init__"]
-    init.__name__ = "__init__"
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    init.__annotations__ = dict(original.__annotations__)
-    init.__doc__ = original.__doc__
-    type.__setattr__(cls, "__init__", init)
-
-
+# The fast __init__ (see fusee._frozen): every record is built on the hot path.
 for _cls in (*_NESTED.values(), *_KIND_OF):
-    _install_init(_cls)
+    _fields_of(_cls)
+    fast_init(_cls)
 del _cls
 
 
