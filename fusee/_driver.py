@@ -19,7 +19,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from fusee import _codec
 from fusee._loop import WorkflowLoop
@@ -160,9 +160,8 @@ class _JournalFuture(asyncio.Future[Any]):
         return True
 
 
-@dataclass(slots=True, eq=False)
-class _Op:
-    """A journal operation the code waits for."""
+class _Op(NamedTuple):
+    """A journal operation the code waits for (a tuple: one is made per operation)."""
 
     future: asyncio.Future[Any]
     kind: str  # "step", "await", "sleep", "wait", "child"
@@ -471,17 +470,19 @@ class RunDriver:
         fut = op.future
         status = outcome.status
         if status is _OK:
+            decode = op.decode
+            if decode is not None:
+                # The common case: a step's or signal's value.
+                try:
+                    fut.set_result(decode(outcome.payload))
+                except PayloadError as e:
+                    fut.set_exception(e)
+                return
             if op.kind == "sleep":
                 fire_at = self._timer_at_ms.get(seq)
                 if fire_at is not None:
                     self.loop.advance_to(fire_at / 1000)
-                fut.set_result(None)
-                return
-            decode = op.decode
-            try:
-                fut.set_result(decode(outcome.payload) if decode is not None else None)
-            except PayloadError as e:
-                fut.set_exception(e)
+            fut.set_result(None)
             return
         if status is _TIMED_OUT:
             fut.set_result(None)
