@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint typecheck pytest bench demo clean
+.PHONY: install test lint typecheck pytest bench demo docs docs-serve clean
 
 $(BIN)/pytest: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -14,8 +14,8 @@ $(BIN)/pytest: pyproject.toml
 install: $(BIN)/pytest
 
 lint: install
-	$(BIN)/ruff check fusee tests bench
-	$(BIN)/ruff format --check fusee tests bench
+	$(BIN)/ruff check fusee tests bench examples
+	$(BIN)/ruff format --check fusee tests bench examples
 
 typecheck: install
 	$(BIN)/mypy
@@ -28,9 +28,21 @@ test: lint typecheck pytest
 bench: install
 	$(BIN)/python bench/run.py
 
+# The checkout demo on ./data: kill it during its cool-off (Ctrl-C or kill -9)
+# and run `make demo` again: it resumes the same run.
 demo: install
-	@echo "The demo (examples/checkout.py) arrives with the engine (issue 4)."
-	$(BIN)/python -c "import fusee; print('fusee', fusee.__version__, 'is installed')"
+	$(BIN)/python examples/checkout.py
+
+# The docs' tools are installed on demand, not by `make install`.
+$(BIN)/mkdocs: pyproject.toml | $(BIN)/pytest
+	$(BIN)/pip install --quiet -e '.[docs]'
+	touch $(BIN)/mkdocs
+
+docs: $(BIN)/mkdocs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(BIN)/mkdocs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache site

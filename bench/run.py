@@ -40,15 +40,19 @@ def main() -> None:
         p.stem for p in HERE.glob("*.py") if p.stem not in {"run", "__init__"}
     )
     rows: list[dict[str, object]] = []
+    failed: list[str] = []
     for name in names:
         print(f"== bench/{name}.py", flush=True)
-        out = subprocess.run(
+        # stderr goes to the terminal: a benchmark's notes (a peer that could
+        # not be installed, say) must reach whoever runs it.
+        proc = subprocess.run(
             [sys.executable, str(HERE / f"{name}.py")],
-            check=True,
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
-        ).stdout
-        for line in out.splitlines():
+        )
+        if proc.returncode != 0:
+            failed.append(f"bench/{name}.py exited with {proc.returncode}")
+        for line in proc.stdout.splitlines():
             if line.startswith("{"):
                 row = json.loads(line)
                 rows.append(row)
@@ -57,6 +61,7 @@ def main() -> None:
         "# Benchmark results",
         "",
         "Written by `make bench` (`python bench/run.py`); do not edit by hand.",
+        f"- Command: `{' '.join(['python', 'bench/run.py', *sys.argv[1:]])}`",
         "",
         f"- Run: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
@@ -70,11 +75,15 @@ def main() -> None:
             f"| {r['bench']} | {r['figure']} | {r['value']:,} | {r.get('goal', '')} "
             f"| {r.get('repeat', '')} |"
         )
+    if failed:
+        lines += ["", "**Failed:** " + "; ".join(failed) + " (its figures above may be partial)."]
     notes = HERE / "NOTES.md"
     if notes.exists():
         lines += ["", notes.read_text().rstrip()]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'RESULTS.md'}")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

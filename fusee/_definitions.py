@@ -33,8 +33,8 @@ __all__ = [
     "workflow",
 ]
 
-I = TypeVar("I")  # noqa: E741 - the conventional name for an input type
-R = TypeVar("R")
+I = TypeVar("I", covariant=True)  # noqa: E741 - the conventional name for an input type
+R = TypeVar("R", covariant=True)
 T = TypeVar("T")
 
 Duration = str | int | float | timedelta

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import fcntl
 import os
 import queue
 import sqlite3
@@ -164,6 +165,7 @@ class SqliteStore:
         self._path = self._directory / FILENAME
         self._durability = durability
         self._readonly = readonly
+        self._lock_file: Any = None
         # How long a write waits for another process's lock before failing.
         self._busy_timeout_s = 5.0
         self._state = "new"  # -> opening -> open -> closing -> closed (-> opening again)
@@ -246,6 +248,7 @@ class SqliteStore:
             if self._readonly:
                 last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
             else:
+                self._lock_writer()
                 ready: asyncio.Future[tuple[int, int]] = loop.create_future()
                 self._writer = threading.Thread(
                     target=self._write_main,
@@ -562,6 +565,31 @@ class SqliteStore:
         finally:
             reader.shutdown(wait=True)
             self._reader = None
+            self._unlock_writer()
+
+    def _lock_writer(self) -> None:
+        # One writer per store: two engines writing one journal would run
+        # the same steps twice and collide on LSNs. An flock on the database
+        # file itself (Linux keeps flocks apart from the POSIX locks SQLite
+        # takes), so the store stays one file, and the kernel drops the lock
+        # when the process dies, even by SIGKILL.
+        self._directory.mkdir(parents=True, exist_ok=True)
+        f = self._path.open("ab")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise StoreError(
+                f"the store {self._path} is open for writing in another process; only one "
+                "engine may write a store: stop it first, or send it work through "
+                "`fusee signal/start/cancel/resume`"
+            ) from None
+        self._lock_file = f
+
+    def _unlock_writer(self) -> None:
+        f, self._lock_file = self._lock_file, None
+        if f is not None:
+            f.close()  # closing the file releases the flock
 
     # -- the reader thread's side ------------------------------------------------------
 

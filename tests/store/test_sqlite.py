@@ -446,3 +446,21 @@ def test_open_store_refuses_urls_it_does_not_support(target: str, message: str) 
 def test_open_store_refuses_a_readonly_memory_store() -> None:
     with pytest.raises(StoreError, match="keeps nothing to read"):
         open_store("memory", readonly=True)
+
+
+async def test_only_one_writer_may_open_a_store_while_readers_may(tmp_path: Path) -> None:
+    first = SqliteStore(tmp_path, durability="none")
+    await first.open()
+    try:
+        second = SqliteStore(tmp_path, durability="none")
+        with pytest.raises(StoreError, match="is open for writing in another process"):
+            await second.open()
+        reader = SqliteStore(tmp_path, readonly=True)
+        await reader.open()
+        await reader.close()
+    finally:
+        await first.close()
+    # Closed: the next writer may open it.
+    third = SqliteStore(tmp_path, durability="none")
+    await third.open()
+    await third.close()

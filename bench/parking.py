@@ -1,0 +1,196 @@
+"""W4: parked runs: memory per parked run, reopen time, recovery after SIGKILL.
+
+- 10,000 workflows each run 5 steps, then sleep for an hour and are parked:
+  process RSS per parked run (after a full collection), and the time to
+  reopen the engine with them parked.
+- A child process holds 200 such runs and is killed with SIGKILL: the time
+  from opening the engine again until all 200 are back at their sleep.
+
+SQLite with durability="fsync" in a fresh temporary directory each time.
+Prints JSON lines (medians).
+
+    python bench/parking.py [--runs N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import fusee
+
+
+async def add_one(i: int) -> int:
+    return i + 1
+
+
+@fusee.workflow("w4")
+async def w4(ctx: fusee.Ctx, n: int) -> int:
+    x = n
+    for i in range(5):
+        x = await ctx.step("s", lambda i=i: add_one(i))
+    await ctx.sleep("nap", "1h")
+    return x
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+async def open_engine(directory: str) -> fusee.Engine:
+    return await fusee.Engine.open(
+        directory, workflows=[w4], durability="fsync", park_after="0s", watchdog=None
+    )
+
+
+async def all_parked(engine: fusee.Engine, n: int) -> None:
+    while True:
+        loaded = sum(len(s.runs) for s in engine.shards)
+        if loaded == 0 and engine.committer.idle:
+            rows = await engine.store.unfinished()
+            if sum(r.status == "suspended" for r in rows) >= n:
+                return
+        await asyncio.sleep(0.01)
+
+
+async def park_many(directory: str, n: int) -> tuple[float, float]:
+    """(RSS bytes per parked run, seconds to reopen with them parked)."""
+    engine = await open_engine(directory)
+    gc.collect()
+    before = rss_bytes()
+    # In batches, as runs arrive in a service: the figure is what a parked
+    # run keeps, not the peak of ten thousand running at once (Python keeps
+    # freed memory for reuse, so a peak would stay in RSS).
+    batch = 250
+    for first in range(0, n, batch):
+        ids = range(first, min(n, first + batch))
+        await asyncio.gather(*(engine.start(w4, f"w4-{i}", i) for i in ids))
+        await all_parked(engine, first + len(ids))
+    gc.collect()
+    per_run = (rss_bytes() - before) / n
+    await engine.close()
+    t0 = time.perf_counter()
+    engine = await open_engine(directory)
+    reopen = time.perf_counter() - t0
+    assert sum(len(s.runs) for s in engine.shards) == 0, "parked runs were loaded on open"
+    await engine.close()
+    return per_run, reopen
+
+
+def killed_child(directory: str, n: int) -> None:
+    """Runs in a child process: starts ``n`` runs, prints READY once all sleep, waits."""
+
+    async def main() -> None:
+        engine = await fusee.Engine.open(
+            directory, workflows=[w4], durability="fsync", park_after="1h", watchdog=None
+        )
+        await asyncio.gather(*(engine.start(w4, f"k-{i}", i) for i in range(n)))
+        while (
+            not all(
+                s.driver.machine.is_suspended() for sh in engine.shards for s in sh.runs.values()
+            )
+            or sum(len(sh.runs) for sh in engine.shards) < n
+        ):
+            await asyncio.sleep(0.01)
+        await engine.committer.flush()
+        print("READY", flush=True)
+        await asyncio.sleep(3600)
+
+    asyncio.run(main())
+
+
+async def recover_after_kill(directory: str, n: int) -> float:
+    """Seconds from reopening until all ``n`` runs of a killed process are at their sleep."""
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--child", directory, str(n)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    assert line.strip() == "READY", f"child said {line!r}"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    t0 = time.perf_counter()
+    engine = await fusee.Engine.open(
+        directory, workflows=[w4], durability="fsync", park_after="1h", watchdog=None
+    )
+    while True:
+        runs = [s for sh in engine.shards for s in sh.runs.values()]
+        if len(runs) >= n and all(s.driver.machine.is_suspended() for s in runs):
+            break
+        await asyncio.sleep(0.001)
+    elapsed = time.perf_counter() - t0
+    await engine.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--killed", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        killed_child(args.child[0], int(args.child[1]))
+        return
+    per_run: list[float] = []
+    reopen: list[float] = []
+    recover: list[float] = []
+    for _ in range(args.repeat):
+        # Each repetition in a fresh process: RSS of one does not carry into the next.
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", str(args.runs), str(args.killed)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        fig = json.loads(out.strip().splitlines()[-1])
+        per_run.append(fig["per_run"])
+        reopen.append(fig["reopen"])
+        recover.append(fig["recover"])
+    figures: list[tuple[str, list[float], str]] = [
+        (f"W4 RSS per parked run, bytes ({args.runs} parked)", per_run, "<= 2048"),
+        (f"W4 reopen with {args.runs} parked, s", reopen, "<= 1"),
+        (f"W4 back at the sleep after SIGKILL, {args.killed} runs, s", recover, "<= 0.1"),
+    ]
+    for name, values, goal in figures:
+        row: dict[str, Any] = {
+            "bench": "parking",
+            "figure": name,
+            "value": round(statistics.median(values), 3),
+            "goal": goal,
+            "repeat": args.repeat,
+            "values": [round(v, 3) for v in values],
+        }
+        print(json.dumps(row))
+
+
+def one(runs: int, killed: int) -> None:
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        per_run, reopen = asyncio.run(park_many(a, runs))
+        recover = asyncio.run(recover_after_kill(b, killed))
+    print(json.dumps({"per_run": per_run, "reopen": reopen, "recover": recover}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--one":
+        one(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        main()
+    os._exit(0)
