@@ -1,6 +1,7 @@
 """Testing workflows: `TestEngine` and `crash_everywhere`.
 
-`TestEngine` is the `Engine` on the memory store with a virtual clock that
+`TestEngine` is the `Engine` on the memory store (or a store the test
+gives it) with a virtual clock that
 stands still until the test moves it (`TestEngine.advance`) or awaits a
 run's result (then idle time skips to the next timer, as in Temporal's
 time-skipping environment). `TestEngine.crash` loses everything but the
@@ -31,8 +32,9 @@ from fusee.engine._clock import VirtualClock
 from fusee.engine._engine import Engine, IdPolicy, Run, RunInfo
 from fusee.errors import StoreError
 from fusee.record import Step, decode
-from fusee.store import Entry, RunRow
+from fusee.store import Entry, RunRow, Store
 from fusee.store.memory import MemoryStore
+from fusee.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -54,8 +56,11 @@ class TestEngine:
 
     Args:
         workflows: The workflows it runs.
-        store: A `fusee.store.memory.MemoryStore` to reopen (for example
-            with changed code); a new one by default.
+        store: A store to reopen (for example with changed code): the
+            `fusee.store.memory.MemoryStore` of another `TestEngine`, or a
+            `fusee.store.SqliteStore` (a crash then reopens its directory
+            with a new store object, as a restarted process would); a new
+            memory store by default.
         start_ms: The virtual clock's start (Unix ms).
         profile: ``"dev"`` (default): strict replay of every journal.
         park_after: How long a suspended run stays in memory.
@@ -72,22 +77,22 @@ class TestEngine:
     def __init__(
         self,
         workflows: Iterable[WorkflowDef[Any, Any]] = (),
-        store: MemoryStore | None = None,
+        store: Store | None = None,
         *,
         start_ms: int = 1_767_225_600_000,
         profile: str | None = "dev",
         park_after: Any = "5s",
     ) -> None:
         self.workflows = list(workflows)
-        self.store = store if store is not None else MemoryStore()
+        self.store: Store = store if store is not None else MemoryStore()
         self.clock = VirtualClock(start_ms)
         self._profile = profile
         self._park_after = park_after
         self._engine: Engine | None = None
         self._mocks: dict[tuple[str, str], Callable[..., Any]] = {}
         self.crashes = 0
-        # Every step invocation as (life, (id, seq)); life counts crashes.
-        self.step_log: list[tuple[int, tuple[str, int]]] = []
+        # Every step invocation as (life, (id, run, seq)); life counts crashes.
+        self.step_log: list[tuple[int, tuple[str, int, int]]] = []
 
     @property
     def engine(self) -> Engine:
@@ -168,8 +173,16 @@ class TestEngine:
     def __getattr__(self, name: str) -> Any:
         # Run handles call the engine's operations by name: route them to the
         # engine of the current life, so handles outlive crashes.
-        if name in _RUN_OPERATIONS and self.__dict__.get("_engine") is not None:
-            return getattr(self.__dict__["_engine"], name)
+        if name in _RUN_OPERATIONS:
+            engine = self.__dict__.get("_engine")
+            if engine is not None:
+                return getattr(engine, name)
+            # A handle kept past `async with`: say so, not "no attribute '_signal'"
+            # (still an AttributeError, so hasattr() and friends behave).
+            raise AttributeError(
+                "this TestEngine is closed; use run handles inside `async with TestEngine(...)`, "
+                "or reopen its store: TestEngine(workflows, store=t.store)"
+            )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # --- time, crashes, mocks ---------------------------------------------------------------
@@ -191,7 +204,14 @@ class TestEngine:
             before = (engine.committer.lsn, engine.committer.durable_lsn, len(engine._tasks))
             for _ in range(4):
                 await asyncio.sleep(0)
-            busy = engine.busy_steps > 0 or not engine.committer.idle
+            # Engine tasks (waking a parked run, starting a child) read the
+            # store, which for SQLite happens on a thread: busy too, or a
+            # settle could return while one is still on its way.
+            busy = (
+                engine.busy_steps > 0
+                or (not engine.committer.idle and engine.committer.failed is None)
+                or bool(engine._tasks)
+            )
             if busy:
                 # A step function runs in a worker thread: give it real time.
                 await asyncio.sleep(0.001)
@@ -237,8 +257,17 @@ class TestEngine:
         for _ in range(3):
             await asyncio.sleep(0)
         await self.store.close()
+        self.store = _reopened(self.store)
         self.crashes += 1
         await self._open()
+
+
+def _reopened(store: Store) -> Store:
+    """The store a restarted process would open: an SQLite directory gets a new object."""
+    if isinstance(store, SqliteStore):
+        return SqliteStore(store.path.parent, durability=store._durability)
+    # The memory store outlives the crash as the object itself (it is the "disk").
+    return store
 
 
 class _CrashAfter(StoreError):
@@ -388,11 +417,11 @@ async def _outcome(
 
 
 def _check_no_durable_step_ran_again(t: TestEngine, store: _LoggingStore, keep: int) -> None:
-    durable: set[tuple[str, int]] = set()
+    durable: set[tuple[str, int, int]] = set()
     for entry in store.log[:keep]:
         rec = decode(entry.data)
         if isinstance(rec, Step):
-            durable.add((entry.id, rec.seq))
+            durable.add((entry.id, entry.run, rec.seq))
     again = [key for life, key in t.step_log if life > 0 and key in durable]
     if again:
         raise AssertionError(

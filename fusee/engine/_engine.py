@@ -39,6 +39,7 @@ from fusee.engine._steps import run_step
 from fusee.errors import (
     AlreadyExists,
     Cancelled,
+    CorruptRecord,
     DeterminismError,
     FuseeError,
     NotFound,
@@ -46,7 +47,7 @@ from fusee.errors import (
     UnknownWorkflow,
     WorkflowFailed,
 )
-from fusee.machine import ChildCompleted, SignalMatched, TimerFired, WaitTimedOut
+from fusee.machine import ChildCompleted, OpKind, SignalMatched, TimerFired, WaitTimedOut
 from fusee.record import (
     DETACHED,
     Attributes,
@@ -177,6 +178,8 @@ class _RunState:
     due: dict[int, int] = field(default_factory=dict)
     records: list[Record] | None = None
     row_status: str = "running"
+    # Callers of `Run.update` waiting for the handler's answer.
+    updates: set[asyncio.Future[tuple[Status, bytes]]] = field(default_factory=set)
 
     @property
     def id(self) -> str:
@@ -340,10 +343,12 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         if isinstance(self.clock, WallClock):
             self.clock.loop = self._loop
-        # Step functions running now, and every invocation as (life, (id, seq)):
-        # the test host settles on the first and checks replays with the second.
+        # Step functions running now, and every invocation as (life, (id, run,
+        # seq)): the test host settles on the first and checks replays with the
+        # second. The run is in the key because runs of one id (continue-as-new,
+        # REPLACE) reuse seqs: without it a new run's step looked like a rerun.
         self.busy_steps = 0
-        self.step_log: list[tuple[int, tuple[str, int]]] = []
+        self.step_log: list[tuple[int, tuple[str, int, int]]] = []
         self.life = 0
 
     # --- opening and closing ---------------------------------------------------------------------
@@ -412,12 +417,30 @@ class Engine:
                 self._arm_wake(row)
             else:
                 self._spawn(self._wake(row.id))
+        # Fix: a run that ended in continue-as-new starts its next run only
+        # once its `Done` is durable, in a later write. A crash between the
+        # two left the id's row "continued" (not unfinished) and the next run
+        # was never started: its result() waited forever. A row still
+        # "continued" at open is such a run; start its next run now.
+        for row in await self.store.list(status="continued"):
+            self._spawn(self._continue(row))
+
+    async def _continue(self, row: RunRow) -> None:
+        entries = await self.store.load(row.id, row.run)
+        start, done = _decode_journal(row.id, row.run, [entries[0], entries[-1]])
+        wf = self.workflows.get(row.workflow)
+        if not isinstance(start, Start) or not isinstance(done, Done) or wf is None:
+            log.warning("run %r continued as new but cannot be continued here", row.id)
+            return
+        if self._loaded(row.id) is None and row.id not in self._loading:
+            self._create_run(wf, row.id, done.payload, parent=start.parent, policy=start.policy)
 
     async def close(self) -> None:
         """Stops the engine: waits for in-flight writes, leaves every run to recover."""
         if self._closed:
             return
         self._closed = True
+        self._release_waiters()
         if self._watchdog is not None:
             self._watchdog.stop()
         for task in list(self._tasks):
@@ -444,6 +467,7 @@ class Engine:
     def _abandon(self) -> None:
         """Drops everything but the store, as a crash would (the test host's ``crash``)."""
         self._closed = True
+        self._release_waiters()
         if self._watchdog is not None:
             self._watchdog.stop()
         self.committer.abandon()
@@ -543,21 +567,18 @@ class Engine:
         return lsn
 
     def _react(self, state: _RunState, record: Record, lsn: int) -> None:
-        id = state.id
+        # Timer callbacks name the run by id and number, never by its state:
+        # they outlive parking, and must not keep a parked run in memory.
+        id, run = state.id, state.run
         if isinstance(record, Timer):
             seq = record.seq
-            self._arm(
-                id, seq, record.fire_at_ms, lambda: self._fire(id, state.run, seq, TimerFired())
-            )
+            self._arm(id, seq, record.fire_at_ms, lambda: self._fire(id, run, seq, TimerFired()))
         elif isinstance(record, Wait):
             state.waits[record.seq] = record.name
             if record.deadline_ms:
                 seq = record.seq
                 self._arm(
-                    id,
-                    seq,
-                    record.deadline_ms,
-                    lambda: self._fire(id, state.run, seq, WaitTimedOut()),
+                    id, seq, record.deadline_ms, lambda: self._fire(id, run, seq, WaitTimedOut())
                 )
             self._match(state)
         elif isinstance(record, Waited):
@@ -760,6 +781,12 @@ class Engine:
         except BaseException as e:
             fut.set_exception(e)
             fut.exception()
+            if isinstance(e, FuseeError):
+                # The run cannot be loaded: whoever waits for its result
+                # hears why instead of waiting forever.
+                for waiter in self._results.pop(id, []):
+                    if not waiter.done():
+                        waiter.set_exception(e)
             raise
         else:
             fut.set_result(state)
@@ -773,20 +800,37 @@ class Engine:
             raise NotFound(f"no run has id '{id}'; `fusee list` shows the runs of a store")
         if row.status in _FINISHED:
             return None
-        entries = await self.store.load(id, row.run)
-        records = [decode(data) for _, data in entries]
         wf = self.workflows.get(row.workflow)
         if wf is None:
             raise UnknownWorkflow(_unknown(row.workflow, self.workflows))
+        entries = await self.store.load(id, row.run)
+        records = _decode_journal(id, row.run, entries)
         self._disarm(id, -1)
         state = self._make_state(wf, records, entries[-1][0])
         state.row_status = row.status
         self._shard(id).runs[id] = state
         self._rebuild(state, records)
         state.driver.start()
-        if state.row_status == "suspended" and not state.driver.machine.is_suspended():
+        done = records[-1]
+        if state.driver.end is not None and isinstance(done, Done):
+            # Fix: a journal that ends with the run's `Done` under a row still
+            # unfinished (the row's write was lost: crash_everywhere's crash
+            # inside a batch, or a store restored from parts) replayed to its
+            # end and then sat loaded forever, its row "running", its result
+            # and its parent never told. Finish it as if the `Done` were new.
+            self._ended(state, done, entries[-1][0])
+            return None
+        # Fix: the row was set back to "running" only when the replayed run
+        # was not suspended, but a parked run is woken to take a delivery (a
+        # signal, an update, a completion, a child's result) that makes it run
+        # on only after this. Its row stayed "suspended" (wake_ms stale or
+        # None) and a crash before it parked again left it unrecovered for
+        # good: a run with an acknowledged signal that never went on. The row
+        # is written even when the store's says "running": a park's
+        # "suspended" row may still be on its way to the store.
+        if state.row_status == "suspended":
             state.row_status = "running"
-            self._put_row(state)
+        self._put_row(state)
         return state
 
     def _make_state(self, wf: WorkflowDef[Any, Any], records: list[Record], gate: int) -> _RunState:
@@ -842,16 +886,36 @@ class Engine:
     async def _park(self, state: _RunState) -> None:
         state.park_handle = None
         driver = state.driver
-        if self._loaded(state.id) is not state or not driver.machine.is_suspended() or state.steps:
+        if (
+            self._loaded(state.id) is not state
+            or not driver.machine.is_suspended()
+            or state.steps
+            or state.updates
+        ):
             return
         await self.committer.durable(driver.machine.gate)
-        if self._loaded(state.id) is not state or not driver.machine.is_suspended() or state.steps:
+        if (
+            self._loaded(state.id) is not state
+            or not driver.machine.is_suspended()
+            or state.steps
+            or state.updates
+        ):
             return
         if self.strict:
             self._check_replay(state)
             if driver.error is not None:
                 return
         wake = min(state.due.values(), default=None)
+        m = driver.machine
+        if any(m.pending_kind(seq) is OpKind.CHILD for seq in range(m.next_seq())):
+            # Fix: a child's end reaches its parked parent as a delivery the
+            # parent records later; a crash in between lost it for good (the
+            # parent's row said "suspended" with nothing to wake it, and the
+            # finished child is not recovered). A parent parked on a child is
+            # therefore woken at once by recovery, which replays it and asks
+            # its children again (`_rebuild` -> `_start_child`).
+            now = self.clock.now_ms()
+            wake = now if wake is None else min(wake, now)
         del self._shard(state.id).runs[state.id]
         driver.close()
         state.row_status = "suspended"
@@ -1061,6 +1125,15 @@ class Engine:
                     raise NotFound(f"no run has id '{id}'; `fusee list` shows the runs of a store")
                 if row.status in _FINISHED and row.status != "continued":
                     return await self._finished_result(id, row)
+                if row.status in ("running", "paused"):
+                    # Fix: an unfinished run that is neither loaded nor parked
+                    # failed to load (a damaged journal, a workflow this engine
+                    # was not given) and nothing would ever end the wait:
+                    # load it here, so the caller gets that error.
+                    if await self._wake(id) is None:
+                        # It had ended after all; its row is on its way.
+                        await self.committer.flush()
+                    continue
             fut: asyncio.Future[None] = self._loop.create_future()
             self._results.setdefault(id, []).append(fut)
             await self.wait_result(fut)
@@ -1080,7 +1153,7 @@ class Engine:
 
     async def _finished_result(self, id: str, row: RunRow) -> Any:
         entries = await self.store.load(id, row.run)
-        done = decode(entries[-1][1])
+        done = _decode_journal(id, row.run, entries[-1:])[0]
         if not isinstance(done, Done):
             raise StoreError(f"run '{id}' is marked {row.status} but its journal has no end record")
         wf = self._workflow(row.workflow)
@@ -1103,6 +1176,11 @@ class Engine:
             self._disarm(state.id, seq)
 
         def durable() -> None:
+            ended = _codec.encode(
+                ["RunEnded", f"run '{state.id}' ended before the update's handler finished"]
+            )
+            for caller in list(state.updates):
+                _settle(caller, (_CANCELLED, ended))
             if self.strict:
                 self._check_replay(state)
             shard = self._shard(state.id)
@@ -1181,7 +1259,7 @@ class Engine:
         row = await self.store.get(id)
         assert row is not None
         entries = await self.store.load(id, row.run)
-        records = [decode(d) for _, d in entries]
+        records = _decode_journal(id, row.run, entries)
         replay = RunDriver(_ReplayHost(), self._workflow(row.workflow), records, entries[-1][0])
         try:
             replay.start()
@@ -1192,7 +1270,7 @@ class Engine:
     async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
         self._check_open()
         state = await self._wake(id)
-        if state is None:
+        if state is None or state.driver.end is not None:
             raise FuseeError(f"run '{id}' has finished; update '{name}' was not delivered")
         self._tokens += 1
         token = self._tokens
@@ -1202,10 +1280,18 @@ class Engine:
             lsn = state.driver.machine.gate
             self.committer.on_durable(lsn, lambda: _settle(fut, (status, out)))
 
-        state.driver.offer_update(
-            token, name, update_id or f"{id}/update/{token}", payload, answered
-        )
-        status, out = await fut
+        # Fix: the caller waited forever when the run ended (or parked, or
+        # the engine closed) while the update's handler had not answered. The
+        # run keeps its callers' futures: its end answers them, and it does
+        # not park while one waits.
+        state.updates.add(fut)
+        try:
+            state.driver.offer_update(
+                token, name, update_id or f"{id}/update/{token}", payload, answered
+            )
+            status, out = await fut
+        finally:
+            state.updates.discard(fut)
         if status is _OK:
             return _codec.decode(out)
         t, m = _error_pair(out)
@@ -1234,6 +1320,10 @@ class Engine:
     async def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         sent = 0
         while True:
+            # Fix: a reader waiting for the next chunk when the engine closed
+            # (or crashed, in the test host) waited forever; `close` wakes the
+            # readers and they end here with a clear error.
+            self._check_open()
             await self.committer.flush()
             row = await self.store.get(id)
             if row is None:
@@ -1241,8 +1331,7 @@ class Engine:
             entries = await self.store.load(id, row.run)
             chunks: list[bytes] = []
             ended = row.status in _FINISHED
-            for _, data in entries:
-                rec = decode(data)
+            for rec in _decode_journal(id, row.run, entries):
                 if isinstance(rec, Chunk) and rec.stream == name:
                     chunks.append(rec.payload)
                 elif isinstance(rec, StreamEnd) and rec.stream == name:
@@ -1264,6 +1353,17 @@ class Engine:
     def _notify_streams(self, id: str) -> None:
         for event in self._stream_events.get(id, ()):
             event.set()
+
+    def _release_waiters(self) -> None:
+        # Closing (or the test host's crash): stream readers and update
+        # callers of this engine hear so instead of waiting forever.
+        for id in self._stream_events:
+            self._notify_streams(id)
+        closed = _codec.encode(["EngineClosed", "the engine closed before the update's answer"])
+        for shard in self.shards:
+            for state in shard.runs.values():
+                for fut in list(state.updates):
+                    _settle(fut, (_CANCELLED, closed))
 
     async def _describe(self, id: str) -> RunInfo:
         state = self._loaded(id)
@@ -1341,7 +1441,13 @@ class _StepStream:
         self._skip = opened.recorded
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None:
+            # Fix: an attempt that raised closed the stream, so its retry's
+            # chunks were dropped (the machine ignores appends to a closed
+            # stream). Left open, the retry continues after the recorded
+            # chunks, and the step's final result ends the stream.
+            return
         self._state.driver.append(self._state.driver.machine.stream_close(self._name, self._seq))
 
     async def append(self, value: Any) -> None:
@@ -1387,6 +1493,21 @@ class _Watchdog:
                     )
                     self._engine.watchdog_reports.append(msg)
                     log.warning("%s", msg)
+
+
+def _decode_journal(id: str, run: int, entries: Iterable[tuple[int, bytes]]) -> list[Record]:
+    # Fix: a damaged record raised the bare decoder's CorruptRecord, which
+    # did not say whose journal it was in; the caller needs the run to act.
+    records = []
+    for lsn, data in entries:
+        try:
+            records.append(decode(data))
+        except CorruptRecord as e:
+            raise CorruptRecord(
+                f"the journal of run '{id}' (run {run}) has a damaged record at LSN {lsn}: {e}; "
+                "restore the store from a backup (other runs are not affected)"
+            ) from e
+    return records
 
 
 def _settle(fut: asyncio.Future[T], value: T) -> None:

@@ -68,7 +68,7 @@ async def run_step(engine: Engine, state: _RunState, call: StepCall) -> None:
         if not m.step_pending(seq) or driver.loop.is_closed():
             return
         sctx = engine.step_ctx(state, seq, attempt)
-        engine.step_log.append((engine.life, (driver.id, seq)))
+        engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
         engine.busy_steps += 1
         try:
             try:

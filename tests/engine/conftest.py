@@ -1,0 +1,103 @@
+"""Fixtures of the engine tests: each runs on the memory store and on SQLite.
+
+`host` makes a `TestEngine` (virtual clock, dev profile) on a fresh store of
+the kind under test; on SQLite, `crash()` abandons the engine and opens a new
+`SqliteStore` on the same directory, as a restarted process would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from fusee.pytest_plugin import EngineFactory
+from fusee.store import Entry, MemoryStore, RunRow, SqliteStore, Store
+from fusee.testing import TestEngine
+
+STORES = [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
+
+
+class Stores:
+    """Fresh stores of one kind; each SQLite store in its own directory."""
+
+    def __init__(self, kind: str, directory: Path) -> None:
+        self.kind = kind
+        self.directory = directory
+        self._n = itertools.count(1)
+
+    def new(self) -> Store:
+        if self.kind == "memory":
+            return MemoryStore()
+        return SqliteStore(self.directory / f"store-{next(self._n)}", durability="none")
+
+
+class Host(Protocol):
+    def __call__(self, workflows: Iterable[Any] = (), **kw: Any) -> TestEngine: ...
+
+
+@pytest.fixture(params=STORES)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+def stores(store_kind: str, tmp_path: Path) -> Stores:
+    return Stores(store_kind, tmp_path)
+
+
+@pytest.fixture
+def host(fusee_engine: EngineFactory, stores: Stores) -> Host:
+    """``host(workflows=[...], **kw)``: a TestEngine on a new store of the kind under test."""
+
+    def make(workflows: Iterable[Any] = (), **kw: Any) -> TestEngine:
+        kw.setdefault("store", stores.new())
+        return fusee_engine(workflows=workflows, **kw)
+
+    return make
+
+
+def step_runs(t: TestEngine) -> Counter[tuple[str, int]]:
+    """How often each step ``(id, seq)`` was invoked, over every life and run of ``t``."""
+    return Counter((id, seq) for _, (id, _run, seq) in t.step_log)
+
+
+def assert_steps_ran_once(t: TestEngine) -> None:
+    """No step function ran twice (replays re-run workflow code, never steps)."""
+    again = {key: n for key, n in Counter(key for _, key in t.step_log).items() if n > 1}
+    assert not again, f"steps ran more than once: {again}"
+
+
+class HeldWrites:
+    """Holds a store's appends until `release` (a slow disk); ``with`` restores it."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.real = store.append
+        self.released = asyncio.Event()
+        self.waiting = asyncio.Event()  # an append is held
+        self.writes = 0
+
+    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+        self.waiting.set()
+        await self.released.wait()
+        await self.real(entries, runs)
+        self.writes += 1
+
+    def release(self) -> None:
+        self.released.set()
+
+    def __enter__(self) -> HeldWrites:
+        self.store.append = self.append  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Released on the way out too, so a failing test does not hang in close().
+        self.released.set()
+        self.store.append = self.real  # type: ignore[method-assign]

@@ -1,0 +1,259 @@
+"""Bad input and faults: each is a clear `fusee.errors` error, and nothing recorded is lost.
+
+Every test runs on the memory store and on SQLite, except those about the
+SQLite file itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import fusee
+from fusee.store import MemoryStore, SqliteStore, Store
+
+from .conftest import Host, assert_steps_ran_once
+
+pytestmark = pytest.mark.asyncio
+
+go = fusee.signal("go", int)
+
+
+@dataclasses.dataclass(frozen=True)
+class Order:
+    id: str
+    amount: int
+
+
+@fusee.workflow("checkout")
+async def checkout(ctx: fusee.Ctx, order: Order) -> int:
+    got = await ctx.wait_for(go)
+    return await ctx.step("charge", lambda: order.amount + (got or 0))
+
+
+@fusee.workflow("other")
+async def other(ctx: fusee.Ctx, n: int) -> int:
+    return await ctx.step("plus", lambda: n + 1)
+
+
+async def _ids(store: Store) -> list[str]:
+    return [row.id for row in await store.list()]
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+
+async def test_an_unknown_workflow_name_is_refused_naming_the_fix(host: Host) -> None:
+    async with host(workflows=[checkout, other]) as t:
+        with pytest.raises(fusee.UnknownWorkflow) as e:
+            await t.start("checkuot", "c-1", Order("o", 1))
+        assert "workflow 'checkuot' is not registered" in str(e.value)
+        assert "checkout, other" in str(e.value)
+        assert "Engine.open(..., workflows=[...])" in str(e.value)
+        assert await _ids(t.engine.store) == []
+        assert t.engine.store.last_lsn == 0
+        await t.crash()
+        assert await _ids(t.engine.store) == []
+
+
+async def test_a_taken_id_is_refused_and_the_run_there_is_untouched(host: Host) -> None:
+    async with host(workflows=[checkout]) as t:
+        run = await t.start(checkout, "c-1", Order("o", 1))
+        await t.settle()
+        before = await t.engine.store.load("c-1")
+        with pytest.raises(fusee.AlreadyExists, match="run 'c-1' exists"):
+            await t.start(checkout, "c-1", Order("o", 2))
+        await t.settle()
+        assert await t.engine.store.load("c-1") == before
+        await run.signal(go, 10)
+        assert await run.result() == 11
+
+
+async def test_an_input_that_does_not_decode_to_its_type_fails_the_run_not_start(
+    host: Host,
+) -> None:
+    # Documented choice: start accepts any encodable input (it is recorded as
+    # given); decoding it to the annotated type is the run's first act, so a
+    # mismatch fails the run with PayloadError, replayably.
+    async with host(workflows=[checkout]) as t:
+        run = await t.start(checkout, "c-1", {"id": "o", "amount": "not a number"})
+        with pytest.raises(fusee.WorkflowFailed) as e:
+            await run.result()
+        assert e.value.type == "PayloadError"
+        assert "amount" in e.value.message
+        await t.crash()
+        with pytest.raises(fusee.WorkflowFailed, match="PayloadError"):
+            await run.result()
+
+
+async def test_an_input_that_cannot_be_encoded_is_refused_by_start(host: Host) -> None:
+    async with host(workflows=[checkout]) as t:
+        with pytest.raises(fusee.PayloadError, match="the input of run 'c-1'"):
+            await t.start(checkout, "c-1", object())
+        assert await _ids(t.engine.store) == []
+
+
+async def test_a_signal_payload_of_the_wrong_type_raises_payload_error_in_the_wait(
+    host: Host,
+) -> None:
+    @fusee.workflow("strict")
+    async def strict(ctx: fusee.Ctx) -> str:
+        try:
+            await ctx.wait_for(go)
+        except fusee.PayloadError as e:
+            return f"refused: {e}"
+        return "accepted"
+
+    async with host(workflows=[strict]) as t:
+        run = await t.start(strict, "s-1")
+        await run.signal(go, "not an int")
+        got = await run.result()
+        assert got.startswith("refused: ")
+        await t.crash()
+        assert await run.result() == got
+
+
+async def test_a_signal_to_a_finished_run_is_refused_and_not_recorded(host: Host) -> None:
+    async with host(workflows=[other]) as t:
+        run = await t.start(other, "o-1", 1)
+        assert await run.result() == 2
+        before = await t.engine.store.load("o-1")
+        with pytest.raises(fusee.FuseeError, match="has finished"):
+            await run.signal(go, 1)
+        await t.settle()
+        assert await t.engine.store.load("o-1") == before
+
+
+async def test_a_run_of_a_workflow_this_engine_lacks_raises_unknown_workflow(host: Host) -> None:
+    async with host(workflows=[checkout, other]) as t:
+        await t.start(checkout, "c-1", Order("o", 1))
+        await t.settle()
+        store = t.store
+    async with host(workflows=[other], store=store) as t2:
+        with pytest.raises(fusee.UnknownWorkflow, match="'checkout' is not registered"):
+            await t2.get("c-1").result()
+        with pytest.raises(fusee.UnknownWorkflow):
+            await t2.get("c-1").signal(go, 1)
+        assert await t2.execute(other, "o-1", 1) == 2  # the rest works
+    async with host(workflows=[checkout], store=store) as t3:
+        await t3.get("c-1").signal(go, 1)
+        assert await t3.get("c-1").result() == 2
+
+
+# --- the store ------------------------------------------------------------------------------------
+
+
+def _fail_next_write(store: Store) -> None:
+    if isinstance(store, MemoryStore):
+        store.fail_next_append(fusee.StoreError("injected: disk full"))
+    else:
+        assert isinstance(store, SqliteStore)
+        store._fail_next_append(sqlite3.OperationalError("injected: disk I/O error"))
+
+
+async def test_a_failed_write_fails_the_waiters_and_loses_nothing_acknowledged(
+    host: Host,
+) -> None:
+    async with host(workflows=[checkout]) as t:
+        runs = [await t.start(checkout, f"c-{i}", Order(str(i), i)) for i in range(4)]
+        await runs[0].signal(go, 100)  # acknowledged: durable
+        assert await runs[0].result() == 100
+        await t.settle()
+        _fail_next_write(t.engine.store)
+        with pytest.raises(fusee.StoreError, match="injected"):
+            await runs[1].signal(go, 100)
+        # The engine stops taking work until it is reopened, and says so.
+        with pytest.raises(fusee.StoreError, match="injected"):
+            await runs[2].result()
+        with pytest.raises(fusee.StoreError, match="injected"):
+            await t.start(checkout, "c-new", Order("n", 1))
+        await t.crash()
+        # Everything acknowledged is there: the four starts, the first signal.
+        assert await runs[0].result() == 100
+        assert sorted(await _ids(t.engine.store)) == ["c-0", "c-1", "c-2", "c-3"]
+        for i, run in enumerate(runs[1:], 1):
+            await run.signal(go, 1000)
+            assert await run.result() == i + 1000
+        assert_steps_ran_once(t)
+
+
+async def _flip_a_byte(store: Store, lsn: int) -> None:
+    """Damages one journal record as a bad disk would (the store is closed)."""
+    if isinstance(store, MemoryStore):
+        for journal in store._journals.values():
+            for i, (at, data) in enumerate(journal):
+                if at == lsn:
+                    journal[i] = (at, data[:-1] + bytes([data[-1] ^ 0x40]))
+        return
+    assert isinstance(store, SqliteStore)
+    conn = sqlite3.connect(store.path)
+    try:
+        (data,) = conn.execute("SELECT data FROM journal WHERE lsn = ?", (lsn,)).fetchone()
+        damaged = data[:-1] + bytes([data[-1] ^ 0x40])
+        conn.execute("UPDATE journal SET data = ? WHERE lsn = ?", (damaged, lsn))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("finished", [False, True], ids=["unfinished", "finished"])
+async def test_a_damaged_record_is_reported_naming_its_run_and_other_runs_work(
+    host: Host, finished: bool
+) -> None:
+    async with host(workflows=[checkout]) as t:
+        bad = await t.start(checkout, "bad", Order("b", 1))
+        await t.start(checkout, "good", Order("g", 2))
+        if finished:
+            await bad.signal(go, 0)
+            assert await bad.result() == 1
+        await t.settle()
+        store = t.store
+        entries = await store.load("bad")
+        # The last record: the wait of an unfinished run, the end of a finished one.
+        target = entries[-1][0]
+    await _flip_a_byte(store, target)
+    async with host(workflows=[checkout], store=store) as t2:
+        with pytest.raises(fusee.CorruptRecord) as e:
+            await t2.get("bad").result()
+        assert "run 'bad'" in str(e.value)
+        assert f"LSN {target}" in str(e.value)
+        assert "restore the store from a backup" in str(e.value)
+        assert isinstance(e.value, fusee.StoreError)
+        # The other runs do not care.
+        await t2.get("good").signal(go, 10)
+        assert await t2.get("good").result() == 12
+        new = await t2.start(checkout, "new", Order("n", 3))
+        await new.signal(go, 0)
+        assert await new.result() == 3
+
+
+# --- the SQLite file ------------------------------------------------------------------------------
+
+
+async def test_a_store_from_a_newer_format_is_refused_at_open(tmp_path: Path) -> None:
+    async with await fusee.Engine.open(tmp_path, workflows=[other], durability="none") as engine:
+        assert await engine.execute(other, "o-1", 1) == 2
+    conn = sqlite3.connect(tmp_path / "fusee.db")
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        conn.execute("PRAGMA user_version = 99")
+        conn.commit()
+    finally:
+        conn.close()
+    with pytest.raises(fusee.StoreError, match="format 99, newer than this fusee") as e:
+        await fusee.Engine.open(tmp_path, workflows=[other], durability="none")
+    assert "upgrade fusee" in str(e.value)
+
+
+async def test_a_database_that_is_not_a_fusee_store_is_refused_at_open(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "fusee.db")
+    try:
+        conn.execute("CREATE TABLE orders (id TEXT)")
+        conn.commit()
+    finally:
+        conn.close()
+    with pytest.raises(fusee.StoreError, match="not a fusee store"):
+        await fusee.Engine.open(tmp_path, workflows=[other], durability="none")
