@@ -250,6 +250,8 @@ class RunDriver:
         self.end: RunEnd | None = None
         self.error: DeterminismError | None = None
         self.ctx: Ctx | None = None
+        # The host's own state for this run, so it finds it without a lookup.
+        self.host_data: Any = None
         self._turning = False
         # When the current turn began (time.monotonic), for the watchdog.
         self.turn_started: float | None = None

@@ -178,6 +178,13 @@ class _RunState:
     due: dict[int, int] = field(default_factory=dict)
     records: list[Record] | None = None
     row_status: str = "running"
+    # Its shard, found once: host callbacks run for every record and step.
+    shard: _Shard | None = None
+
+    def is_loaded(self) -> bool:
+        """Whether this state is its run's loaded one (not parked, ended or replaced)."""
+        return self.shard is not None and self.shard.runs.get(self.driver.id) is self
+
     # Callers of `Run.update` waiting for the handler's answer.
     updates: set[asyncio.Future[tuple[Status, bytes]]] = field(default_factory=set)
 
@@ -555,8 +562,8 @@ class Engine:
 
     def append(self, driver: RunDriver, record: Record) -> int:
         lsn = self.committer.append(driver.id, driver.run, encode(record))
-        state = self._loaded(driver.id)
-        if state is None or state.driver is not driver:
+        state: _RunState | None = driver.host_data
+        if state is None or not state.is_loaded():
             return lsn
         if state.records is not None:
             state.records.append(record)
@@ -603,8 +610,8 @@ class Engine:
                 self._disarm(id, seq)
 
     def run_step(self, driver: RunDriver, call: StepCall) -> None:
-        state = self._loaded(driver.id)
-        if state is None or state.driver is not driver:
+        state: _RunState | None = driver.host_data
+        if state is None or not state.is_loaded():
             return
         task = self._loop.create_task(run_step(self, state, call))
         state.steps.add(task)
@@ -625,8 +632,8 @@ class Engine:
                 fut.set_result(None)
 
     def turned(self, driver: RunDriver) -> None:
-        state = self._loaded(driver.id)
-        if state is None or state.driver is not driver or driver.end is not None:
+        state: _RunState | None = driver.host_data
+        if state is None or not state.is_loaded() or driver.end is not None:
             return
         m = driver.machine
         if m.is_paused():
@@ -648,7 +655,7 @@ class Engine:
     # --- step results, heartbeats, tokens --------------------------------------------------------
 
     def step_result(self, state: _RunState, seq: int, status: Status, payload: bytes) -> None:
-        if self._loaded(state.id) is state:
+        if state.is_loaded():
             state.driver.step_done(seq, status, payload)
 
     def paused(self, state: _RunState) -> None:
@@ -838,6 +845,8 @@ class Engine:
         assert isinstance(start, Start)
         driver = RunDriver(self, wf, records, gate, strict=self.strict)
         state = _RunState(driver, wf, start.started_ms, start.parent, start.policy)
+        state.shard = self._shard(start.id)
+        driver.host_data = state
         if self.strict:
             state.records = list(records)
         return state

@@ -67,6 +67,10 @@ async def run_step(engine: Engine, state: _RunState, call: StepCall) -> None:
             await engine.sleep_until(not_before)
         if not m.step_pending(seq) or driver.loop.is_closed():
             return
+        if engine.committer.failed is not None:
+            # The store failed: what the run did since its last good write
+            # is lost, so nothing may act on it. Reopening recovers the run.
+            return
         sctx = engine.step_ctx(state, seq, attempt)
         engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
         engine.busy_steps += 1
