@@ -16,6 +16,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,54 +37,79 @@ def machine() -> str:
 
 
 def main() -> None:
-    names = sys.argv[1:] or sorted(
-        p.stem for p in HERE.glob("*.py") if p.stem not in {"run", "__init__"}
-    )
-    rows: list[dict[str, object]] = []
-    failed: list[str] = []
-    for name in names:
-        print(f"== bench/{name}.py", flush=True)
-        # stderr goes to the terminal: a benchmark's notes (a peer that could
-        # not be installed, say) must reach whoever runs it.
-        proc = subprocess.run(
-            [sys.executable, str(HERE / f"{name}.py")],
-            stdout=subprocess.PIPE,
-            text=True,
+    args = sys.argv[1:]
+    saved = HERE / "results.json"
+    # Rows per benchmark, with when and how each ran: running some benchmarks
+    # replaces their rows and keeps the others'; --render only rewrites the page.
+    state: dict[str, Any] = json.loads(saved.read_text()) if saved.exists() else {}
+    if args != ["--render"]:
+        names = args or sorted(
+            p.stem for p in HERE.glob("*.py") if p.stem not in {"run", "__init__"}
         )
-        if proc.returncode != 0:
-            failed.append(f"bench/{name}.py exited with {proc.returncode}")
-        for line in proc.stdout.splitlines():
-            if line.startswith("{"):
-                row = json.loads(line)
-                rows.append(row)
-                print(f"   {row['figure']}: {row['value']} (goal {row.get('goal', '-')})")
+        failed: list[str] = []
+        when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+        for name in names:
+            print(f"== bench/{name}.py", flush=True)
+            # stderr goes to the terminal: a benchmark's notes (a peer that
+            # could not be installed, say) must reach whoever runs it.
+            proc = subprocess.run(
+                [sys.executable, str(HERE / f"{name}.py")], stdout=subprocess.PIPE, text=True
+            )
+            rows = []
+            for line in proc.stdout.splitlines():
+                if line.startswith("{"):
+                    row = json.loads(line)
+                    rows.append(row)
+                    print(f"   {row['figure']}: {row['value']} (goal {row.get('goal', '-')})")
+            state[name] = {
+                "when": when,
+                "machine": machine(),
+                "rows": rows,
+                "error": f"exited with {proc.returncode}" if proc.returncode else None,
+            }
+            if proc.returncode:
+                failed.append(name)
+        saved.write_text(json.dumps(state, indent=1) + "\n")
+        render(state)
+        if failed:
+            sys.exit(1)
+    else:
+        render(state)
+
+
+def render(state: dict[str, Any]) -> None:
     lines = [
         "# Benchmark results",
         "",
-        "Written by `make bench` (`python bench/run.py`); do not edit by hand.",
-        f"- Command: `{' '.join(['python', 'bench/run.py', *sys.argv[1:]])}`",
+        "Written by `make bench` (`python bench/run.py`, all benchmarks in one run;",
+        "`python bench/run.py NAME...` reruns some, `--render` rewrites this page);",
+        "do not edit by hand. Figures are medians of the repetitions each states;",
+        "peers are measured in the same run as fusee, one after the other.",
         "",
-        f"- Run: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {machine()}",
-        "- Figures are medians of the repetitions each benchmark states.",
+        "| benchmark | run | machine |",
+        "|---|---|---|",
+    ]
+    for name, entry in state.items():
+        error = f" ({entry['error']})" if entry.get("error") else ""
+        lines.append(f"| {name}{error} | {entry['when']} | {entry['machine']} |")
+    lines += [
         "",
         "| benchmark | figure | value | goal | repetitions |",
         "|---|---|---:|---|---:|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['bench']} | {r['figure']} | {r['value']:,} | {r.get('goal', '')} "
-            f"| {r.get('repeat', '')} |"
-        )
-    if failed:
-        lines += ["", "**Failed:** " + "; ".join(failed) + " (its figures above may be partial)."]
+    for name, entry in state.items():
+        for r in entry["rows"]:
+            value = r["value"]
+            shown = f"{value:,}" if isinstance(value, int | float) else str(value)
+            lines.append(
+                f"| {name} | {r['figure']} | {shown} | {r.get('goal', '')} "
+                f"| {r.get('repeat', '')} |"
+            )
     notes = HERE / "NOTES.md"
     if notes.exists():
         lines += ["", notes.read_text().rstrip()]
     (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'RESULTS.md'}")
-    if failed:
-        sys.exit(1)
 
 
 if __name__ == "__main__":
