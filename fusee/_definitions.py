@@ -12,13 +12,10 @@ import typing
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from fusee._codec import decoder_for
 from fusee._durations import parse_duration
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "QueryDef",

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from fusee._definitions import Retry, UpdateDef, WorkflowDef
     from fusee.context import Ctx
 
-__all__ = ["ContinueAsNew", "RunDriver", "RunHost", "StepCall"]
+__all__ = ["ContinueAsNew", "ReplayHost", "RunDriver", "RunHost", "StepCall"]
 
 _OK = Status.OK
 _FAILED = Status.FAILED
@@ -105,6 +105,45 @@ class RunHost(Protocol):
     def turned(self, driver: RunDriver) -> None:
         """A turn ended: the code is quiescent and has taken every delivery it could."""
         ...
+
+
+class ReplayHost:
+    """A host that replays a journal alone: nothing runs, nothing is stored.
+
+    For strict replay (the dev profile), queries of finished runs and
+    ``fusee replay``: the code meets its journal, and a divergence shows as
+    the driver's ``error``.
+
+    Example:
+        >>> from fusee.record import Start
+        >>> import fusee
+        >>> @fusee.workflow("w")
+        ... async def w(ctx) -> int:
+        ...     return 1
+        >>> d = RunDriver(ReplayHost(), w, [Start(1, "w-1", "w")], 1)
+        >>> d.start()
+        >>> d.end.status
+        <Status.OK: 0>
+    """
+
+    def __init__(self) -> None:
+        self._lsn = 1 << 62
+
+    def now_ms(self) -> int:
+        return 0
+
+    def append(self, driver: RunDriver, record: Record) -> int:
+        self._lsn += 1
+        return self._lsn
+
+    def run_step(self, driver: RunDriver, call: StepCall) -> None:
+        return None
+
+    def stuck(self, driver: RunDriver, error: DeterminismError) -> None:
+        return None
+
+    def turned(self, driver: RunDriver) -> None:
+        return None
 
 
 @dataclass(slots=True, eq=False)

@@ -54,7 +54,7 @@ from rich.text import Text
 from fusee import _codec
 from fusee._definitions import WorkflowDef
 from fusee._definitions import signal as signal_def
-from fusee._driver import RunDriver, StepCall
+from fusee._driver import ReplayHost, RunDriver
 from fusee.engine import Engine, IdPolicy
 from fusee.errors import DeterminismError, FuseeError, NotFound, PayloadError, StoreError
 from fusee.record import (
@@ -1227,29 +1227,6 @@ async def _serve(
 # --- replay --------------------------------------------------------------------------------------
 
 
-class _ReplayHost:
-    """A host that replays a journal alone: nothing runs, nothing is stored."""
-
-    def __init__(self) -> None:
-        self._lsn = 1 << 62
-
-    def now_ms(self) -> int:
-        return 0
-
-    def append(self, driver: RunDriver, record: Record) -> int:
-        self._lsn += 1
-        return self._lsn
-
-    def run_step(self, driver: RunDriver, call: StepCall) -> None:
-        return None
-
-    def stuck(self, driver: RunDriver, error: DeterminismError) -> None:
-        return None
-
-    def turned(self, driver: RunDriver) -> None:
-        return None
-
-
 def _replay_one(
     wf: WorkflowDef[Any, Any], entries: list[tuple[int, bytes]]
 ) -> str | DeterminismError:
@@ -1258,7 +1235,7 @@ def _replay_one(
         records = [decode(data) for _, data in entries]
     except FuseeError as e:
         return f"unreadable journal: {e}"
-    driver = RunDriver(_ReplayHost(), wf, records, entries[-1][0])
+    driver = RunDriver(ReplayHost(), wf, records, entries[-1][0])
     try:
         driver.start()
     except Exception as e:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fusee import _codec
-from fusee._driver import RunDriver, StepCall
+from fusee._driver import ReplayHost, RunDriver, StepCall
 from fusee._durations import duration_ms, parse_duration
 from fusee.context import StepCtx
 from fusee.engine._clock import Clock, WallClock
@@ -935,7 +935,7 @@ class Engine:
         if state.records is None:
             return
         replay = RunDriver(
-            _ReplayHost(), state.workflow, list(state.records), state.driver.machine.gate
+            ReplayHost(), state.workflow, list(state.records), state.driver.machine.gate
         )
         try:
             replay.start()
@@ -1269,7 +1269,7 @@ class Engine:
         assert row is not None
         entries = await self.store.load(id, row.run)
         records = _decode_journal(id, row.run, entries)
-        replay = RunDriver(_ReplayHost(), self._workflow(row.workflow), records, entries[-1][0])
+        replay = RunDriver(ReplayHost(), self._workflow(row.workflow), records, entries[-1][0])
         try:
             replay.start()
             return _codec.decode(replay.query(name, arg))
@@ -1409,29 +1409,6 @@ class Engine:
             paused_steps=paused,
             error=str(error) if error is not None else None,
         )
-
-
-class _ReplayHost:
-    """A host for replaying a journal alone (strict replay, queries of finished runs)."""
-
-    def __init__(self) -> None:
-        self._lsn = 1 << 62
-
-    def now_ms(self) -> int:
-        return 0
-
-    def append(self, driver: RunDriver, record: Record) -> int:
-        self._lsn += 1
-        return self._lsn
-
-    def run_step(self, driver: RunDriver, call: StepCall) -> None:
-        return None
-
-    def stuck(self, driver: RunDriver, error: DeterminismError) -> None:
-        return None
-
-    def turned(self, driver: RunDriver) -> None:
-        return None
 
 
 class _StepStream:
