@@ -1333,26 +1333,28 @@ class Engine:
             # (or crashed, in the test host) waited forever; `close` wakes the
             # readers and they end here with a clear error.
             self._check_open()
-            await self.committer.flush()
-            row = await self.store.get(id)
-            if row is None:
-                raise NotFound(f"no run has id '{id}'; `fusee list` shows the runs of a store")
-            entries = await self.store.load(id, row.run)
-            chunks: list[bytes] = []
-            ended = row.status in _FINISHED
-            for rec in _decode_journal(id, row.run, entries):
-                if isinstance(rec, Chunk) and rec.stream == name:
-                    chunks.append(rec.payload)
-                elif isinstance(rec, StreamEnd) and rec.stream == name:
-                    ended = True
-            for c in chunks[sent:]:
-                yield _codec.decode(c)
-            sent = len(chunks)
-            if ended:
-                return
+            # Registered before reading: a chunk that becomes durable while
+            # the journal is read still wakes this reader.
             event = asyncio.Event()
             self._stream_events.setdefault(id, []).append(event)
             try:
+                await self.committer.flush()
+                row = await self.store.get(id)
+                if row is None:
+                    raise NotFound(f"no run has id '{id}'; `fusee list` shows the runs of a store")
+                entries = await self.store.load(id, row.run)
+                chunks: list[bytes] = []
+                ended = row.status in _FINISHED
+                for rec in _decode_journal(id, row.run, entries):
+                    if isinstance(rec, Chunk) and rec.stream == name:
+                        chunks.append(rec.payload)
+                    elif isinstance(rec, StreamEnd) and rec.stream == name:
+                        ended = True
+                for c in chunks[sent:]:
+                    yield _codec.decode(c)
+                sent = len(chunks)
+                if ended:
+                    return
                 await event.wait()
             finally:
                 events = self._stream_events.get(id, [])
