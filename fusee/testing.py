@@ -128,7 +128,7 @@ class TestEngine:
         engine.mocks = self._mocks
         engine.step_log = self.step_log
         engine.life = self.crashes
-        engine.wait_result = self._wait_skipping  # type: ignore[method-assign]
+        engine._wait_result = self._wait_skipping  # type: ignore[method-assign]
         self._engine = engine
         await engine._recover()
 

@@ -546,7 +546,7 @@ class Engine:
         if row.wake_ms is not None:
             self._arm(row.id, -1, row.wake_ms, lambda: self._spawn(self._wake(row.id)))
 
-    async def sleep_until(self, at_ms: int) -> None:
+    async def _sleep_until(self, at_ms: int) -> None:
         """Sleeps on the engine's clock until ``at_ms``."""
         fut: asyncio.Future[None] = self._loop.create_future()
         h = self.clock.call_at(at_ms, lambda: _settle(fut, None))
@@ -654,19 +654,19 @@ class Engine:
 
     # --- step results, heartbeats, tokens --------------------------------------------------------
 
-    def step_result(self, state: _RunState, seq: int, status: Status, payload: bytes) -> None:
+    def _step_result(self, state: _RunState, seq: int, status: Status, payload: bytes) -> None:
         if state.is_loaded():
             state.driver.step_done(seq, status, payload)
 
-    def paused(self, state: _RunState) -> None:
+    def _paused(self, state: _RunState) -> None:
         state.resumed.clear()
         self.turned(state.driver)
 
-    def token_out(self, state: _RunState, seq: int) -> None:
+    def _token_out(self, state: _RunState, seq: int) -> None:
         state.driver.append(state.driver.machine.awaiting(seq))
         self.turned(state.driver)
 
-    def step_ctx(self, state: _RunState, seq: int, attempt: int) -> StepCtx:
+    def _step_ctx(self, state: _RunState, seq: int, attempt: int) -> StepCtx:
         m = state.driver.machine
         loop = self._loop
         engine_thread = threading.get_ident()
@@ -1145,10 +1145,10 @@ class Engine:
                     continue
             fut: asyncio.Future[None] = self._loop.create_future()
             self._results.setdefault(id, []).append(fut)
-            await self.wait_result(fut)
+            await self._wait_result(fut)
             fut.result()  # a store failure ends the wait with its error
 
-    async def wait_result(self, fut: asyncio.Future[None]) -> None:
+    async def _wait_result(self, fut: asyncio.Future[None]) -> None:
         """Waits for a run's end (the test host skips idle time here)."""
         await fut
 

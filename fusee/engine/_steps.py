@@ -64,14 +64,14 @@ async def run_step(engine: Engine, state: _RunState, call: StepCall) -> None:
             await engine.committer.durable(gate)
         now = engine.clock.now_ms()
         if not_before > now:
-            await engine.sleep_until(not_before)
+            await engine._sleep_until(not_before)
         if not m.step_pending(seq) or driver.loop.is_closed():
             return
         if engine.committer.failed is not None:
             # The store failed: what the run did since its last good write
             # is lost, so nothing may act on it. Reopening recovers the run.
             return
-        sctx = engine.step_ctx(state, seq, attempt)
+        sctx = engine._step_ctx(state, seq, attempt)
         engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
         engine.busy_steps += 1
         try:
@@ -86,12 +86,12 @@ async def run_step(engine: Engine, state: _RunState, call: StepCall) -> None:
             if not m.step_pending(seq) or driver.loop.is_closed():
                 return
             if isinstance(e, (Failure | PayloadError, call.retry.non_retryable)):
-                engine.step_result(state, seq, _FAILED, error_payload(e))
+                engine._step_result(state, seq, _FAILED, error_payload(e))
                 return
             err = error_payload(e)
             if attempt >= call.retry.attempts:
                 driver.append(m.step_retry(seq, PAUSED, err))
-                engine.paused(state)
+                engine._paused(state)
                 not_before = PAUSED
                 continue
             retry_at = engine.clock.now_ms() + round(call.retry.delay_s(attempt) * 1000)
@@ -103,9 +103,9 @@ async def run_step(engine: Engine, state: _RunState, call: StepCall) -> None:
         if not m.step_pending(seq) or driver.loop.is_closed():
             return
         if call.is_await:
-            engine.token_out(state, seq)
+            engine._token_out(state, seq)
         else:
-            engine.step_result(state, seq, _OK, payload)
+            engine._step_result(state, seq, _OK, payload)
         return
 
 
