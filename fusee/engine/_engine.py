@@ -35,7 +35,7 @@ from fusee._durations import duration_ms, parse_duration
 from fusee.context import StepCtx
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
-from fusee.engine._steps import run_step
+from fusee.engine._steps import eager_ok, run_eagerly, run_step
 from fusee.errors import (
     AlreadyExists,
     Cancelled,
@@ -613,7 +613,32 @@ class Engine:
         state: _RunState | None = driver.host_data
         if state is None or not state.is_loaded():
             return
-        task = self._loop.create_task(run_step(self, state, call))
+        if eager_ok(call) and (driver.workflow.name, call.name) not in self.mocks:
+            # Run it once its gate is durable, from the committer's release
+            # (never inside this turn: the step is not workflow code).
+            gate = driver.machine.gate
+            if call.read_only or self.committer.is_durable(gate):
+                self._loop.call_soon(self._eager, state, call)
+            else:
+                self.committer.on_durable(gate, lambda: self._eager(state, call))
+            return
+        self._step_task(state, call, None)
+
+    def _eager(self, state: _RunState, call: StepCall) -> None:
+        if not state.is_loaded():
+            return
+        try:
+            first = run_eagerly(self, state, call)
+        except Exception:
+            # Called from the committer's release: an error here must not
+            # stop the committer, which every run depends on.
+            log.exception("fusee step %r of run %r failed to start", call.name, state.id)
+            return
+        if first is not None:
+            self._step_task(state, call, first)
+
+    def _step_task(self, state: _RunState, call: StepCall, first: Any) -> None:
+        task = self._loop.create_task(run_step(self, state, call, first))
         state.steps.add(task)
         task.add_done_callback(lambda t: self._step_task_done(state, t))
 

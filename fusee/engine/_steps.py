@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -41,8 +41,14 @@ class StepTimeout(Exception):
     """A step attempt ran longer than its ``timeout``."""
 
 
-async def run_step(engine: Engine, state: _RunState, call: StepCall) -> None:
-    """Runs one step to its final result (or until the run no longer wants it)."""
+async def run_step(
+    engine: Engine, state: _RunState, call: StepCall, first: _First | None = None
+) -> None:
+    """Runs one step to its final result (or until the run no longer wants it).
+
+    ``first``: what an eager first attempt (`run_eagerly`) left to finish: a
+    coroutine that suspended, an awaitable, or the exception it raised.
+    """
     driver = state.driver
     m = driver.machine
     seq = call.seq
@@ -52,31 +58,38 @@ async def run_step(engine: Engine, state: _RunState, call: StepCall) -> None:
     fn = engine.mocks.get((driver.workflow.name, call.name), call.fn)
     takes_ctx = call.takes_ctx if fn is call.fn else _takes_arg(fn)
     while True:
-        if not_before == PAUSED:
-            await state.resumed.wait()
+        runner: Awaitable[Any]
+        if first is not None:
+            # The eager first attempt ran already: finish it, do not call again.
+            runner = _finish_first(first, engine._step_ctx(state, seq, attempt))
+            first = None
+        else:
+            if not_before == PAUSED:
+                await state.resumed.wait()
+                if not m.step_pending(seq) or driver.loop.is_closed():
+                    return
+                attempt = 1
+                not_before = 0
+                gate = m.gate
+                continue
+            if not call.read_only and not engine.committer.is_durable(gate):
+                await engine.committer.durable(gate)
+            now = engine.clock.now_ms()
+            if not_before > now:
+                await engine._sleep_until(not_before)
             if not m.step_pending(seq) or driver.loop.is_closed():
                 return
-            attempt = 1
-            not_before = 0
-            gate = m.gate
-            continue
-        if not call.read_only and not engine.committer.is_durable(gate):
-            await engine.committer.durable(gate)
-        now = engine.clock.now_ms()
-        if not_before > now:
-            await engine._sleep_until(not_before)
-        if not m.step_pending(seq) or driver.loop.is_closed():
-            return
-        if engine.committer.failed is not None:
-            # The store failed: what the run did since its last good write
-            # is lost, so nothing may act on it. Reopening recovers the run.
-            return
-        sctx = engine._step_ctx(state, seq, attempt)
-        engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
+            if engine.committer.failed is not None:
+                # The store failed: what the run did since its last good write
+                # is lost, so nothing may act on it. Reopening recovers the run.
+                return
+            sctx = engine._step_ctx(state, seq, attempt)
+            engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
+            runner = _invoke(fn, takes_ctx, call, sctx)
         engine.busy_steps += 1
         try:
             try:
-                result = await _invoke(fn, takes_ctx, call, sctx)
+                result = await runner
                 payload = _codec.encode(result, name=f"the result of step '{call.name}'")
             finally:
                 engine.busy_steps -= 1
@@ -107,6 +120,108 @@ async def run_step(engine: Engine, state: _RunState, call: StepCall) -> None:
         else:
             engine._step_result(state, seq, _OK, payload)
         return
+
+
+# What an eager first attempt left: ("suspended", (coroutine, yielded)),
+# ("awaitable", awaitable) or ("raised", exception).
+_First = tuple[str, Any]
+
+
+def eager_ok(call: StepCall) -> bool:
+    """Whether a step's first attempt may run eagerly (`run_eagerly`)."""
+    code = getattr(call.fn, "__code__", None)
+    return (
+        call.timeout_s is None
+        and call.not_before_ms == 0
+        and (call.is_async or (code is not None and code in _RETURNS_AWAITABLE))
+    )
+
+
+def run_eagerly(engine: Engine, state: _RunState, call: StepCall) -> _First | None:
+    """The first attempt of an async step, called at once on the engine's loop.
+
+    Called once the step's gate is durable. Most step coroutines return
+    without suspending: their result then goes to the run with no task, no
+    future and no loop iteration of their own (what Python 3.12 calls an
+    eager task). Returns None when the attempt is finished (or the run no
+    longer wants it), else what a task must finish (`run_step`'s ``first``).
+    """
+    driver = state.driver
+    m = driver.machine
+    seq = call.seq
+    if (
+        engine._closed
+        or not m.step_pending(seq)
+        or driver.loop.is_closed()
+        or engine.committer.failed is not None
+    ):
+        return None
+    sctx = engine._step_ctx(state, seq, call.attempt)
+    engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
+    token = _current_step.set(sctx)
+    first: _First
+    try:
+        result = call.fn(sctx) if call.takes_ctx else call.fn()
+        if inspect.iscoroutine(result):
+            try:
+                yielded = result.send(None)
+            except StopIteration as stop:
+                result = stop.value
+            else:
+                return ("suspended", (result, yielded))
+        elif inspect.isawaitable(result):
+            return ("awaitable", result)
+        payload = _codec.encode(result, name=f"the result of step '{call.name}'")
+    except Exception as e:
+        first = ("raised", e)
+        return first
+    finally:
+        _current_step.reset(token)
+    if call.is_await:
+        engine._token_out(state, seq)
+    else:
+        engine._step_result(state, seq, _OK, payload)
+    return None
+
+
+async def _finish_first(first: _First, sctx: StepCtx) -> Any:
+    kind, obj = first
+    if kind == "raised":
+        raise obj
+    token = _current_step.set(sctx)
+    try:
+        if kind == "suspended":
+            return await _Resume(*obj)
+        return await obj
+    finally:
+        _current_step.reset(token)
+
+
+class _Resume:
+    """Awaits the rest of a coroutine that already ran to its first suspension."""
+
+    __slots__ = ("_coro", "_yielded")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._yielded = yielded
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self._coro
+        to_yield = self._yielded
+        while True:
+            try:
+                sent = yield to_yield
+            except BaseException as e:  # a cancellation (or error) thrown into the task
+                try:
+                    to_yield = coro.throw(e)
+                except StopIteration as stop:
+                    return stop.value
+                continue
+            try:
+                to_yield = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 def _takes_arg(fn: Callable[..., Any]) -> bool:
