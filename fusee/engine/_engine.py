@@ -355,7 +355,8 @@ class Engine:
         # second. The run is in the key because runs of one id (continue-as-new,
         # REPLACE) reuse seqs: without it a new run's step looked like a rerun.
         self.busy_steps = 0
-        self.step_log: list[tuple[int, tuple[str, int, int]]] = []
+        # None outside the test host: a log of every step would grow forever.
+        self.step_log: list[tuple[int, tuple[str, int, int]]] | None = None
         self.life = 0
 
     # --- opening and closing ---------------------------------------------------------------------

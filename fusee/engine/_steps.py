@@ -84,7 +84,8 @@ async def run_step(
                 # is lost, so nothing may act on it. Reopening recovers the run.
                 return
             sctx = engine._step_ctx(state, seq, attempt)
-            engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
+            if engine.step_log is not None:
+                engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
             runner = _invoke(fn, takes_ctx, call, sctx)
         engine.busy_steps += 1
         try:
@@ -157,9 +158,9 @@ def run_eagerly(engine: Engine, state: _RunState, call: StepCall) -> _First | No
     ):
         return None
     sctx = engine._step_ctx(state, seq, call.attempt)
-    engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
+    if engine.step_log is not None:
+        engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
     token = _current_step.set(sctx)
-    first: _First
     try:
         result = call.fn(sctx) if call.takes_ctx else call.fn()
         if inspect.iscoroutine(result):
@@ -173,8 +174,7 @@ def run_eagerly(engine: Engine, state: _RunState, call: StepCall) -> _First | No
             return ("awaitable", result)
         payload = _codec.encode(result, name=f"the result of step '{call.name}'")
     except Exception as e:
-        first = ("raised", e)
-        return first
+        return ("raised", e)
     finally:
         _current_step.reset(token)
     if call.is_await:
