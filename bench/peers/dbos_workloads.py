@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dbos import DBOS, DBOSConfig, SetWorkflowID
+from dbos import DBOS, DBOSConfig, SetWorkflowID, WorkflowHandleAsync
 
 from peers._common import (
     WARMUP_PREFIX,
@@ -93,11 +93,15 @@ async def run_w1(n: int, prefix: str) -> None:
         raise RuntimeError(f"W1 returned {result}, expected {n}")
 
 
+async def start_w2(k: int, n: int, prefix: str) -> WorkflowHandleAsync[int]:
+    # Each start in its own task: SetWorkflowID lives in a context variable.
+    with SetWorkflowID(f"{prefix}w2-{k}"):
+        return await DBOS.start_workflow_async(w2, k, n)
+
+
 async def run_w2(workflows: int, n: int, prefix: str) -> None:
-    handles = []
-    for k in range(workflows):
-        with SetWorkflowID(f"{prefix}w2-{k}"):
-            handles.append(await DBOS.start_workflow_async(w2, k, n))
+    # "Started at once": all starts issued together, as fusee's side does.
+    handles = await asyncio.gather(*(start_w2(k, n, prefix) for k in range(workflows)))
     for handle in handles:
         result: int = await handle.get_result()
         if result != n:

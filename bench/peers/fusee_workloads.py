@@ -180,7 +180,10 @@ async def workload(
         if result != steps:
             raise RuntimeError(f"W1 returned {result!r}, expected {steps}")
     elif name == "W2":
-        runs = [await engine.start(wf.w2, f"{prefix}w2-{k}", [k, steps]) for k in range(workflows)]
+        # "Started at once": all starts issued together, as DBOS's side does.
+        runs = await asyncio.gather(
+            *(engine.start(wf.w2, f"{prefix}w2-{k}", [k, steps]) for k in range(workflows))
+        )
         for run in runs:
             result = await run.result()
             if result != steps:

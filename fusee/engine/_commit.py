@@ -1,15 +1,23 @@
 """Group commit: every record appended meanwhile goes to storage in one durable write.
 
 Workflow code runs ahead of the disk: `append` assigns a record its LSN at
-once and returns. A committer task writes whatever accumulated since its
+once and returns. A writer task takes whatever accumulated since the
 last write as one batch (one transaction, one fsync), then wakes whoever
 waits for an LSN it covered. Only what leaves the process waits, and only
 for the records it depends on.
+
+Two writers take turns, so two writes may be in flight: while the store
+syncs one batch, the next is already queued behind it, and the disk does not
+wait for the event loop to notice a write ended and hand over the next. The
+store keeps appends in call order and fails those behind a failed one, so
+the journal has no hole. With a store that writes at once (memory), one
+writer does everything and the other never wakes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import heapq
 import itertools
@@ -23,6 +31,20 @@ if TYPE_CHECKING:
     from fusee.store import Store
 
 __all__ = ["Committer"]
+
+# One batch being written and one queued behind it: enough to keep the disk
+# busy; more would only split what the next batch could carry.
+_WRITERS = 2
+
+
+class _Flight:
+    """One batch handed to the store and not yet back."""
+
+    __slots__ = ("done", "last_lsn")
+
+    def __init__(self, last_lsn: int) -> None:
+        self.last_lsn = last_lsn  # 0: rows only
+        self.done = False
 
 
 class Committer:
@@ -54,19 +76,26 @@ class Committer:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._callbacks: list[tuple[int, int, Callable[[], object]]] = []
         self._order = itertools.count()
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
         self._loop = asyncio.get_running_loop()
         self.failed: StoreError | None = None
         self.writes = 0
-        # A batch handed to the store and not yet back: with SQLite it is on
-        # a writer thread for a while, and "idle" must not say nothing is
-        # left to write meanwhile (the test host settles on `idle`).
-        self._writing = False
+        # Batches handed to the store and not yet back, in call order: with
+        # SQLite one is on a writer thread for a while, and "idle" must not
+        # say nothing is left to write meanwhile (the test host settles on it).
+        self._flights: collections.deque[_Flight] = collections.deque()
+        self._tasks: list[asyncio.Task[None]] = []
+        # Writers waiting for something to write, and whether one was woken
+        # and has not run yet (it takes everything appended until it runs,
+        # so one woken writer is enough).
+        self._idle: list[asyncio.Future[None]] = []
+        self._woken = False
 
     def start(self) -> None:
-        """Starts the committer task on the running loop."""
-        self._task = self._loop.create_task(self._run(), name="fusee-committer")
+        """Starts the writer tasks on the running loop."""
+        self._tasks = [
+            self._loop.create_task(self._writer(), name=f"fusee-committer-{n}")
+            for n in range(_WRITERS)
+        ]
 
     def append(self, id: str, run: int, data: bytes) -> int:
         """Queues an encoded record of run ``run`` of ``id``; returns its LSN."""
@@ -74,13 +103,15 @@ class Committer:
             raise self.failed
         lsn = self.lsn = self.lsn + 1
         self._entries.append(Entry(lsn, id, run, data))
-        self._wake.set()
+        if not self._woken and self._idle:
+            self._wake()
         return lsn
 
     def put_row(self, row: RunRow) -> None:
         """Writes ``row`` with the next batch (the latest row per id wins)."""
         self._rows[row.id] = row
-        self._wake.set()
+        if not self._woken and self._idle:
+            self._wake()
 
     def is_durable(self, lsn: int) -> bool:
         """Whether the log is durable through ``lsn``."""
@@ -110,7 +141,7 @@ class Committer:
     @property
     def idle(self) -> bool:
         """Nothing is waiting to be written, and no write is in flight."""
-        return not self._entries and not self._rows and not self._writing
+        return not self._entries and not self._rows and not self._flights
 
     async def flush(self) -> None:
         """Returns once everything appended so far is durable."""
@@ -119,26 +150,43 @@ class Committer:
             await self.durable(self.lsn)
             await asyncio.sleep(0)
 
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
+    def _wake(self) -> None:
+        self._woken = True
+        self._idle.pop().set_result(None)
+
+    async def _writer(self) -> None:
+        flights = self._flights
+        while self.failed is None:
             if not self._entries and not self._rows:
+                idle = self._loop.create_future()
+                self._idle.append(idle)
+                try:
+                    await idle
+                finally:
+                    self._woken = False
                 continue
             entries, self._entries = self._entries, []
             rows, self._rows = list(self._rows.values()), {}
-            self._writing = True
+            flight = _Flight(entries[-1].lsn if entries else 0)
+            flights.append(flight)
             try:
                 await self.store.append(entries, rows)
             except StoreError as e:
-                self._fail(e)
+                flights.clear()
+                if self.failed is None:  # the writes behind it fail too: report the first
+                    self._fail(e)
                 return
-            finally:
-                self._writing = False
             self.writes += 1
-            if entries:
-                self.durable_lsn = entries[-1].lsn
+            flight.done = True
+            while flights and flights[0].done:
+                last = flights.popleft().last_lsn
+                if last:
+                    self.durable_lsn = last
+            # This writer looks for more right after: what the released code
+            # appends needs no other writer woken.
+            woken, self._woken = self._woken, True
             self._release()
+            self._woken = woken
 
     def _release(self) -> None:
         durable = self.durable_lsn
@@ -163,21 +211,24 @@ class Committer:
 
     async def close(self) -> None:
         """Writes what is queued, then stops."""
-        if self._task is None:
+        if not self._tasks:
             return
         if self.failed is None and (self._entries or self._rows):
             with contextlib.suppress(StoreError):
                 await self.flush()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._idle.clear()
 
     def abandon(self) -> None:
         """Stops at once, losing what is not durable yet (a simulated crash)."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+        self._idle.clear()
+        self._flights.clear()
         self._entries.clear()
         self._rows.clear()
         for _, _, fut in self._waiters:

@@ -157,7 +157,10 @@ class Store(Protocol):
 
         ``entries`` may belong to many runs; each row in ``runs`` replaces the
         row of its id. Under ``durability="fsync"`` the write is on disk when
-        this returns.
+        this returns. Appends may overlap (the engine calls the next one
+        before the last returns): they are stored in call order, and one
+        called before an earlier one's failure was reported fails too, so a
+        journal never has a hole.
 
         Raises:
             ValueError: LSNs do not increase, or do not exceed every LSN

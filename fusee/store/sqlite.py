@@ -113,6 +113,8 @@ class _Write:
     run_reserved: int | None
     fail: Exception | None  # test hook: raised inside the transaction
     max_lsn: int  # 0 when there are no entries
+    # The failures the caller had seen reported when it called (see `_write`).
+    epoch: int
     # Resolves with None or the StoreError; never cancelled (callers await a
     # shield), so reads can wait on it as a barrier.
     done: asyncio.Future[StoreError | None]
@@ -180,6 +182,15 @@ class SqliteStore:
         self._accepted_lsn = 0
         self._inflight = 0
         self._tail: asyncio.Future[StoreError | None] | None = None
+        # Failed appends, as the loop has seen them reported and as the writer
+        # thread has met them (each side touches only its own counter).
+        self._failures_reported = 0
+        self._failures_met = 0
+        self._last_failure: StoreError | None = None
+        # The latest row of each id in a write not finished yet, with that
+        # write's future: `get` answers from here rather than waiting for
+        # the writer (an engine's start asks for a row on every call).
+        self._pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]] = {}
         self._run_next = 1
         self._run_reserved = 0
         self._run_lock = asyncio.Lock()
@@ -240,7 +251,9 @@ class SqliteStore:
         self._loop = loop
         self._queue = queue.SimpleQueue()
         self._tail = None
+        self._pending = {}
         self._inflight = 0
+        self._failures_reported = self._failures_met = 0
         self._run_lock = asyncio.Lock()
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="fusee-store-read")
         self._state = "opening"
@@ -302,7 +315,8 @@ class SqliteStore:
         Appends queued while the writer commits go to disk together in its
         next transaction; each returns once that transaction is committed
         (and, under ``durability="fsync"``, synced). Cancelling the caller
-        does not cancel the write.
+        does not cancel the write. When one fails, those called before its
+        failure was reported fail too (a journal never has a hole).
 
         Args:
             entries: Records with increasing LSNs above every LSN appended before.
@@ -349,6 +363,9 @@ class SqliteStore:
         ]
         fail, self._fail_next = self._fail_next, None
         done = self._submit(entries, rows, None, fail, last if entries else 0)
+        pending = self._pending
+        for r in runs:
+            pending[r.id] = (r, done)
         error = await asyncio.shield(done)
         if error is not None:
             raise error
@@ -400,7 +417,15 @@ class SqliteStore:
             ...     print(asyncio.run(demo(d)))
             None
         """
-        return await self._read(lambda conn: _get(conn, id))
+        latest = self._pending.get(id)
+        if latest is not None:
+            # Written, or being written: what a read after the write would see.
+            return latest[0]
+        # No write of this id is in flight, so the committed database already
+        # has its latest row: no need to wait for the writer (unlike `_read`).
+        self._check_open()
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._reader, self._run_read, lambda c: _get(c, id))
 
     async def list(
         self,
@@ -525,24 +550,34 @@ class SqliteStore:
             self._accepted_lsn = max_lsn
         self._inflight += 1
         self._tail = done
-        self._queue.put(_Write(entries, rows, run_reserved, fail, max_lsn, done))
+        epoch = self._failures_reported
+        self._queue.put(_Write(entries, rows, run_reserved, fail, max_lsn, epoch, done))
         return done
 
     def _finish(
-        self, writes: builtins.list[_Write], errors: builtins.list[StoreError | None]
+        self, writes: builtins.list[_Write], errors: builtins.list[StoreError | None], failed: int
     ) -> None:
+        self._failures_reported += failed
         for write, error in zip(writes, errors, strict=True):
             self._inflight -= 1
             if error is None and write.max_lsn > self._last_lsn:
                 self._last_lsn = write.max_lsn
             write.done.set_result(error)
+            pending = self._pending
+            for sql_row in write.rows:
+                latest = pending.get(sql_row[0])
+                if latest is not None and latest[1] is write.done:
+                    del pending[sql_row[0]]
         if self._inflight == 0:
             # LSNs of failed appends were never stored: they may be used again.
             self._accepted_lsn = self._last_lsn
 
-    async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    def _check_open(self) -> None:
         if self._state != "open":
             raise StoreError(f"the store {self._path} is closed; await store.open() first")
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        self._check_open()
         tail = self._tail
         if tail is not None and not tail.done():
             # Reads see every append called before them, committed or failed.
@@ -691,29 +726,56 @@ class SqliteStore:
                     jobs.append(q.get_nowait())
             writes = [job for job in jobs if job is not None]
             if writes:
-                self._post(self._finish, writes, self._write(conn, writes))
+                before = self._failures_met
+                errors = self._write(conn, writes)
+                self._post(self._finish, writes, errors, self._failures_met - before)
             if len(writes) < len(jobs):  # close() queued the stop, and nothing after it
                 return
 
     def _write(
         self, conn: sqlite3.Connection, writes: builtins.list[_Write]
     ) -> builtins.list[StoreError | None]:
+        # A journal has no holes: an append called before an earlier one's
+        # failure was reported (a caller that does not wait for each append
+        # before the next) is not written either. Writes queue in call order,
+        # so those come first here.
+        stale = 0
+        while stale < len(writes) and writes[stale].epoch < self._failures_met:
+            stale += 1
+        errors: builtins.list[StoreError | None] = [self._behind() for _ in writes[:stale]]
+        writes = writes[stale:]
+        if not writes:
+            return errors
         try:
             self._commit(conn, writes)
-            return [None] * len(writes)
+            return errors + [None] * len(writes)
         except Exception as e:
             if len(writes) == 1 or _fails_every_write(e):
-                return [self._write_error(e) for _ in writes]
-        # One caller's failure (a bad value, a conflict) must not fail the
-        # others it shared the transaction with: each alone, in order.
-        errors: builtins.list[StoreError | None] = []
+                return [*errors, self._failure(e), *(self._behind() for _ in writes[1:])]
+        # One caller's failure (a bad value) must not fail the appends called
+        # before it that shared its transaction: each alone, in order.
         for write in writes:
+            if write.epoch < self._failures_met:
+                errors.append(self._behind())
+                continue
             try:
                 self._commit(conn, [write])
                 errors.append(None)
             except Exception as e:
-                errors.append(self._write_error(e))
+                errors.append(self._failure(e))
         return errors
+
+    def _failure(self, e: Exception) -> StoreError:
+        error = self._last_failure = self._write_error(e)
+        self._failures_met += 1
+        return error
+
+    def _behind(self) -> StoreError:
+        error = StoreError(
+            f"not written: an append called before this one failed ({self._last_failure})"
+        )
+        error.__cause__ = self._last_failure
+        return error
 
     def _commit(self, conn: sqlite3.Connection, writes: builtins.list[_Write]) -> None:
         conn.execute("BEGIN IMMEDIATE")

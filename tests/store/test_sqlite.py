@@ -234,9 +234,10 @@ async def test_appends_queued_during_a_commit_share_the_next_transaction(
 
 
 @pytest.mark.asyncio
-async def test_one_failing_append_does_not_fail_the_others_it_was_queued_with(
+async def test_a_failing_append_fails_those_called_behind_it_but_not_before_it(
     store: SqliteStore,
 ) -> None:
+    """A journal has no holes: what was called before the failure was known is not written."""
     with connect(store.path) as blocker:
         blocker.execute("BEGIN IMMEDIATE")
         first = asyncio.ensure_future(store.append([Entry(1, "a", 1, b"1")], [row("a")]))
@@ -244,19 +245,41 @@ async def test_one_failing_append_does_not_fail_the_others_it_was_queued_with(
         store._fail_next_append(sqlite3.OperationalError("injected"))
         bad = asyncio.ensure_future(store.append([Entry(2, "b", 1, b"2")], [row("b")]))
         await asyncio.sleep(0)
-        last = asyncio.ensure_future(store.append([Entry(3, "c", 1, b"3")], [row("c")]))
+        behind = asyncio.ensure_future(store.append([Entry(3, "c", 1, b"3")], [row("c")]))
         await asyncio.sleep(0)
         # Whatever the writer took before the lock stopped it, `bad` shares
         # a transaction with another append.
         blocker.execute("ROLLBACK")
-        await asyncio.gather(first, last)
+        await first
         with pytest.raises(StoreError, match="injected"):
             await bad
+        with pytest.raises(StoreError, match="an append called before this one failed"):
+            await behind
 
-    assert [r.id for r in await store.list()] == ["a", "c"]
-    with pytest.raises(NotFound):
-        await store.load("b")
-    assert store.last_lsn == 3
+    assert [r.id for r in await store.list()] == ["a"]
+    for id in ("b", "c"):
+        with pytest.raises(NotFound):
+            await store.load(id)
+    assert store.last_lsn == 1
+    # Called once the failure was known: written, with the LSNs that were lost.
+    await store.append([Entry(2, "d", 1, b"4")], [row("d")])
+    assert await store.load("d") == [(2, b"4")]
+
+
+@pytest.mark.asyncio
+async def test_get_answers_from_a_write_in_flight_and_then_from_the_database(
+    store: SqliteStore,
+) -> None:
+    with connect(store.path) as blocker:
+        blocker.execute("BEGIN IMMEDIATE")
+        writing = asyncio.ensure_future(store.append([Entry(1, "a", 1, b"1")], [row("a")]))
+        await asyncio.sleep(0)
+        assert (await store.get("a")) == row("a")
+        assert await store.get("b") is None
+        blocker.execute("ROLLBACK")
+        await writing
+    assert store._pending == {}
+    assert (await store.get("a")) == row("a")
 
 
 @pytest.mark.asyncio
