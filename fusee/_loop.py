@@ -172,6 +172,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         # Strong references in creation order: a pending task that is garbage
         # collected gets GeneratorExit thrown into it at a random time.
         self._tasks: dict[asyncio.Future[Any], None] = {}
+        # Tasks whose first step was queued here and that create_task did not
+        # make (see call_soon); may hold tasks that are done.
+        self._seen_steps: dict[asyncio.Future[Any], None] = {}
         self._task_count = 0
         self._asyncgens: weakref.WeakKeyDictionary[AsyncGenerator[Any, Any], None] = (
             weakref.WeakKeyDictionary()
@@ -510,6 +513,12 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             if type(extra[0]) is RuntimeError:
                 self._explain_foreign_await(extra[0])
         elif type(callback) is self._step_wrapper:
+            # A task's first step: one built with asyncio.Task(coro, loop=...)
+            # bypassed create_task, and shutdown must still find it (without
+            # scanning every task of the process at each run's end).
+            task = callback.__self__  # type: ignore[attr-defined]
+            if task not in self._tasks:
+                self._seen_steps[task] = None
             for referent in gc.get_referents(callback):
                 if type(referent) is RuntimeError:
                     self._explain_foreign_await(referent)
@@ -560,6 +569,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             task = cast("asyncio.Task[_T]", made)
             task.set_name(name)
         self._tasks[task] = None
+        self._seen_steps.pop(task, None)
         task.add_done_callback(self._on_task_done)
         return task
 
@@ -762,9 +772,13 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             self._asyncgens.clear()
 
     def _pending_tasks(self) -> list[asyncio.Future[Any]]:
-        pending = [task for task in self._tasks if not task.done()]
-        # Tasks built with asyncio.Task(coro, loop=...) bypass create_task.
-        strays = [task for task in asyncio.all_tasks(self) if task not in self._tasks]
+        tasks = self._tasks
+        pending = [task for task in tasks if not task.done()]
+        # Tasks built with asyncio.Task(coro, loop=...) bypass create_task;
+        # call_soon saw their first step (before the step's type was learnt,
+        # only asyncio's list of every task can tell).
+        maybe = self._seen_steps if self._step_wrapper is not None else asyncio.all_tasks(self)
+        strays = [task for task in maybe if task not in tasks and not task.done()]
         return pending + sorted(strays, key=_task_name)
 
     def _evict(self, task: asyncio.Future[Any], *, first_round: bool) -> None:
