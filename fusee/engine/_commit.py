@@ -176,6 +176,8 @@ class Committer:
                 if self.failed is None:  # the writes behind it fail too: report the first
                     self._fail(e)
                 return
+            # Not kept while this writer waits for the next batch.
+            del entries, rows
             self.writes += 1
             flight.done = True
             while flights and flights[0].done:

@@ -277,6 +277,41 @@ class Run(Generic[T]):
         return await self._engine._describe(self.id)
 
 
+# What an `_Alarm` does when its time comes.
+_TIMER, _DEADLINE, _WAKE = 0, 1, 2
+
+
+class _Alarm:
+    """A timer's callback: fires a run's timer or wait deadline, or wakes a parked run.
+
+    Names the run by id and number, never by its state: it outlives parking
+    and must not keep a parked run in memory. A slotted object rather than
+    closures: a parked run keeps one per timer (W4 counts its bytes).
+    """
+
+    __slots__ = ("engine", "id", "kind", "run", "seq")
+
+    def __init__(self, engine: Engine, id: str, run: int, seq: int, kind: int) -> None:
+        self.engine = engine
+        self.id = id
+        self.run = run
+        self.seq = seq
+        self.kind = kind
+
+    def __call__(self) -> None:
+        engine, id, seq = self.engine, self.id, self.seq
+        if engine._shard(id).timers.pop((id, seq), None) is None:
+            return
+        state = engine._loaded(id)
+        if state is not None:
+            state.due.pop(seq, None)
+        if self.kind == _WAKE:
+            engine._spawn(engine._wake(id))
+        else:
+            done = TimerFired() if self.kind == _TIMER else WaitTimedOut()
+            engine._fire(id, self.run, seq, done)
+
+
 class _Shard:
     """A share of the runs: its loaded runs and its timers."""
 
@@ -518,22 +553,15 @@ class Engine:
             exc = task.exception()
             log.error("fusee engine task failed", exc_info=exc)
 
-    def _arm(self, id: str, seq: int, at_ms: int, fire: Callable[[], object]) -> None:
+    def _arm(self, id: str, run: int, seq: int, at_ms: int, kind: int) -> None:
+        """Sets a timer (`_TIMER`), a wait's deadline (`_DEADLINE`) or a parked run's wake-up."""
         timers = self._shard(id).timers
         state = self._loaded(id)
         if state is not None and seq >= 0:
             state.due[seq] = at_ms
         if (id, seq) in timers:
             return
-
-        def run() -> None:
-            if timers.pop((id, seq), None) is not None:
-                loaded = self._loaded(id)
-                if loaded is not None:
-                    loaded.due.pop(seq, None)
-                fire()
-
-        timers[(id, seq)] = self.clock.call_at(at_ms, run)
+        timers[(id, seq)] = self.clock.call_at(at_ms, _Alarm(self, id, run, seq, kind))
 
     def _disarm(self, id: str, seq: int) -> None:
         state = self._loaded(id)
@@ -545,7 +573,7 @@ class Engine:
 
     def _arm_wake(self, row: RunRow) -> None:
         if row.wake_ms is not None:
-            self._arm(row.id, -1, row.wake_ms, lambda: self._spawn(self._wake(row.id)))
+            self._arm(row.id, row.run, -1, row.wake_ms, _WAKE)
 
     async def _sleep_until(self, at_ms: int) -> None:
         """Sleeps on the engine's clock until ``at_ms``."""
@@ -580,14 +608,11 @@ class Engine:
         id, run = state.id, state.run
         if isinstance(record, Timer):
             seq = record.seq
-            self._arm(id, seq, record.fire_at_ms, lambda: self._fire(id, run, seq, TimerFired()))
+            self._arm(id, run, record.seq, record.fire_at_ms, _TIMER)
         elif isinstance(record, Wait):
             state.waits[record.seq] = record.name
             if record.deadline_ms:
-                seq = record.seq
-                self._arm(
-                    id, seq, record.deadline_ms, lambda: self._fire(id, run, seq, WaitTimedOut())
-                )
+                self._arm(id, run, record.seq, record.deadline_ms, _DEADLINE)
             self._match(state)
         elif isinstance(record, Waited):
             state.waits.pop(record.seq, None)
@@ -911,9 +936,9 @@ class Engine:
             elif isinstance(rec, Cancel):
                 deadlines.clear()
         for seq, at in timers.items():
-            self._arm(id, seq, at, lambda seq=seq: self._fire(id, run, seq, TimerFired()))  # type: ignore[misc]
+            self._arm(id, run, seq, at, _TIMER)
         for seq, at in deadlines.items():
-            self._arm(id, seq, at, lambda seq=seq: self._fire(id, run, seq, WaitTimedOut()))  # type: ignore[misc]
+            self._arm(id, run, seq, at, _DEADLINE)
         self._match(state)
         for child in children.values():
             self._spawn(self._start_child(state, child))
