@@ -459,7 +459,7 @@ class Engine:
             if row.status == "suspended":
                 self._arm_wake(row)
             else:
-                self._spawn(self._wake(row.id))
+                self._spawn(self._wake(row.id, row))
         # Fix: a run that ended in continue-as-new starts its next run only
         # once its `Done` is durable, in a later write. A crash between the
         # two left the id's row "continued" (not unfinished) and the next run
@@ -819,9 +819,10 @@ class Engine:
         if state is not None and state.run == run:
             state.driver.complete(seq, completion)
 
-    async def _wake(self, id: str) -> _RunState | None:
+    async def _wake(self, id: str, row: RunRow | None = None) -> _RunState | None:
         """The loaded run of ``id``, loading it from its journal if it is parked.
 
+        ``row`` is the id's row when the caller just read it (recovery).
         Returns None if the run has finished. Raises NotFound if there is none.
         """
         state = self._loaded(id)
@@ -835,7 +836,7 @@ class Engine:
         fut: asyncio.Future[_RunState | None] = self._loop.create_future()
         self._loading[id] = fut
         try:
-            state = await self._load(id)
+            state = await self._load(id, row)
         except BaseException as e:
             fut.set_exception(e)
             fut.exception()
@@ -852,8 +853,9 @@ class Engine:
             del self._loading[id]
         return state
 
-    async def _load(self, id: str) -> _RunState | None:
-        row = await self.store.get(id)
+    async def _load(self, id: str, row: RunRow | None = None) -> _RunState | None:
+        if row is None:
+            row = await self.store.get(id)
         if row is None:
             raise NotFound(f"no run has id '{id}'; `fusee list` shows the runs of a store")
         if row.status in _FINISHED:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeAlias, TypeVar
 
-from fusee.errors import StoreError
+from fusee.errors import NotFound, StoreError
 from fusee.store import (
     UNFINISHED_STATUSES,
     Entry,
@@ -101,6 +101,9 @@ _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _CONSTRAINT, _NOT
 )  # fmt: skip
 
 _SqlRow: TypeAlias = tuple[Any, ...]
+_Loaded: TypeAlias = builtins.list[tuple[int, bytes]]
+_LoadKey: TypeAlias = tuple[str, int | None, int]  # id, run, after_lsn
+_LoadCall: TypeAlias = tuple[_LoadKey, asyncio.Future[_Loaded]]
 _T = TypeVar("_T")
 
 
@@ -191,6 +194,7 @@ class SqliteStore:
         # write's future: `get` answers from here rather than waiting for
         # the writer (an engine's start asks for a row on every call).
         self._pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]] = {}
+        self._loads: builtins.list[_LoadCall] | None = None  # to send at the end of this turn
         self._run_next = 1
         self._run_reserved = 0
         self._run_lock = asyncio.Lock()
@@ -399,7 +403,43 @@ class SqliteStore:
             ...     asyncio.run(demo(d))
             [(2, b'y')]
         """
-        return await self._read(lambda conn: _load(conn, id, run, after_lsn))
+        await self._after_writes()
+        # Loads asked for in one turn of the loop (recovery, many runs woken
+        # at once) share one trip to the reader thread and one snapshot.
+        assert self._loop is not None
+        fut: asyncio.Future[builtins.list[tuple[int, bytes]]] = self._loop.create_future()
+        batch = self._loads
+        if batch is None:
+            batch = self._loads = []
+            self._loop.call_soon(self._send_loads, batch)
+        batch.append(((id, run, after_lsn), fut))
+        return await fut
+
+    def _send_loads(self, batch: builtins.list[_LoadCall]) -> None:
+        assert self._loop is not None
+        self._loads = None
+        keys = [key for key, _ in batch]
+
+        def settle(done: asyncio.Future[builtins.list[_Loaded | NotFound]]) -> None:
+            error = done.exception() if not done.cancelled() else StoreError("store closed")
+            for n, (_, fut) in enumerate(batch):
+                if fut.done():  # its caller was cancelled
+                    continue
+                result = error if error is not None else done.result()[n]
+                if isinstance(result, BaseException):
+                    fut.set_exception(result)
+                else:
+                    fut.set_result(result)
+
+        try:
+            self._check_open()
+            reading = self._loop.run_in_executor(
+                self._reader, self._run_read, lambda conn: _load_many(conn, keys)
+            )
+        except (StoreError, RuntimeError) as e:  # closed meanwhile
+            reading = self._loop.create_future()
+            reading.set_exception(e if isinstance(e, StoreError) else StoreError(str(e)))
+        reading.add_done_callback(settle)
 
     async def get(self, id: str) -> RunRow | None:
         """Returns the row of ``id`` (its latest run), or None.
@@ -577,13 +617,17 @@ class SqliteStore:
             raise StoreError(f"the store {self._path} is closed; await store.open() first")
 
     async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        await self._after_writes()
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._reader, self._run_read, fn)
+
+    async def _after_writes(self) -> None:
         self._check_open()
         tail = self._tail
         if tail is not None and not tail.done():
             # Reads see every append called before them, committed or failed.
             await asyncio.wait((tail,))
-        assert self._loop is not None
-        return await self._loop.run_in_executor(self._reader, self._run_read, fn)
+        self._check_open()
 
     async def _shut_down(self) -> None:
         loop = asyncio.get_running_loop()
@@ -952,10 +996,20 @@ def _store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
     return StoreError(text)
 
 
-def _load(
-    conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int
-) -> builtins.list[tuple[int, bytes]]:
-    conn.execute("BEGIN")  # one snapshot for the queries below
+def _load_many(
+    conn: sqlite3.Connection, keys: builtins.list[_LoadKey]
+) -> builtins.list[_Loaded | NotFound]:
+    conn.execute("BEGIN")  # one snapshot for every query below
+    results: builtins.list[_Loaded | NotFound] = []
+    for id, run, after_lsn in keys:
+        try:
+            results.append(_load(conn, id, run, after_lsn))
+        except NotFound as e:
+            results.append(e)
+    return results
+
+
+def _load(conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int) -> _Loaded:
     found = conn.execute("SELECT run FROM runs WHERE id = ?", (id,)).fetchone()
     row_run: int | None = found[0] if found is not None else None
     if run is None:
