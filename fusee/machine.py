@@ -771,6 +771,10 @@ class RunMachine:
         self._max_recorded: int | None = None
         self._replay: deque[_ReplayItem] = deque()
         self._pending: dict[int, _Entry] = {}
+        # Whether a step was ever paused in this run: until then `is_paused`
+        # answers without looking at every pending and recorded operation
+        # (the engine asks after each turn: quadratic with 500 in flight).
+        self._ever_paused = False
         self._live: deque[_LiveItem] = deque()
         # Completions that arrived before the code started their operation
         # (a timer that fired, or a signal that matched, while replay had
@@ -890,6 +894,8 @@ class RunMachine:
             r = self._mark(rec.seq, _STEP, rec.name)
             r.attempt = rec.attempt
             r.retry_at_ms = rec.retry_at_ms
+            if rec.retry_at_ms == PAUSED:
+                self._ever_paused = True
         elif isinstance(rec, Resume):
             r = self._mark(rec.seq, _STEP, "")
             r.retry_at_ms = 0
@@ -1183,6 +1189,7 @@ class RunMachine:
                 p = self._pending[seq] = _Pending(_STEP, name, r.attempt + 1, True)
                 if r.retry_at_ms == PAUSED:
                     p.paused = True
+                    self._ever_paused = True
         if self._early:
             self._take_early(seq)
         return seq, start
@@ -1246,7 +1253,10 @@ class RunMachine:
         rec = Attempt(self._info.run, seq, p.name, p.attempt, retry_at_ms, error)
         p.attempt += 1
         p.waiting = False
-        p.paused = retry_at_ms == PAUSED
+        if retry_at_ms == PAUSED:
+            p.paused = self._ever_paused = True
+        else:
+            p.paused = False
         return rec
 
     def step_paused(self, seq: int) -> bool:
@@ -1261,6 +1271,8 @@ class RunMachine:
 
     def is_paused(self) -> bool:
         """Whether any of the run's steps is paused, whether or not the code reached it."""
+        if not self._ever_paused:
+            return False
         return any(p.paused for p in self._pending.values()) or any(
             True for _ in self._recorded_paused()
         )
