@@ -15,6 +15,7 @@ depends on are durable; nothing else waits for the disk.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import enum
 import hashlib
@@ -277,6 +278,9 @@ class Run(Generic[T]):
         return await self._engine._describe(self.id)
 
 
+# Ended runs whose end `Run.result` answers from memory (`Engine._ends`).
+_ENDS_KEPT = 1024
+
 # What an `_Alarm` does when its time comes.
 _TIMER, _DEADLINE, _WAKE = 0, 1, 2
 
@@ -374,6 +378,11 @@ class Engine:
         self._starting: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stuck: dict[str, DeterminismError] = {}
+        # How the last runs to end ended: `Run.result` soon after the end
+        # (a caller that started many runs, then asks each) reads no store.
+        self._ends: collections.OrderedDict[str, tuple[WorkflowDef[Any, Any], Done]] = (
+            collections.OrderedDict()
+        )
         # Readers of a run's streams, woken when a chunk or end is durable.
         self._stream_events: dict[str, list[asyncio.Event]] = {}
         self._tokens = 0
@@ -1074,6 +1083,7 @@ class Engine:
     def _create_run(
         self, wf: WorkflowDef[Any, Any], id: str, data: bytes, *, parent: Parent | None, policy: int
     ) -> int:
+        self._ends.pop(id, None)
         run = self.committer.lsn + 1
         start = Start(
             run=run,
@@ -1182,6 +1192,9 @@ class Engine:
             state = self._loaded(id)
             if state is None and id not in self._loading:
                 self._check_open()
+                ended = self._ends.get(id)
+                if ended is not None:
+                    return _end_value(*ended)
                 row = await self.store.get(id)
                 if row is None:
                     raise NotFound(f"no run has id '{id}'; `fusee list` shows the runs of a store")
@@ -1218,15 +1231,7 @@ class Engine:
         done = _decode_journal(id, row.run, entries[-1:])[0]
         if not isinstance(done, Done):
             raise StoreError(f"run '{id}' is marked {row.status} but its journal has no end record")
-        wf = self._workflow(row.workflow)
-        if done.status is _OK:
-            return wf.decode_result(done.payload)
-        if done.status is _CANCELLED:
-            raise Cancelled(_text(done.payload))
-        err = _codec.decode(done.payload)
-        if isinstance(err, list) and len(err) == 3:
-            raise WorkflowFailed(str(err[0]), str(err[1]), str(err[2]))
-        raise WorkflowFailed("Error", str(err))
+        return _end_value(self._workflow(row.workflow), done)
 
     def _ended(self, state: _RunState, done: Done, lsn: int) -> None:
         status = _STATUS_OF_END.get(done.status, "failed")
@@ -1257,6 +1262,10 @@ class Engine:
                     wf, state.id, done.payload, parent=state.parent, policy=state.policy
                 )
                 return
+            ends = self._ends
+            ends[state.id] = (state.workflow, done)
+            if len(ends) > _ENDS_KEPT:
+                ends.popitem(last=False)
             self._notify_streams(state.id)
             for fut in self._results.pop(state.id, []):
                 if not fut.done():
@@ -1534,6 +1543,18 @@ class _Watchdog:
                     )
                     self._engine.watchdog_reports.append(msg)
                     log.warning("%s", msg)
+
+
+def _end_value(wf: WorkflowDef[Any, Any], done: Done) -> Any:
+    """A run's result as `Run.result` returns it, or its failure raised."""
+    if done.status is _OK:
+        return wf.decode_result(done.payload)
+    if done.status is _CANCELLED:
+        raise Cancelled(_text(done.payload))
+    err = _codec.decode(done.payload)
+    if isinstance(err, list) and len(err) == 3:
+        raise WorkflowFailed(str(err[0]), str(err[1]), str(err[2]))
+    raise WorkflowFailed("Error", str(err))
 
 
 def _decode_journal(id: str, run: int, entries: Iterable[tuple[int, bytes]]) -> list[Record]:
