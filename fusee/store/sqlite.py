@@ -102,8 +102,7 @@ _BUSY, _LOCKED, _READONLY, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _CONSTRAINT, _NOT
 
 _SqlRow: TypeAlias = tuple[Any, ...]
 _Loaded: TypeAlias = builtins.list[tuple[int, bytes]]
-_LoadKey: TypeAlias = tuple[str, int | None, int]  # id, run, after_lsn
-_LoadCall: TypeAlias = tuple[_LoadKey, asyncio.Future[_Loaded]]
+_BatchedRead: TypeAlias = tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]
 _T = TypeVar("_T")
 
 
@@ -194,7 +193,7 @@ class SqliteStore:
         # write's future: `get` answers from here rather than waiting for
         # the writer (an engine's start asks for a row on every call).
         self._pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]] = {}
-        self._loads: builtins.list[_LoadCall] | None = None  # to send at the end of this turn
+        self._batch: builtins.list[_BatchedRead] | None = None  # reads to send after this turn
         self._run_next = 1
         self._run_reserved = 0
         self._run_lock = asyncio.Lock()
@@ -404,23 +403,27 @@ class SqliteStore:
             [(2, b'y')]
         """
         await self._after_writes()
-        # Loads asked for in one turn of the loop (recovery, many runs woken
-        # at once) share one trip to the reader thread and one snapshot.
+        return await self._read_batched(lambda conn: _load(conn, id, run, after_lsn))
+
+    def _read_batched(self, fn: Callable[[sqlite3.Connection], _T]) -> asyncio.Future[_T]:
+        # Reads asked for in one turn of the loop (recovery, many runs woken
+        # or started at once) share one trip to the reader thread and one
+        # snapshot: a trip costs more than the queries of a few hundred.
         assert self._loop is not None
-        fut: asyncio.Future[builtins.list[tuple[int, bytes]]] = self._loop.create_future()
-        batch = self._loads
+        fut: asyncio.Future[_T] = self._loop.create_future()
+        batch = self._batch
         if batch is None:
-            batch = self._loads = []
-            self._loop.call_soon(self._send_loads, batch)
-        batch.append(((id, run, after_lsn), fut))
-        return await fut
+            batch = self._batch = []
+            self._loop.call_soon(self._send_batch, batch)
+        batch.append((fn, fut))
+        return fut
 
-    def _send_loads(self, batch: builtins.list[_LoadCall]) -> None:
+    def _send_batch(self, batch: builtins.list[_BatchedRead]) -> None:
         assert self._loop is not None
-        self._loads = None
-        keys = [key for key, _ in batch]
+        self._batch = None
+        fns = [fn for fn, _ in batch]
 
-        def settle(done: asyncio.Future[builtins.list[_Loaded | NotFound]]) -> None:
+        def settle(done: asyncio.Future[builtins.list[Any]]) -> None:
             error = done.exception() if not done.cancelled() else StoreError("store closed")
             for n, (_, fut) in enumerate(batch):
                 if fut.done():  # its caller was cancelled
@@ -434,7 +437,7 @@ class SqliteStore:
         try:
             self._check_open()
             reading = self._loop.run_in_executor(
-                self._reader, self._run_read, lambda conn: _load_many(conn, keys)
+                self._reader, self._run_read, lambda conn: _read_many(conn, fns)
             )
         except (StoreError, RuntimeError) as e:  # closed meanwhile
             reading = self._loop.create_future()
@@ -464,8 +467,7 @@ class SqliteStore:
         # No write of this id is in flight, so the committed database already
         # has its latest row: no need to wait for the writer (unlike `_read`).
         self._check_open()
-        assert self._loop is not None
-        return await self._loop.run_in_executor(self._reader, self._run_read, lambda c: _get(c, id))
+        return await self._read_batched(lambda conn: _get(conn, id))
 
     async def list(
         self,
@@ -996,14 +998,15 @@ def _store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
     return StoreError(text)
 
 
-def _load_many(
-    conn: sqlite3.Connection, keys: builtins.list[_LoadKey]
-) -> builtins.list[_Loaded | NotFound]:
+def _read_many(
+    conn: sqlite3.Connection, fns: builtins.list[Callable[[sqlite3.Connection], Any]]
+) -> builtins.list[Any]:
+    """Each read's result, or the NotFound it raised (a database error fails them all)."""
     conn.execute("BEGIN")  # one snapshot for every query below
-    results: builtins.list[_Loaded | NotFound] = []
-    for id, run, after_lsn in keys:
+    results: builtins.list[Any] = []
+    for fn in fns:
         try:
-            results.append(_load(conn, id, run, after_lsn))
+            results.append(fn(conn))
         except NotFound as e:
             results.append(e)
     return results

@@ -17,6 +17,7 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -487,3 +488,30 @@ async def test_only_one_writer_may_open_a_store_while_readers_may(tmp_path: Path
     third = SqliteStore(tmp_path, durability="none")
     await third.open()
     await third.close()
+
+
+@pytest.mark.asyncio
+async def test_reads_asked_in_one_turn_share_one_trip_to_the_reader(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.append([Entry(1, "a", 1, b"1"), Entry(2, "b", 1, b"2")], [row("a"), row("b")])
+    trips: list[object] = []
+    real = store._run_read
+
+    def counting(fn: Any) -> Any:
+        trips.append(fn)
+        return real(fn)
+
+    monkeypatch.setattr(store, "_run_read", counting)
+    got = await asyncio.gather(
+        store.get("a"),
+        store.get("nobody"),
+        store.load("b"),
+        store.load("nobody"),
+        store.load("a"),
+        return_exceptions=True,
+    )
+    assert list(got[:3]) == [row("a"), None, [(2, b"2")]]
+    assert isinstance(got[3], NotFound)  # one read's error is its own
+    assert got[4] == [(1, b"1")]
+    assert len(trips) == 1
