@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias, cast
+from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
 
 from fusee._frozen import fast_init
 from fusee.errors import DeterminismError
@@ -598,6 +598,17 @@ class _Recorded(_Entry):
             self.delivered = True
 
 
+class _DeliveredStep(_Recorded):
+    """A step recorded with its result: most of any journal, built the cheapest way.
+
+    Made with ``__new__`` and only its name set (no ``__init__`` call): the
+    rest comes from the class until something changes it.
+    """
+
+    kind = OpKind.STEP
+    delivered = True
+
+
 class _Pending(_Entry):
     """An operation the code started whose result live work will bring."""
 
@@ -802,6 +813,7 @@ class RunMachine:
         load = self._load
         recorded = self._recorded
         append = self._replay.append
+        new_step = _DeliveredStep.__new__
         top = -1
         for i in range(1, len(journal)):
             rec = journal[i]
@@ -809,7 +821,8 @@ class RunMachine:
             # (most of any journal), with nothing to check it against.
             if type(rec) is Step and rec.seq not in recorded:
                 seq = rec.seq
-                recorded[seq] = _Recorded(_STEP, rec.name, True)
+                r = recorded[seq] = new_step(_DeliveredStep)
+                r.name = rec.name
                 if seq > top:
                     top = seq
                 append((_OP, seq, Outcome(rec.status, rec.payload)))
@@ -1773,13 +1786,13 @@ class RunMachine:
             front = replay[0]
             if front[0] == _OP:
                 # Inline: this is every delivery of a replay.
-                op = cast("tuple[int, int, Outcome]", front)
-                entry = self._pending.get(op[1])
+                at: int = front[1]  # type: ignore[assignment]
+                entry = self._pending.get(at)
                 if entry is None or entry.live:
                     return STALLED
-                del self._pending[op[1]]
+                del self._pending[at]
                 replay.popleft()
-                return Deliver(op[1], op[2], None)
+                return Deliver(at, front[2], None)  # type: ignore[arg-type,misc]
             return self._next_replay()
         live = self._live
         pending = self._pending
