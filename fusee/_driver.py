@@ -382,7 +382,7 @@ class RunDriver:
                 assert isinstance(n, DeliverUpdate)
                 self._start_update(n)
             else:
-                if not m.has_live_pending() and m.is_replaying():
+                if m.is_replaying() and not m.has_live_pending():
                     err = m.stall_error()
                     if err is not None:
                         self._diverged(err, self._waiting_location())

@@ -181,10 +181,13 @@ class _RunState:
     row_status: str = "running"
     # Its shard, found once: host callbacks run for every record and step.
     shard: _Shard | None = None
+    # In its shard's runs (`_Shard.add`, `_Shard.remove`): asked several
+    # times per step, so a flag rather than a lookup.
+    loaded: bool = False
 
     def is_loaded(self) -> bool:
         """Whether this state is its run's loaded one (not parked, ended or replaced)."""
-        return self.shard is not None and self.shard.runs.get(self.driver.id) is self
+        return self.loaded
 
     # Callers of `Run.update` waiting for the handler's answer.
     updates: set[asyncio.Future[tuple[Status, bytes]]] = field(default_factory=set)
@@ -320,6 +323,26 @@ class _Shard:
     """A share of the runs: its loaded runs and its timers."""
 
     __slots__ = ("runs", "timers")
+
+    def add(self, state: _RunState) -> None:
+        """Makes ``state`` its run's loaded one."""
+        old = self.runs.get(state.id)
+        if old is not None:
+            old.loaded = False
+        self.runs[state.id] = state
+        state.loaded = True
+
+    def remove(self, state: _RunState) -> None:
+        """Unloads ``state`` if it is its run's loaded one."""
+        if self.runs.get(state.id) is state:
+            del self.runs[state.id]
+        state.loaded = False
+
+    def clear(self) -> None:
+        """Unloads every run."""
+        for state in self.runs.values():
+            state.loaded = False
+        self.runs.clear()
 
     def __init__(self) -> None:
         self.runs: dict[str, _RunState] = {}
@@ -513,7 +536,7 @@ class Engine:
             shard.timers.clear()
             for state in shard.runs.values():
                 state.driver.close()
-            shard.runs.clear()
+            shard.clear()
         await self.store.close()
 
     def _abandon(self) -> None:
@@ -532,7 +555,7 @@ class Engine:
                 for t in state.steps:
                     t.cancel()
                 state.driver.close()
-            shard.runs.clear()
+            shard.clear()
             shard.timers.clear()
 
     def _check_open(self) -> None:
@@ -703,7 +726,7 @@ class Engine:
         elif state.row_status == "paused":
             state.row_status = "running"
             self._put_row(state)
-        if m.is_suspended() and not state.steps and driver.error is None:
+        if not state.steps and driver.error is None and m.is_suspended():
             if state.park_handle is None:
                 state.park_handle = self.clock.call_at(
                     self.clock.now_ms() + self.park_after_ms, lambda: self._spawn(self._park(state))
@@ -877,7 +900,7 @@ class Engine:
         self._disarm(id, -1)
         state = self._make_state(wf, records, entries[-1][0])
         state.row_status = row.status
-        self._shard(id).runs[id] = state
+        self._shard(id).add(state)
         self._rebuild(state, records)
         state.driver.start()
         done = records[-1]
@@ -987,7 +1010,7 @@ class Engine:
             # its children again (`_rebuild` -> `_start_child`).
             now = self.clock.now_ms()
             wake = now if wake is None else min(wake, now)
-        del self._shard(state.id).runs[state.id]
+        self._shard(state.id).remove(state)
         driver.close()
         state.row_status = "suspended"
         self.committer.put_row(self._row(state, wake_ms=wake))
@@ -1097,7 +1120,7 @@ class Engine:
         lsn = self.committer.append(id, run, encode(start))
         assert lsn == run
         state = self._make_state(wf, [start], lsn)
-        self._shard(id).runs[id] = state
+        self._shard(id).add(state)
         self._put_row(state)
         state.driver.start()
         return lsn
@@ -1252,7 +1275,7 @@ class Engine:
                 self._check_replay(state)
             shard = self._shard(state.id)
             if shard.runs.get(state.id) is state:
-                del shard.runs[state.id]
+                shard.remove(state)
                 state.driver.close()
             for key in [k for k in shard.timers if k[0] == state.id]:
                 shard.timers.pop(key).cancel()
