@@ -117,9 +117,12 @@ class _Write:
     max_lsn: int  # 0 when there are no entries
     # The failures the caller had seen reported when it called (see `_write`).
     epoch: int
-    # Resolves with None or the StoreError; never cancelled (callers await a
-    # shield), so reads can wait on it as a barrier.
+    # Resolves with None or the StoreError; never cancelled, so reads can
+    # wait on it as a barrier.
     done: asyncio.Future[StoreError | None]
+    # The same answer for the caller to await: cancelling the caller cancels
+    # this one only (a shield would cost the caller a loop iteration more).
+    answer: asyncio.Future[StoreError | None]
 
 
 class SqliteStore:
@@ -365,11 +368,11 @@ class SqliteStore:
             for r, blob in zip(runs, packed, strict=True)
         ]
         fail, self._fail_next = self._fail_next, None
-        done = self._submit(entries, rows, None, fail, last if entries else 0)
+        write = self._submit(entries, rows, None, fail, last if entries else 0)
         pending = self._pending
         for r in runs:
-            pending[r.id] = (r, done)
-        error = await asyncio.shield(done)
+            pending[r.id] = (r, write.done)
+        error = await write.answer
         if error is not None:
             raise error
 
@@ -555,7 +558,7 @@ class SqliteStore:
                 self._check_writable()
                 if self._run_next > self._run_reserved:
                     reserved = self._run_next - 1 + _RUN_BLOCK
-                    error = await asyncio.shield(self._submit((), [], reserved, None, 0))
+                    error = await self._submit((), [], reserved, None, 0).answer
                     if error is not None:
                         raise error
                     self._run_reserved = reserved
@@ -585,16 +588,20 @@ class SqliteStore:
         run_reserved: int | None,
         fail: Exception | None,
         max_lsn: int,
-    ) -> asyncio.Future[StoreError | None]:
-        assert self._loop is not None
-        done: asyncio.Future[StoreError | None] = self._loop.create_future()
+    ) -> _Write:
+        loop = self._loop
+        assert loop is not None
+        done: asyncio.Future[StoreError | None] = loop.create_future()
         if max_lsn:
             self._accepted_lsn = max_lsn
         self._inflight += 1
         self._tail = done
         epoch = self._failures_reported
-        self._queue.put(_Write(entries, rows, run_reserved, fail, max_lsn, epoch, done))
-        return done
+        write = _Write(
+            entries, rows, run_reserved, fail, max_lsn, epoch, done, loop.create_future()
+        )
+        self._queue.put(write)
+        return write
 
     def _finish(
         self, writes: builtins.list[_Write], errors: builtins.list[StoreError | None], failed: int
@@ -605,6 +612,8 @@ class SqliteStore:
             if error is None and write.max_lsn > self._last_lsn:
                 self._last_lsn = write.max_lsn
             write.done.set_result(error)
+            if not write.answer.done():  # its caller was cancelled
+                write.answer.set_result(error)
             pending = self._pending
             for sql_row in write.rows:
                 latest = pending.get(sql_row[0])
