@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint typecheck pytest bench demo docs docs-serve clean
+.PHONY: install test lint typecheck pytest bench bench-restate demo docs docs-serve clean
 
 $(BIN)/pytest: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: lint typecheck pytest
 
 bench: install
 	$(BIN)/python bench/run.py
+
+# Optional, not in `make bench`: fusee and Restate side by side. Installs
+# Restate's server (npm) and Python SDK (PyPI) under bench/ on first use.
+bench-restate: install
+	$(BIN)/python bench/run.py restate_compare
 
 # The checkout demo on ./data: kill it during its cool-off (Ctrl-C or kill -9)
 # and run `make demo` again: it resumes the same run.

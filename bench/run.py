@@ -5,6 +5,8 @@ figure: ``{"bench", "figure", "value", "goal", ...}``. This collects them,
 with the command, the machine and the time of the run, into a table.
 
     python bench/run.py [NAME ...]
+
+With no NAME it runs every benchmark but the OPTIONAL ones.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# Run only when named (`python bench/run.py restate_compare`, `make bench-restate`).
+OPTIONAL = {"restate_compare"}
 
 
 def machine() -> str:
@@ -44,7 +48,7 @@ def main() -> None:
     state: dict[str, Any] = json.loads(saved.read_text()) if saved.exists() else {}
     if args != ["--render"]:
         names = args or sorted(
-            p.stem for p in HERE.glob("*.py") if p.stem not in {"run", "__init__"}
+            p.stem for p in HERE.glob("*.py") if p.stem not in {"run", "__init__", *OPTIONAL}
         )
         failed: list[str] = []
         when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"

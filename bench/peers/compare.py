@@ -40,8 +40,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,6 @@ HERE = Path(__file__).resolve().parent
 BENCH = HERE.parent
 
 DBOS_VERSION = "3.4.0"  # the newest 3.4.x on PyPI when this was written
-DBOS_REQUIREMENT = f"dbos=={DBOS_VERSION}"
 DBOS_VENV = BENCH / ".venv-dbos"
 
 QUICK_ENV = "FUSEE_BENCH_QUICK"
@@ -186,55 +185,107 @@ def log(message: str) -> None:
     print(f"peers: {message}", file=sys.stderr, flush=True)
 
 
-def _installed_dbos(python: Path) -> str | None:
-    out = subprocess.run(
-        [str(python), "-c", "import importlib.metadata as m; print(m.version('dbos'))"],
-        capture_output=True,
-        text=True,
-        check=False,
+def _installed(python: Path, names: Sequence[str]) -> dict[str, str | None]:
+    """The version of each package in ``python``'s environment (None: not there)."""
+    script = (
+        "import importlib.metadata as m, json, sys\n"
+        "out = {}\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        out[name] = m.version(name)\n"
+        "    except m.PackageNotFoundError:\n"
+        "        out[name] = None\n"
+        "print(json.dumps(out))\n"
     )
-    return out.stdout.strip() if out.returncode == 0 else None
+    out = subprocess.run(
+        [str(python), "-c", script, *names], capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        return dict.fromkeys(names)
+    return dict(json.loads(out.stdout))
 
 
-def ensure_dbos_venv() -> Path:
-    """Create bench/.venv-dbos with `DBOS_REQUIREMENT` unless it is there already.
+def ensure_venv(venv: Path, requirements: Mapping[str, str]) -> Path:
+    """Create ``venv`` with the pinned ``requirements`` (name: version) unless it has them.
 
     Returns:
         The venv's python.
 
     Raises:
-        SetupError: the venv cannot be made or pip cannot install DBOS (PyPI unreachable).
+        SetupError: the venv cannot be made or pip cannot install them (PyPI unreachable).
     """
-    python = DBOS_VENV / "bin" / "python"
-    if python.exists() and _installed_dbos(python) == DBOS_VERSION:
+    python = venv / "bin" / "python"
+    if python.exists() and _installed(python, list(requirements)) == dict(requirements):
         return python
+    pins = [f"{name}=={version}" for name, version in requirements.items()]
     if not python.exists():
-        log(f"creating {DBOS_VENV} for {DBOS_REQUIREMENT}")
+        log(f"creating {venv} for {' '.join(pins)}")
         made = subprocess.run(
-            [sys.executable, "-m", "venv", str(DBOS_VENV)],
-            capture_output=True,
-            text=True,
-            check=False,
+            [sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, check=False
         )
         if made.returncode != 0:
-            raise SetupError(f"could not create {DBOS_VENV}: {made.stderr.strip()}")
-    log(f"installing {DBOS_REQUIREMENT} into {DBOS_VENV} (from PyPI)")
+            raise SetupError(f"could not create {venv}: {made.stderr.strip()}")
+    log(f"installing {' '.join(pins)} into {venv} (from PyPI)")
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     # Short timeouts: an unreachable index should fail in a minute, not hang.
     installed = subprocess.run(
-        [*pip, "--timeout", "20", "--retries", "2", DBOS_REQUIREMENT],
+        [*pip, "--timeout", "20", "--retries", "2", *pins],
         capture_output=True,
         text=True,
         check=False,
     )
-    if installed.returncode != 0 or _installed_dbos(python) != DBOS_VERSION:
+    if installed.returncode != 0 or _installed(python, list(requirements)) != dict(requirements):
         tail = "\n".join((installed.stderr or installed.stdout).strip().splitlines()[-8:])
         raise SetupError(
-            f"could not install {DBOS_REQUIREMENT} into {DBOS_VENV}; is PyPI reachable? "
-            f"Fix that, or delete {DBOS_VENV} and run again, or leave the peer out with "
+            f"could not install {' '.join(pins)} into {venv}; is PyPI reachable? "
+            f"Fix that, or delete {venv} and run again, or leave the peer out with "
             f"--systems fusee. pip said:\n{tail}"
         )
     return python
+
+
+def ensure_dbos_venv() -> Path:
+    """Create bench/.venv-dbos with the pinned DBOS unless it is there already."""
+    return ensure_venv(DBOS_VENV, {"dbos": DBOS_VERSION})
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """The system fusee is compared with, and how this harness runs it."""
+
+    config: Config  # its ``system`` names its side: peers/<system>_workloads.py
+    name: str  # in the ratio figures: "W1 ratio fusee fsync / <name>"
+    script: str  # the command that runs the comparison, as its rows record it
+    bench: str  # the rows' "bench"
+    describe: str  # the rows' "peer": what ran, with versions
+    setup: Callable[[], Path]  # installs it if need be; the python its side runs with
+    label: Callable[[Mapping[str, Any]], str]  # its name in figures, from a child's meta
+    # Why a child's meta shows another version than the pinned one, or None.
+    wrong_version: Callable[[Mapping[str, Any]], str | None]
+    # Fields added to its rows of a figure (Restate: its two processes' CPU).
+    more: Callable[[Figure, Outcome], dict[str, Any]] | None = None
+
+    def workloads(self) -> tuple[Workload, ...]:
+        """W1-W3 with this peer in the place of DBOS."""
+        configs = (FUSEE_FSYNC, FUSEE_MEMORY, self.config)
+        return tuple(replace(w, configs=configs) for w in WORKLOADS)
+
+
+def _dbos_version(meta: Mapping[str, Any]) -> str | None:
+    ran = meta.get("version")
+    return None if ran == DBOS_VERSION else f"ran dbos {ran}, not {DBOS_VERSION}"
+
+
+DBOS = Peer(
+    config=DBOS_SQLITE,
+    name="DBOS",
+    script="bench/peers_compare.py",
+    bench="peers",
+    describe=f"dbos {DBOS_VERSION}",
+    setup=ensure_dbos_venv,
+    label=lambda meta: f"DBOS {meta.get('version', DBOS_VERSION)} sqlite",
+    wrong_version=_dbos_version,
+)
 
 
 def child_env() -> dict[str, str]:
@@ -327,10 +378,11 @@ def run_child(
     return Child(True, None, figures, dict(line.get("meta", {})), "")
 
 
-def parse(argv: Sequence[str]) -> Opts:
+def parse(argv: Sequence[str], peer: Peer) -> Opts:
+    system = peer.config.system
     p = argparse.ArgumentParser(
-        prog="peers_compare.py",
-        description="fusee and DBOS Transact, side by side (see bench/peers/compare.py).",
+        prog=Path(peer.script).name,
+        description=f"fusee and {peer.name}, side by side (see {peer.script}).",
     )
     p.add_argument(
         "--quick",
@@ -339,9 +391,10 @@ def parse(argv: Sequence[str]) -> Opts:
         help=f"smoke test: small workloads, 1 repetition (also {QUICK_ENV}=1)",
     )
     p.add_argument("--repeat", type=int, help=f"repetitions (default {FULL_REPEAT}; quick: 1)")
-    names = [w.name for w in WORKLOADS]
+    workloads = peer.workloads()
+    names = [w.name for w in workloads]
     p.add_argument("--workloads", default=",".join(names), help="comma-separated")
-    p.add_argument("--systems", default="fusee,dbos", help="comma-separated: fusee, dbos")
+    p.add_argument("--systems", default=f"fusee,{system}", help=f"comma-separated: fusee, {system}")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per child process")
     p.add_argument("--keep", action="store_true", help="keep the temporary directories")
     p.add_argument("-v", "--verbose", action="store_true", help="print each child's command")
@@ -351,25 +404,25 @@ def parse(argv: Sequence[str]) -> Opts:
     if unknown:
         p.error(f"unknown workloads {unknown}; choose from {names}")
     systems = frozenset(s.strip() for s in ns.systems.split(",") if s.strip())
-    if not systems or not systems <= {"fusee", "dbos"}:
-        p.error("--systems takes fusee, dbos or both")
+    if not systems or not systems <= {"fusee", system}:
+        p.error(f"--systems takes fusee, {system} or both")
     repeat = ns.repeat if ns.repeat is not None else (1 if ns.quick else FULL_REPEAT)
     if repeat < 1:
         p.error("--repeat must be at least 1")
-    chosen = tuple(w for w in WORKLOADS if w.name in wanted)
+    chosen = tuple(w for w in workloads if w.name in wanted)
     return Opts(ns.quick, repeat, chosen, systems, ns.timeout, ns.keep, ns.verbose)
 
 
-def command_line(argv: Sequence[str]) -> str:
+def command_line(argv: Sequence[str], peer: Peer) -> str:
     quick = os.environ.get(QUICK_ENV)
     prefix = f"{QUICK_ENV}={shlex.quote(quick)} " if quick else ""
-    return prefix + shlex.join(["python", "bench/peers_compare.py", *argv])
+    return prefix + shlex.join(["python", peer.script, *argv])
 
 
-def label(config: Config, outcome: Outcome) -> str:
+def label(config: Config, outcome: Outcome, peer: Peer) -> str:
     # The peer's version is part of its name in every figure it appears in.
-    if config.system == "dbos":
-        return f"DBOS {outcome.meta.get('version', DBOS_VERSION)} sqlite"
+    if config.key == peer.config.key:
+        return peer.label(outcome.meta)
     return config.label
 
 
@@ -378,6 +431,7 @@ def rows_for(
     outcomes: Mapping[str, Outcome],
     opts: Opts,
     common: Mapping[str, Any],
+    peer: Peer,
 ) -> list[dict[str, Any]]:
     """The JSON lines of one workload: each figure per config, then its ratio."""
     suffix = " [quick]" if opts.quick else ""
@@ -392,8 +446,8 @@ def rows_for(
             values = [f[fig.metric] for f in outcome.figures]
             medians[config.key] = statistics.median(values)
             row: dict[str, Any] = {
-                "bench": "peers",
-                "figure": f"{fig.title} ({label(config, outcome)}){suffix}",
+                "bench": peer.bench,
+                "figure": f"{fig.title} ({label(config, outcome, peer)}){suffix}",
                 "value": round(medians[config.key], fig.digits),
             }
             goal = fig.goals.get(config.key)
@@ -413,18 +467,21 @@ def rows_for(
                 row["cpu_us_per_step"] = round(cpu, 1)
             if "sqlite" in outcome.meta:
                 row["sqlite"] = outcome.meta["sqlite"]
+            if config.key == peer.config.key and peer.more is not None:
+                row |= peer.more(fig, outcome)
             rows.append(row)
-        if fig.ratio_goal is not None and FUSEE_FSYNC.key in medians and DBOS_SQLITE.key in medians:
-            peer = medians[DBOS_SQLITE.key]
+        theirs = medians.get(peer.config.key)
+        if fig.ratio_goal is not None and FUSEE_FSYNC.key in medians and theirs is not None:
+            ours = medians[FUSEE_FSYNC.key]
             rows.append(
                 {
-                    "bench": "peers",
-                    "figure": f"{workload.name} ratio fusee fsync / DBOS{suffix}",
-                    "value": round(medians[FUSEE_FSYNC.key] / peer, 2) if peer else float("inf"),
+                    "bench": peer.bench,
+                    "figure": f"{workload.name} ratio fusee fsync / {peer.name}{suffix}",
+                    "value": round(ours / theirs, 2) if theirs else float("inf"),
                     "goal": fig.ratio_goal,
                     "repeat": min(
                         len(outcomes[FUSEE_FSYNC.key].figures),
-                        len(outcomes[DBOS_SQLITE.key].figures),
+                        len(outcomes[peer.config.key].figures),
                     ),
                     "workload": workload.name,
                     **common,
@@ -437,14 +494,16 @@ def size_of(workload: Workload, opts: Opts) -> Size:
     return workload.quick if opts.quick else workload.full
 
 
-def main(argv: Sequence[str]) -> int:
-    """Run the comparison; print one JSON line per figure on stdout.
+def main(argv: Sequence[str], peer: Peer | None = None) -> int:
+    """Run the comparison with ``peer`` (DBOS by default); print one JSON line per figure.
 
     Returns:
         0 when every run that could run succeeded (fusee's engine missing is
         not a failure), 1 when a run failed, 2 when the peer cannot be set up.
     """
-    opts = parse(argv)
+    peer = peer if peer is not None else DBOS
+    system = peer.config.system
+    opts = parse(argv, peer)
     tmp_root = os.environ.get(TMPDIR_ENV) or None
     tmp_fs = filesystem_of(Path(tmp_root or tempfile.gettempdir()))
     if tmp_fs in ("tmpfs", "ramfs"):
@@ -453,21 +512,21 @@ def main(argv: Sequence[str]) -> int:
             f"nothing; set {TMPDIR_ENV} to a directory on disk for durable figures"
         )
     pythons: dict[str, Path] = {"fusee": Path(sys.executable)}
-    if "dbos" in opts.systems:
+    if system in opts.systems:
         try:
-            pythons["dbos"] = ensure_dbos_venv()
+            pythons[system] = peer.setup()
         except SetupError as e:
             log(str(e))
             return 2
     common: dict[str, Any] = {
-        "command": command_line(argv),
+        "command": command_line(argv, peer),
         "mode": "quick" if opts.quick else "full",
         "tmp_fs": tmp_fs,
         # The machine may be shared: the load says how far to trust the figures.
         "load_1m_at_start": round(os.getloadavg()[0], 2),
     }
-    if "dbos" in opts.systems:
-        common["peer"] = f"dbos {DBOS_VERSION}"
+    if system in opts.systems:
+        common["peer"] = peer.describe
     log(f"{common['command']}  ({common['mode']}, {opts.repeat} repetition(s), temp on {tmp_fs})")
 
     outcomes: dict[tuple[str, str], Outcome] = {}
@@ -490,8 +549,9 @@ def main(argv: Sequence[str]) -> int:
                     outcome.failure = child.error
                     log(f"{workload.name} on {config.label}: FAILED, {child.error}")
                     continue
-                if config.system == "dbos" and child.meta.get("version") != DBOS_VERSION:
-                    outcome.failure = f"ran dbos {child.meta.get('version')}, not {DBOS_VERSION}"
+                wrong = peer.wrong_version(child.meta) if config.system == system else None
+                if wrong is not None:
+                    outcome.failure = wrong
                     log(f"{workload.name} on {config.label}: FAILED, {outcome.failure}")
                     continue
                 outcome.figures.append(child.figures)
@@ -507,7 +567,7 @@ def main(argv: Sequence[str]) -> int:
             for c in workload.configs
             if (workload.name, c.key) in outcomes
         }
-        for row in rows_for(workload, per_config, opts, common):
+        for row in rows_for(workload, per_config, opts, common, peer):
             print(json.dumps(row), flush=True)
 
     for system, why in missing.items():
