@@ -93,7 +93,7 @@ def render(state: dict[str, Any]) -> None:
         "| benchmark | run | machine |",
         "|---|---|---|",
     ]
-    for name, entry in state.items():
+    for name, entry in sorted(state.items()):
         error = f" ({entry['error']})" if entry.get("error") else ""
         lines.append(f"| {name}{error} | {entry['when']} | {entry['machine']} |")
     lines += [
@@ -101,7 +101,7 @@ def render(state: dict[str, Any]) -> None:
         "| benchmark | figure | value | goal | repetitions |",
         "|---|---|---:|---|---:|",
     ]
-    for name, entry in state.items():
+    for name, entry in sorted(state.items()):
         for r in entry["rows"]:
             value = r["value"]
             shown = f"{value:,}" if isinstance(value, int | float) else str(value)
