@@ -120,6 +120,9 @@ class RunEvicted(BaseException):
     """
 
 
+_new_handle = asyncio.Handle.__new__
+
+
 class WorkflowLoop(asyncio.AbstractEventLoop):
     """One workflow run's event loop: deterministic, driven one turn at a time.
 
@@ -501,7 +504,21 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         """
         if self._closed:
             raise RuntimeError("Event loop is closed")
-        handle = asyncio.Handle(callback, args, self, context)
+        if context is None or self._debug:
+            handle = asyncio.Handle(callback, args, self, context)
+        else:
+            # The Handle's fields set here rather than by its __init__, which
+            # calls get_debug() (Python code) for every callback: a future
+            # (always with a context) wakes a task through here every delivery.
+            handle = _new_handle(asyncio.Handle)
+            h: Any = handle
+            h._callback = callback
+            h._args = args
+            h._cancelled = False
+            h._loop = self
+            h._source_traceback = None
+            h._repr = None
+            h._context = context
         self._ready.append(handle)
         # A task that yields a future of another loop reschedules itself with
         # a RuntimeError to throw (as the argument of a Python Task's step, or

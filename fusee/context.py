@@ -217,7 +217,7 @@ class Ctx:
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"ctx.step needs a non-empty name, got {name!r}")
-        shape = _shape(fn)
+        shape = _SHAPES.get(getattr(fn, "__code__", None)) or _shape(fn)
         d = self._driver
         try:
             seq, start = self._machine.begin_step(name)

@@ -116,6 +116,10 @@ class OpKind(enum.Enum):
     """An update handler returned."""
     ATTRIBUTES = "setAttributes"
 
+    # Members are singletons: hashed by identity, in C (Enum's own __hash__ is
+    # Python code, run for every set lookup of a kind on the hot path).
+    __hash__ = object.__hash__
+
     @property
     def label(self) -> str:
         """The word error messages use for this kind."""
@@ -617,6 +621,21 @@ class _Pending(_Entry):
         self.name = name
         self.attempt = attempt
         self.live = live
+
+
+class _FreshStep(_Pending):
+    """A step the code just started with no journal entry: made without ``__init__``.
+
+    Its kind, first attempt and liveness come from the class until something
+    changes them (as with `_DeliveredStep`): one is made per live step.
+    """
+
+    kind = OpKind.STEP
+    attempt = 1
+    live = True
+
+
+_new_fresh_step = _FreshStep.__new__
 
 
 # Who writes a stream in this life of the run (not journaled: workflow code
@@ -1190,7 +1209,8 @@ class RunMachine:
         r = self._recorded.get(seq) if self._recorded else None
         if r is None:
             start = _FIRST_RUN
-            self._pending[seq] = _Pending(_STEP, name, 1, True)
+            fresh = self._pending[seq] = _new_fresh_step(_FreshStep)
+            fresh.name = name
         else:
             if r.kind is not _STEP or r.name != name:
                 raise _mismatch(seq, r, _STEP, name)

@@ -18,6 +18,7 @@ import asyncio
 import collections
 import datetime
 import enum
+import functools
 import hashlib
 import logging
 import os
@@ -181,13 +182,10 @@ class _RunState:
     row_status: str = "running"
     # Its shard, found once: host callbacks run for every record and step.
     shard: _Shard | None = None
-    # In its shard's runs (`_Shard.add`, `_Shard.remove`): asked several
-    # times per step, so a flag rather than a lookup.
+    # Whether this state is its run's loaded one (not parked, ended or
+    # replaced): kept by `_Shard.add` and `_Shard.remove`, and asked several
+    # times a step, so a flag rather than a lookup.
     loaded: bool = False
-
-    def is_loaded(self) -> bool:
-        """Whether this state is its run's loaded one (not parked, ended or replaced)."""
-        return self.loaded
 
     # Callers of `Run.update` waiting for the handler's answer.
     updates: set[asyncio.Future[tuple[Status, bytes]]] = field(default_factory=set)
@@ -662,7 +660,7 @@ class Engine:
     def append(self, driver: RunDriver, record: Record) -> int:
         lsn = self.committer.append(driver.id, driver.run, encode(record))
         state: _RunState | None = driver.host_data
-        if state is None or not state.is_loaded():
+        if state is None or not state.loaded:
             return lsn
         if state.records is not None:
             state.records.append(record)
@@ -707,21 +705,21 @@ class Engine:
 
     def run_step(self, driver: RunDriver, call: StepCall) -> None:
         state: _RunState | None = driver.host_data
-        if state is None or not state.is_loaded():
+        if state is None or not state.loaded:
             return
-        if eager_ok(call) and (driver.workflow.name, call.name) not in self.mocks:
+        if eager_ok(call) and not (self.mocks and (driver.workflow.name, call.name) in self.mocks):
             # Run it once its gate is durable, from the committer's release
             # (never inside this turn: the step is not workflow code).
             gate = driver.machine.gate
-            if call.read_only or self.committer.is_durable(gate):
+            if call.read_only or gate <= self.committer.durable_lsn:
                 self._loop.call_soon(self._eager, state, call)
             else:
-                self.committer.on_durable(gate, lambda: self._eager(state, call))
+                self.committer.on_durable(gate, functools.partial(self._eager, state, call))
             return
         self._step_task(state, call, None)
 
     def _eager(self, state: _RunState, call: StepCall) -> None:
-        if not state.is_loaded():
+        if not state.loaded:
             return
         try:
             first = run_eagerly(self, state, call)
@@ -754,7 +752,7 @@ class Engine:
 
     def turned(self, driver: RunDriver) -> None:
         state: _RunState | None = driver.host_data
-        if state is None or not state.is_loaded() or driver.end is not None:
+        if state is None or not state.loaded or driver.end is not None:
             return
         m = driver.machine
         if m.is_paused():
@@ -776,7 +774,7 @@ class Engine:
     # --- step results, heartbeats, tokens --------------------------------------------------------
 
     def _step_result(self, state: _RunState, seq: int, status: Status, payload: bytes) -> None:
-        if state.is_loaded():
+        if state.loaded:
             state.driver.step_done(seq, status, payload)
 
     def _paused(self, state: _RunState) -> None:
@@ -787,12 +785,14 @@ class Engine:
         state.driver.append(state.driver.machine.awaiting(seq))
         self.turned(state.driver)
 
-    def _step_ctx(self, state: _RunState, seq: int, attempt: int) -> StepCtx:
+    def _step_ctx(self, state: _RunState, call: StepCall, attempt: int) -> StepCtx:
         m = state.driver.machine
-        token_attempt = m.await_attempt(seq)
+        seq = call.seq
         token = None
-        if token_attempt is not None:
-            token = f"{state.id}/{state.run}/{seq}/{token_attempt}"
+        if call.is_await:
+            token_attempt = m.await_attempt(seq)
+            if token_attempt is not None:
+                token = f"{state.id}/{state.run}/{seq}/{token_attempt}"
         return _EngineStepCtx(self, state, seq, m.key(seq), attempt, token)
 
     def _heartbeat(self, state: _RunState, seq: int, data: bytes) -> None:

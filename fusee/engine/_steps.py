@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,7 @@ async def run_step(
         runner: Awaitable[Any]
         if first is not None:
             # The eager first attempt ran already: finish it, do not call again.
-            runner = _finish_first(first, engine._step_ctx(state, seq, attempt))
+            runner = _finish_first(first, engine._step_ctx(state, call, attempt))
             first = None
         else:
             if not_before == PAUSED:
@@ -83,7 +84,7 @@ async def run_step(
                 # The store failed: what the run did since its last good write
                 # is lost, so nothing may act on it. Reopening recovers the run.
                 return
-            sctx = engine._step_ctx(state, seq, attempt)
+            sctx = engine._step_ctx(state, call, attempt)
             if engine.step_log is not None:
                 engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
             runner = _invoke(fn, takes_ctx, call, sctx)
@@ -130,12 +131,12 @@ _First = tuple[str, Any]
 
 def eager_ok(call: StepCall) -> bool:
     """Whether a step's first attempt may run eagerly (`run_eagerly`)."""
+    if call.timeout_s is not None or call.not_before_ms != 0:
+        return False
+    if call.is_async:
+        return True
     code = getattr(call.fn, "__code__", None)
-    return (
-        call.timeout_s is None
-        and call.not_before_ms == 0
-        and (call.is_async or (code is not None and code in _RETURNS_AWAITABLE))
-    )
+    return code is not None and code in _RETURNS_AWAITABLE
 
 
 def run_eagerly(engine: Engine, state: _RunState, call: StepCall) -> _First | None:
@@ -157,13 +158,13 @@ def run_eagerly(engine: Engine, state: _RunState, call: StepCall) -> _First | No
         or engine.committer.failed is not None
     ):
         return None
-    sctx = engine._step_ctx(state, seq, call.attempt)
+    sctx = engine._step_ctx(state, call, call.attempt)
     if engine.step_log is not None:
         engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
     token = _current_step.set(sctx)
     try:
         result = call.fn(sctx) if call.takes_ctx else call.fn()
-        if inspect.iscoroutine(result):
+        if type(result) is types.CoroutineType or inspect.iscoroutine(result):
             try:
                 yielded = result.send(None)
             except StopIteration as stop:
