@@ -1,0 +1,114 @@
+"""CPU instructions per step on the memory store, counted by valgrind: a noise-free figure.
+
+Wall-clock figures on a shared VM swing by ±50%; instruction counts do not
+(callgrind counts the same total for the same program and input, whatever
+else the machine does). Each workload runs twice under
+``valgrind --tool=callgrind``, with N and 3N steps; the difference over 2N
+is what one more step costs, start-up and imports cancelled out.
+
+- W1: one workflow, sequential steps.
+- W2: workflows of 10 sequential steps, all started at once.
+
+Needs valgrind (``apt-get install valgrind``); without it, says so on stderr
+and prints nothing. A child process runs the workload:
+
+    python bench/instructions.py [--steps N]
+    python bench/instructions.py --child W1 1000      # what valgrind runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import fusee
+
+
+async def add_one(i: int) -> int:
+    return i + 1
+
+
+@fusee.workflow("sequential")
+async def sequential(ctx: fusee.Ctx, n: int) -> int:
+    x = 0
+    for i in range(n):
+        x = await ctx.step("s", lambda i=i: add_one(i))
+    return x
+
+
+async def child(workload: str, steps: int) -> None:
+    async with await fusee.Engine.open("memory", workflows=[sequential]) as engine:
+        await engine.execute(sequential, "warm-up", 20)
+        if workload == "W1":
+            await engine.execute(sequential, "w1", steps)
+            return
+        runs = await asyncio.gather(
+            *(engine.start(sequential, f"w2-{k}", 10) for k in range(steps // 10))
+        )
+        for run in runs:
+            await run.result()
+
+
+def instructions(valgrind: str, workload: str, steps: int) -> int:
+    """Instructions callgrind counts for a whole child process running ``steps`` steps."""
+    out = subprocess.run(
+        [
+            valgrind,
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            workload,
+            str(steps),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        # String hashes vary per process otherwise, and with them dict probes.
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind printed no total:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        asyncio.run(child(args.child[0], int(args.child[1])))
+        return
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("instructions: valgrind is not installed; no figures", file=sys.stderr)
+        return
+    n = args.steps
+    jobs = [(w, k) for w in ("W1", "W2") for k in (n, 3 * n)]
+    # Two at a time: callgrind's counts do not depend on what runs beside it.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        counts = dict(zip(jobs, pool.map(lambda j: instructions(valgrind, *j), jobs), strict=True))
+    for workload in ("W1", "W2"):
+        per_step = (counts[(workload, 3 * n)] - counts[(workload, n)]) / (2 * n)
+        row = {
+            "bench": "instructions",
+            "figure": f"{workload} on the memory store, instructions per step (callgrind)",
+            "value": round(per_step),
+            "repeat": 1,
+            "steps": [n, 3 * n],
+        }
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
