@@ -1089,7 +1089,14 @@ class RunMachine:
 
     def has_live_pending(self) -> bool:
         """True while some started operation will be resolved by live work."""
-        return bool(self._live) or any(p.live for p in self._pending.values())
+        if self._live:
+            return True
+        # Not any() over a generator: the generator costs more than the usual
+        # one-entry scan (asked at the end of every turn of a replaying run).
+        for p in self._pending.values():  # noqa: SIM110
+            if p.live:
+                return True
+        return False
 
     def is_idle(self) -> bool:
         """Nothing is pending, queued or left to replay."""
@@ -1101,15 +1108,15 @@ class RunMachine:
         Nothing is queued for delivery and replay is done: the run can be
         parked.
         """
-        return (
-            not self._replay
-            and not self._live
-            and bool(self._pending)
-            and all(
-                p.kind in _PARKABLE_KINDS or (p.kind is _AWAIT and p.waiting) or p.paused
-                for p in self._pending.values()
-            )
-        )
+        if self._replay or self._live or not self._pending:
+            return False
+        # A loop, not all() over a generator: asked after every turn, and
+        # usually answered by the first entry (a live step).
+        for p in self._pending.values():
+            kind = p.kind
+            if not (kind in _PARKABLE_KINDS or (kind is _AWAIT and p.waiting) or p.paused):
+                return False
+        return True
 
     def next_seq(self) -> int:
         """The sequence number the code's next operation will take."""
