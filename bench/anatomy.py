@@ -31,22 +31,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _workloads import sequential
+
 import fusee
 from fusee.store import sqlite
 
 Event = tuple[str, float, float]  # what, perf_counter, thread CPU time
-
-
-async def add_one(i: int) -> int:
-    return i + 1
-
-
-@fusee.workflow("anatomy")
-async def w1(ctx: fusee.Ctx, n: int) -> int:
-    x = 0
-    for i in range(n):
-        x = await ctx.step("s", lambda i=i: add_one(i))
-    return x
 
 
 def _timed(name: str, fn: Callable[..., Any], events: list[Event]) -> Callable[..., Any]:
@@ -66,14 +56,14 @@ async def one(steps: int) -> dict[str, float]:
     store = sqlite.SqliteStore
     saved = store._submit, store._commit, store._finish
     with tempfile.TemporaryDirectory() as d:
-        async with await fusee.Engine.open(d, workflows=[w1], durability="fsync") as engine:
-            await engine.execute(w1, "warm", 10)
+        async with await fusee.Engine.open(d, workflows=[sequential], durability="fsync") as engine:
+            await engine.execute(sequential, "warm", 10)
             store._submit = _timed("submit", saved[0], events)  # type: ignore[method-assign]
             store._commit = _timed("begin", saved[1], events)  # type: ignore[method-assign]
             store._finish = _timed("finish", saved[2], events)  # type: ignore[method-assign]
             try:
                 t0 = time.perf_counter()
-                await engine.execute(w1, "w1", steps)
+                await engine.execute(sequential, "w1", steps)
                 step_us = (time.perf_counter() - t0) / steps * 1e6
             finally:
                 store._submit, store._commit, store._finish = saved  # type: ignore[method-assign]

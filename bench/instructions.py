@@ -28,19 +28,9 @@ import shutil
 import subprocess
 import sys
 
+from _workloads import sequential
+
 import fusee
-
-
-async def add_one(i: int) -> int:
-    return i + 1
-
-
-@fusee.workflow("sequential")
-async def sequential(ctx: fusee.Ctx, n: int) -> int:
-    x = 0
-    for i in range(n):
-        x = await ctx.step("s", lambda i=i: add_one(i))
-    return x
 
 
 async def child(workload: str, steps: int) -> None:

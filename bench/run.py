@@ -6,7 +6,7 @@ with the command, the machine and the time of the run, into a table.
 
     python bench/run.py [NAME ...]
 
-With no NAME it runs every benchmark but the OPTIONAL ones.
+With no NAME it runs every benchmark but the OPTIONAL ones (``_*.py`` are helpers).
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ def main() -> None:
     state: dict[str, Any] = json.loads(saved.read_text()) if saved.exists() else {}
     if args != ["--render"]:
         names = args or sorted(
-            p.stem for p in HERE.glob("*.py") if p.stem not in {"run", "__init__", *OPTIONAL}
+            p.stem
+            for p in HERE.glob("*.py")
+            if p.stem not in {"run", *OPTIONAL} and not p.stem.startswith("_")
         )
         failed: list[str] = []
         when = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC"
