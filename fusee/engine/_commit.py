@@ -151,8 +151,13 @@ class Committer:
             await asyncio.sleep(0)
 
     def _wake(self) -> None:
-        self._woken = True
-        self._idle.pop().set_result(None)
+        idle = self._idle
+        while idle:
+            writer = idle.pop()
+            if not writer.done():  # not a writer cancelled by close()
+                self._woken = True
+                writer.set_result(None)
+                return
 
     async def _writer(self) -> None:
         flights = self._flights
@@ -219,10 +224,12 @@ class Committer:
             with contextlib.suppress(StoreError):
                 await self.flush()
         tasks, self._tasks = self._tasks, []
+        # Nothing wakes a writer from here on: what is appended now (a run
+        # parking while the engine closes) stays for the next open's replay.
+        self._idle.clear()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._idle.clear()
 
     def abandon(self) -> None:
         """Stops at once, losing what is not durable yet (a simulated crash)."""

@@ -187,6 +187,48 @@ async def test_replace_starts_a_new_run_only_once_the_old_one_finished(host: Hos
         assert_steps_ran_once(t)
 
 
+async def test_result_after_replace_is_the_new_runs_not_the_remembered_one(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An ended run's result is kept in memory for `Run.result`: a new run of
+    # the same id must not be answered with it, parked or not.
+    async with host(workflows=[gated], park_after="1s") as t:
+        run = await t.start(gated, "x-1", "a")
+        await run.signal(go, 1)
+        assert await run.result() == 2
+        await t.start(gated, "x-1", "b", id_policy=fusee.IdPolicy.REPLACE)
+        await t.advance("2s")
+        assert t.engine._loaded("x-1") is None  # parked: the store has its row
+        waiting = asyncio.ensure_future(run.result())
+        await t.settle()
+        assert not waiting.done()
+        await run.signal(go, 10)
+        assert await waiting == 11
+        assert await run.result() == 11
+        await t.crash()
+        assert await run.result() == 11
+
+
+async def test_a_run_parking_as_the_engine_closes_breaks_nothing(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Fix: its park, due at once, ran while the committer's writers were
+    # being stopped (the test host skips to it while a caller waits for the
+    # result), and woke one of them already cancelled: an engine task failed
+    # with InvalidStateError.
+    async with host(workflows=[gated], park_after="0s") as t:
+        run = await t.start(gated, "x-1", "a")
+        await t.settle()
+        waiting = asyncio.ensure_future(run.result())
+        await t.settle()
+    waiting.cancel()  # the caller of a closed test host
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert "task failed" not in caplog.text
+    async with host(workflows=[gated], store=t.store) as t:
+        await t.get(run.id).signal(go, 1)
+        assert await t.get(run.id).result() == 2
+
+
 # --- describe and list ----------------------------------------------------------------------------
 
 
