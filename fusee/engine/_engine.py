@@ -1330,10 +1330,18 @@ class Engine:
         row = await self.store.get(rec.id) if self._loaded(rec.id) is None else None
         loaded = self._loaded(rec.id)
         if loaded is not None or row is not None:
-            run = loaded.run if loaded is not None else row.run  # type: ignore[union-attr]
-            entries = await self.store.load(rec.id, run)
-            first = decode(entries[0][1]) if entries else None
-            if not isinstance(first, Start) or first.parent != link:
+            entries: list[tuple[int, bytes]] = []
+            if loaded is not None:
+                # Fix: its journal was read from the store, where a child
+                # started a moment ago (by the parent's previous life, say)
+                # may not be yet: NotFound, and the parent never heard of it.
+                parent_of = loaded.parent
+            else:
+                assert row is not None
+                entries = await self.store.load(rec.id, row.run)
+                first = decode(entries[0][1]) if entries else None
+                parent_of = first.parent if isinstance(first, Start) else None
+            if parent_of != link:
                 self._fire(
                     parent.id,
                     parent.run,
