@@ -86,10 +86,9 @@ _MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {}
 _ROW_COLUMNS: Final = (
     "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
 )
-_INSERT_ENTRY: Final = "INSERT INTO journal (lsn, id, run, data) VALUES (?, ?, ?, ?)"
-_UPSERT_ROW: Final = (
-    f"INSERT OR REPLACE INTO runs ({_ROW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+# Statements `_insert_all` completes with one "(?, ...)" per row.
+_INSERT_ENTRIES: Final = "INSERT INTO journal (lsn, id, run, data) VALUES"
+_UPSERT_ROWS: Final = f"INSERT OR REPLACE INTO runs ({_ROW_COLUMNS}) VALUES"
 _SET_RESERVED: Final = "UPDATE meta SET value = ? WHERE key = 'run_reserved'"
 
 # Run numbers reserved per meta write: a crash wastes at most this many.
@@ -638,7 +637,7 @@ class SqliteStore:
         if tail is not None and not tail.done():
             # Reads see every append called before them, committed or failed.
             await asyncio.wait((tail,))
-        self._check_open()
+            self._check_open()  # closed meanwhile
 
     async def _shut_down(self) -> None:
         loop = asyncio.get_running_loop()
@@ -836,8 +835,8 @@ class SqliteStore:
         conn.execute("BEGIN IMMEDIATE")
         try:
             entries = [(e.lsn, e.id, e.run, e.data) for w in writes for e in w.entries]
-            _insert_all(conn, _INSERT_ENTRY, entries)
-            _insert_all(conn, _UPSERT_ROW, [row for w in writes for row in w.rows])
+            _insert_all(conn, _INSERT_ENTRIES, entries)
+            _insert_all(conn, _UPSERT_ROWS, [row for w in writes for row in w.rows])
             reserved = None
             for w in writes:
                 if w.run_reserved is not None:
@@ -875,8 +874,8 @@ class SqliteStore:
 _ROWS_PER_INSERT: Final = 2048
 
 
-def _insert_all(conn: sqlite3.Connection, sql: str, rows: Sequence[_SqlRow]) -> None:
-    """Runs the one-row INSERT ``sql`` for every row, as a few multi-row statements.
+def _insert_all(conn: sqlite3.Connection, insert: str, rows: Sequence[_SqlRow]) -> None:
+    """Inserts ``rows`` with ``insert`` (a statement up to its VALUES), a few statements in all.
 
     Why not executemany: the writer thread takes the GIL back after every
     row's statement, and while the event loop's thread runs workflow code it
@@ -884,11 +883,12 @@ def _insert_all(conn: sqlite3.Connection, sql: str, rows: Sequence[_SqlRow]) -> 
     took milliseconds and slowed the loop down. One statement per 2,048 rows
     takes it back once.
     """
-    head, values = sql.split(" VALUES ")
+    if not rows:
+        return
+    values = f"({', '.join('?' * len(rows[0]))})"
     for start in range(0, len(rows), _ROWS_PER_INSERT):
         chunk = rows[start : start + _ROWS_PER_INSERT]
-        statement = f"{head} VALUES {', '.join([values] * len(chunk))}"
-        conn.execute(statement, [v for row in chunk for v in row])
+        conn.execute(f"{insert} {', '.join([values] * len(chunk))}", [v for r in chunk for v in r])
 
 
 def _settle(
