@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint typecheck pytest bench bench-restate demo docs docs-serve clean
+.PHONY: install system-deps test lint typecheck pytest bench bench-restate demo docs docs-serve clean
 
 $(BIN)/pytest: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(BIN)/pytest: pyproject.toml
 
 install: $(BIN)/pytest
 
+# PostgreSQL and Chromium, for the Postgres store's and the UI's tests.
+system-deps:
+	@scripts/system-deps.sh
+
 lint: install
 	$(BIN)/ruff check fusee tests bench examples
 	$(BIN)/ruff format --check fusee tests bench examples
@@ -20,7 +24,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-pytest: install
+pytest: install system-deps
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest

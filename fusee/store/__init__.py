@@ -194,11 +194,20 @@ class Store(Protocol):
         workflow: str | None = None,
         attributes: Mapping[str, Any] | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
+        after: tuple[int, str] | None = None,
+        started_from_ms: int | None = None,
+        started_to_ms: int | None = None,
     ) -> builtins.list[RunRow]:
         """Returns the rows that match every filter given, by start time then id.
 
         ``attributes`` matches a row when each given key is there with an equal
         value (compared as msgpack gives them back: tuples as lists).
+        ``newest_first`` reverses the order. ``after`` is a page's cursor: the
+        ``(started_ms, id)`` of the last row of the page before, so that only
+        rows after it in the chosen order are returned (pages stay stable
+        while runs start). ``started_from_ms`` and ``started_to_ms`` bound the
+        start time (both inclusive).
         """
         ...
 
@@ -338,11 +347,38 @@ def _matches(row: RunRow, attributes: Mapping[str, Any]) -> bool:
     return all(key in have and have[key] == want for key, want in attributes.items())
 
 
-def _check_list_args(status: str | None, limit: int | None) -> None:
+def _check_list_args(
+    status: str | None, limit: int | None, after: tuple[int, str] | None = None
+) -> None:
     if status is not None and status not in RUN_STATUSES:
         raise ValueError(f"status {status!r} is not one of {', '.join(sorted(RUN_STATUSES))}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be 0 or more, not {limit}")
+    if after is not None and not (
+        isinstance(after, tuple)
+        and len(after) == 2
+        and type(after[0]) is int
+        and isinstance(after[1], str)
+    ):
+        raise ValueError(
+            f"after must be the (started_ms, id) of the last row of the page before, not {after!r}"
+        )
+
+
+def _in_page(
+    row: RunRow,
+    newest_first: bool,
+    after: tuple[int, str] | None,
+    started_from_ms: int | None,
+    started_to_ms: int | None,
+) -> bool:
+    """Whether ``row`` passes a listing's cursor and time bounds (the memory store's check)."""
+    key = (row.started_ms, row.id)
+    if after is not None and (key >= after if newest_first else key <= after):
+        return False
+    if started_from_ms is not None and row.started_ms < started_from_ms:
+        return False
+    return started_to_ms is None or row.started_ms <= started_to_ms
 
 
 def _not_found(id: str, run: int | None = None) -> NotFound:

@@ -21,6 +21,7 @@ from fusee.store import (
     RunRow,
     _check_batch,
     _check_list_args,
+    _in_page,
     _matches,
     _normalize_filter,
     _not_found,
@@ -233,6 +234,10 @@ class MemoryStore:
         workflow: str | None = None,
         attributes: Mapping[str, Any] | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
+        after: tuple[int, str] | None = None,
+        started_from_ms: int | None = None,
+        started_to_ms: int | None = None,
     ) -> builtins.list[RunRow]:
         """Returns the rows matching every filter given, by start time then id.
 
@@ -241,6 +246,10 @@ class MemoryStore:
             workflow: Only rows of this workflow type.
             attributes: Only rows having each of these keys with an equal value.
             limit: At most this many rows.
+            newest_first: Latest start first.
+            after: The ``(started_ms, id)`` of the previous page's last row.
+            started_from_ms: Only rows started at or after this time.
+            started_to_ms: Only rows started at or before this time.
 
         Raises:
             ValueError: An unknown status, or a negative limit.
@@ -258,7 +267,7 @@ class MemoryStore:
             ['a', 'b']
         """
         self._check_open()
-        _check_list_args(status, limit)
+        _check_list_args(status, limit, after)
         wanted = _normalize_filter(attributes)
         rows = [
             row
@@ -266,8 +275,9 @@ class MemoryStore:
             if (status is None or row.status == status)
             and (workflow is None or row.workflow == workflow)
             and (wanted is None or _matches(row, wanted))
+            and _in_page(row, newest_first, after, started_from_ms, started_to_ms)
         ]
-        rows.sort(key=_started_then_id)
+        rows.sort(key=_started_then_id, reverse=newest_first)
         return rows if limit is None else rows[:limit]
 
     async def unfinished(self) -> builtins.list[RunRow]:

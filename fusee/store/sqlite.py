@@ -478,6 +478,10 @@ class SqliteStore:
         workflow: str | None = None,
         attributes: Mapping[str, Any] | None = None,
         limit: int | None = None,
+        newest_first: bool = False,
+        after: tuple[int, str] | None = None,
+        started_from_ms: int | None = None,
+        started_to_ms: int | None = None,
     ) -> builtins.list[RunRow]:
         """Returns the rows matching every filter given, by start time then id.
 
@@ -486,6 +490,10 @@ class SqliteStore:
             workflow: Only rows of this workflow type.
             attributes: Only rows having each of these keys with an equal value.
             limit: At most this many rows.
+            newest_first: Latest start first.
+            after: The ``(started_ms, id)`` of the previous page's last row.
+            started_from_ms: Only rows started at or after this time.
+            started_to_ms: Only rows started at or before this time.
 
         Raises:
             ValueError: An unknown status, or a negative limit.
@@ -506,9 +514,10 @@ class SqliteStore:
             ...     asyncio.run(demo(d))
             ['b']
         """
-        _check_list_args(status, limit)
+        _check_list_args(status, limit, after)
         wanted = _normalize_filter(attributes)
-        return await self._read(lambda conn: _list(conn, status, workflow, wanted, limit))
+        page = _Page(newest_first, after, started_from_ms, started_to_ms)
+        return await self._read(lambda conn: _list(conn, status, workflow, wanted, limit, page))
 
     async def unfinished(self) -> builtins.list[RunRow]:
         """Returns the rows of runs that are running, suspended or paused.
@@ -1090,6 +1099,7 @@ def _list(
     workflow: str | None,
     attributes: Mapping[str, Any] | None,
     limit: int | None,
+    page: _Page,
 ) -> builtins.list[RunRow]:
     where: builtins.list[str] = []
     params: builtins.list[object] = []
@@ -1099,10 +1109,19 @@ def _list(
     if workflow is not None:
         where.append("workflow = ?")
         params.append(workflow)
+    if page.after is not None:
+        where.append(f"(started_ms, id) {'<' if page.newest_first else '>'} (?, ?)")
+        params.extend(page.after)
+    if page.started_from_ms is not None:
+        where.append("started_ms >= ?")
+        params.append(page.started_from_ms)
+    if page.started_to_ms is not None:
+        where.append("started_ms <= ?")
+        params.append(page.started_to_ms)
     sql = f"SELECT {_ROW_COLUMNS} FROM runs"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY started_ms, id"
+    sql += " ORDER BY started_ms DESC, id DESC" if page.newest_first else " ORDER BY started_ms, id"
     if attributes is None:
         if limit is not None:
             sql += " LIMIT ?"
@@ -1119,6 +1138,16 @@ def _list(
             if len(rows) == limit:
                 break
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Page:
+    """A listing's order, cursor and start-time bounds (`SqliteStore.list`)."""
+
+    newest_first: bool
+    after: tuple[int, str] | None
+    started_from_ms: int | None
+    started_to_ms: int | None
 
 
 def _unfinished(conn: sqlite3.Connection) -> builtins.list[RunRow]:

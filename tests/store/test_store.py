@@ -250,6 +250,34 @@ async def test_list_filters_combine_and_order_by_start_then_id(store: Store) -> 
 
 
 @pytest.mark.asyncio
+async def test_list_pages_newest_first_with_a_cursor_and_time_bounds(store: Store) -> None:
+    await store.append(
+        [],
+        [
+            row("c", started_ms=2, status="running"),
+            row("b", started_ms=2, status="completed"),
+            row("a", started_ms=3, status="running"),
+            row("d", started_ms=1, status="completed"),
+            row("e", started_ms=5, status="failed"),
+        ],
+    )
+
+    async def ids(**filters: object) -> list[str]:
+        return [r.id for r in await store.list(**filters)]  # type: ignore[arg-type]
+
+    assert await ids(newest_first=True) == ["e", "a", "c", "b", "d"]
+    assert await ids(newest_first=True, limit=2) == ["e", "a"]
+    assert await ids(newest_first=True, after=(3, "a"), limit=2) == ["c", "b"]
+    assert await ids(newest_first=True, after=(2, "b")) == ["d"]
+    assert await ids(after=(2, "b")) == ["c", "a", "e"]
+    assert await ids(newest_first=True, status="running", after=(3, "a")) == ["c"]
+    assert await ids(started_from_ms=2, started_to_ms=3) == ["b", "c", "a"]
+    assert await ids(newest_first=True, started_to_ms=2) == ["c", "b", "d"]
+    with pytest.raises(ValueError, match="after must be"):
+        await store.list(after=("2", "b"))  # type: ignore[arg-type]
+
+
+@pytest.mark.asyncio
 async def test_attribute_filters_compare_values_as_msgpack_returns_them(store: Store) -> None:
     await store.append([], [row("a", tags=("x", "y"), n=1)])
 
