@@ -62,7 +62,7 @@ async def open_engine(directory: str) -> fusee.Engine:
 
 async def all_parked(engine: fusee.Engine, n: int) -> None:
     while True:
-        loaded = sum(len(s.runs) for s in engine.shards)
+        loaded = sum(len(s.runs) for s in engine.runs.shards)
         if loaded == 0 and engine.committer.idle:
             rows = await engine.store.unfinished()
             if sum(r.status == "suspended" for r in rows) >= n:
@@ -105,7 +105,7 @@ async def park_many(directory: str, n: int) -> tuple[float, float, float]:
     t0 = time.perf_counter()
     engine = await open_engine(directory)
     reopen = time.perf_counter() - t0
-    assert sum(len(s.runs) for s in engine.shards) == 0, "parked runs were loaded on open"
+    assert sum(len(s.runs) for s in engine.runs.shards) == 0, "parked runs were loaded on open"
     await engine.close()
     return (first - before) / n, (second - first) / n, reopen
 
@@ -120,9 +120,11 @@ def killed_child(directory: str, n: int) -> None:
         await asyncio.gather(*(engine.start(w4, f"k-{i}", i) for i in range(n)))
         while (
             not all(
-                s.driver.machine.is_suspended() for sh in engine.shards for s in sh.runs.values()
+                s.driver.machine.is_suspended()
+                for sh in engine.runs.shards
+                for s in sh.runs.values()
             )
-            or sum(len(sh.runs) for sh in engine.shards) < n
+            or sum(len(sh.runs) for sh in engine.runs.shards) < n
         ):
             await asyncio.sleep(0.01)
         await engine.committer.flush()
@@ -149,7 +151,7 @@ async def recover_after_kill(directory: str, n: int) -> float:
         directory, workflows=[w4], durability="fsync", park_after="1h", watchdog=None
     )
     while True:
-        runs = [s for sh in engine.shards for s in sh.runs.values()]
+        runs = [s for sh in engine.runs.shards for s in sh.runs.values()]
         if len(runs) >= n and all(s.driver.machine.is_suspended() for s in runs):
             break
         await asyncio.sleep(0.001)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import datetime
-import inspect
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -23,10 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from fusee import _codec
-from fusee._definitions import DEFAULT_RETRY, Retry, hints_of
+from fusee._definitions import DEFAULT_RETRY, Retry
 from fusee._driver import ContinueAsNew, StepCall
 from fusee._durations import parse_duration
-from fusee.errors import DeterminismError, FuseeError, PayloadError
+from fusee._stepfn import StepShape, shape_of
+from fusee.errors import DeterminismError, FuseeError
 from fusee.record import DETACHED, value_kind
 
 if TYPE_CHECKING:
@@ -55,57 +55,6 @@ class WorkflowInfo:
     run: int
     workflow: str
     started_at: datetime.datetime
-
-
-@dataclass(frozen=True, slots=True)
-class _StepShape:
-    takes_ctx: bool
-    is_async: bool
-    decode: Callable[[bytes], Any]
-
-
-# Keyed by code object, so a lambda written once in a loop is inspected once.
-_SHAPES: dict[object, _StepShape] = {}
-
-
-def _shape(fn: Callable[..., Any]) -> _StepShape:
-    key = getattr(fn, "__code__", None)
-    if key is not None:
-        shape = _SHAPES.get(key)
-        if shape is not None:
-            return shape
-    if not callable(fn):
-        raise TypeError(f"a step needs a callable, got {fn!r}")
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        params = []  # type: ignore[assignment]
-    required = [
-        p
-        for p in params
-        if p.default is inspect.Parameter.empty
-        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    if len(required) > 1:
-        raise TypeError(
-            f"step function {getattr(fn, '__qualname__', fn)!r} takes {len(required)} arguments; "
-            "a step function takes none, or one: the fusee.StepCtx"
-        )
-    hint = hints_of(fn).get("return", Any)
-    try:
-        decode = _codec.decoder_for(hint)
-    except PayloadError:
-        # A return type the codec cannot convert to (an iterator, a plain
-        # class): the result comes back as recorded.
-        decode = _codec.decoder_for(Any)
-    shape = _StepShape(
-        takes_ctx=bool(required),
-        is_async=inspect.iscoroutinefunction(fn),
-        decode=decode,
-    )
-    if key is not None:
-        _SHAPES[key] = shape
-    return shape
 
 
 class Ctx:
@@ -217,7 +166,7 @@ class Ctx:
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"ctx.step needs a non-empty name, got {name!r}")
-        shape = _SHAPES.get(getattr(fn, "__code__", None)) or _shape(fn)
+        shape = shape_of(fn)
         d = self._driver
         try:
             seq, start = self._machine.begin_step(name)
@@ -244,7 +193,7 @@ class Ctx:
         seq: int,
         name: str,
         fn: Callable[..., Any],
-        shape: _StepShape,
+        shape: StepShape,
         attempt: int,
         not_before_ms: int,
         retry: Retry | None,
@@ -291,7 +240,7 @@ class Ctx:
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"ctx.await_completion needs a non-empty name, got {name!r}")
-        shape = _shape(fn)
+        shape = shape_of(fn)
         d = self._driver
         try:
             seq, start = self._machine.begin_await(name)

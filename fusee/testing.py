@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fusee._durations import parse_duration
 from fusee.engine._clock import VirtualClock
-from fusee.engine._engine import Engine, IdPolicy, Run, RunInfo
-from fusee.errors import StoreError
+from fusee.engine._engine import Engine
+from fusee.engine._hooks import Hooks
+from fusee.engine._run import IdPolicy, Run, RunInfo
+from fusee.errors import FuseeError, StoreError
 from fusee.record import Step, decode
 from fusee.store import Entry, RunRow, Store
 from fusee.store.memory import MemoryStore
@@ -44,11 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["TestEngine", "crash_everywhere"]
 
 T = TypeVar("T")
-
-
-_RUN_OPERATIONS = frozenset(
-    {"_result", "_signal", "_query", "_update", "_cancel", "_resume", "_stream", "_describe"}
-)
 
 
 class TestEngine:
@@ -117,6 +114,12 @@ class TestEngine:
 
     async def _open(self) -> None:
         await self.store.open()
+        hooks = Hooks(
+            mocks=self._mocks,
+            step_log=self.step_log,
+            life=self.crashes,
+            wait_result=self._wait_skipping,
+        )
         engine = Engine(
             self.store,
             self.workflows,
@@ -124,13 +127,10 @@ class TestEngine:
             clock=self.clock,
             profile=self._profile,
             watchdog=None,
+            hooks=hooks,
         )
-        engine.mocks = self._mocks
-        engine.step_log = self.step_log
-        engine.life = self.crashes
-        engine._wait_result = self._wait_skipping  # type: ignore[method-assign]
         self._engine = engine
-        await engine._recover()
+        await engine.recover()
 
     # --- the Engine API, on the current engine ---------------------------------------------
 
@@ -144,7 +144,7 @@ class TestEngine:
     ) -> Run[T]:
         """`Engine.start`; the handle stays valid across crashes."""
         run = await self.engine.start(workflow, id, input, id_policy=id_policy)
-        return Run(self, run.id)  # type: ignore[arg-type]
+        return Run(self, run.id)
 
     async def execute(
         self,
@@ -160,7 +160,7 @@ class TestEngine:
 
     def get(self, id: str) -> Run[Any]:
         """`Engine.get`; the handle stays valid across crashes."""
-        return Run(self, id)  # type: ignore[arg-type]
+        return Run(self, id)
 
     def list(self, **filters: Any) -> AsyncIterator[RunInfo]:
         """`Engine.list`."""
@@ -170,20 +170,50 @@ class TestEngine:
         """`Engine.complete`."""
         await self.engine.complete(token, value)
 
-    def __getattr__(self, name: str) -> Any:
-        # Run handles call the engine's operations by name: route them to the
-        # engine of the current life, so handles outlive crashes.
-        if name in _RUN_OPERATIONS:
-            engine = self.__dict__.get("_engine")
-            if engine is not None:
-                return getattr(engine, name)
-            # A handle kept past `async with`: say so, not "no attribute '_signal'"
-            # (still an AttributeError, so hasattr() and friends behave).
-            raise AttributeError(
+    def is_loaded(self, id: str) -> bool:
+        """Whether run ``id`` is in memory now (False: parked, ended or unknown).
+
+        Example:
+            >>> TestEngine().is_loaded  # doctest: +ELLIPSIS
+            <bound method TestEngine.is_loaded ...>
+        """
+        return self.engine.runs.loaded(id) is not None
+
+    # --- what Run handles call: routed to the engine of the current life ------------------
+
+    def _current(self) -> Engine:
+        if self._engine is None:
+            raise FuseeError(
                 "this TestEngine is closed; use run handles inside `async with TestEngine(...)`, "
                 "or reopen its store: TestEngine(workflows, store=t.store)"
             )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self._engine
+
+    async def _result(self, id: str) -> Any:
+        return await self._current()._result(id)
+
+    async def _signal(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> None:
+        await self._current()._signal(id, name, payload, dedup, by)
+
+    async def _query(self, id: str, name: str, arg: bytes) -> Any:
+        return await self._current()._query(id, name, arg)
+
+    async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
+        return await self._current()._update(id, name, update_id, payload)
+
+    async def _cancel(self, id: str, reason: str) -> None:
+        await self._current()._cancel(id, reason)
+
+    async def _resume(self, id: str) -> None:
+        await self._current()._resume(id)
+
+    def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
+        return self._current()._stream(id, name)
+
+    async def _describe(self, id: str) -> RunInfo:
+        return await self._current()._describe(id)
 
     # --- time, crashes, mocks ---------------------------------------------------------------
 
@@ -201,21 +231,21 @@ class TestEngine:
         engine = self.engine
         quiet = 0
         while quiet < 3:
-            before = (engine.committer.lsn, engine.committer.durable_lsn, len(engine._tasks))
+            before = (engine.committer.lsn, engine.committer.durable_lsn, engine.tasks_in_flight)
             for _ in range(4):
                 await asyncio.sleep(0)
             # Engine tasks (waking a parked run, starting a child) read the
             # store, which for SQLite happens on a thread: busy too, or a
             # settle could return while one is still on its way.
             busy = (
-                engine.busy_steps > 0
+                engine.hooks.busy_steps > 0
                 or (not engine.committer.idle and engine.committer.failed is None)
-                or bool(engine._tasks)
+                or engine.tasks_in_flight > 0
             )
             if busy:
                 # A step function runs in a worker thread: give it real time.
                 await asyncio.sleep(0.001)
-            after = (engine.committer.lsn, engine.committer.durable_lsn, len(engine._tasks))
+            after = (engine.committer.lsn, engine.committer.durable_lsn, engine.tasks_in_flight)
             quiet = quiet + 1 if (before == after and not busy) else 0
 
     async def advance(self, duration: Any) -> None:
@@ -253,7 +283,7 @@ class TestEngine:
 
         Records not yet durable are lost; running steps are abandoned.
         """
-        self.engine._abandon()
+        self.engine.abandon()
         for _ in range(3):
             await asyncio.sleep(0)
         await self.store.close()

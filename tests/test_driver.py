@@ -299,8 +299,8 @@ async def spin(ctx: fusee.Ctx) -> str:
 async def test_the_watchdog_reports_code_that_does_not_yield_with_its_stack() -> None:
     async with await fusee.Engine.open("memory", workflows=[spin], watchdog="100ms") as engine:
         assert await engine.execute(spin, "spin-1") == "done"
-        assert engine.watchdog_reports
-        report = engine.watchdog_reports[0]
+        assert engine.hooks.watchdog_reports
+        report = engine.hooks.watchdog_reports[0]
         assert "run 'spin-1' has run" in report
         assert "blocking work belongs in a step" in report
         assert "test_driver.py" in report

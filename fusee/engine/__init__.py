@@ -1,11 +1,14 @@
 """The embedded engine: `Engine`, `Run` handles, `IdPolicy`, `RunInfo`.
 
-See `fusee.engine._engine` for how it works; this package re-exports its
-public names.
+See ARCHITECTURE.md for where each concern lives: `_engine` (the API,
+opening, recovery), `_run` (handles and statuses), `_runs` (loading,
+parking), `_host` (what drivers call), `_steps` (the step executor),
+`_messages`, `_timers`, `_streams`, `_commit` (group commit), `_watchdog`.
 """
 
 from __future__ import annotations
 
-from fusee.engine._engine import Engine, IdPolicy, Run, RunInfo
+from fusee.engine._engine import Engine
+from fusee.engine._run import IdPolicy, Run, RunInfo
 
 __all__ = ["Engine", "IdPolicy", "Run", "RunInfo"]

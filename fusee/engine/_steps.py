@@ -4,124 +4,140 @@ A step function runs only once its run's journal is durable through the
 step's gate (unless the step is read-only) and its retry time has come.
 Failures are retried per the step's `fusee.Retry`; when the attempts run out
 the step (and so the run) is paused until ``run.resume()``.
+
+The executor knows the engine only through `StepHost`: where results go,
+the clock, and the committer's durability.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
+import logging
+import threading
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio.to_thread
 
 from fusee import _codec
 from fusee._driver import error_payload
+from fusee._stepfn import mark_returns_awaitable, returns_awaitable, takes_arg
 from fusee.context import StepCtx, _current_step
 from fusee.errors import Failure, PayloadError
 from fusee.record import PAUSED, Status
 
 if TYPE_CHECKING:
     from fusee._driver import StepCall
-    from fusee.engine._engine import Engine, _RunState
+    from fusee.engine._clock import Clock
+    from fusee.engine._commit import Committer
+    from fusee.engine._hooks import Hooks
+    from fusee.engine._state import RunState
+    from fusee.engine._streams import StepStream
 
-__all__ = ["run_step"]
+__all__ = ["StepExecutor", "StepHost"]
+
+log = logging.getLogger("fusee")
 
 _OK = Status.OK
 _FAILED = Status.FAILED
-
-# Code objects of sync callables that turned out to return an awaitable (a
-# lambda around an async call): calling them only builds the coroutine, so
-# they are called on the loop from then on, without a thread hop.
-_RETURNS_AWAITABLE: set[object] = set()
 
 
 class StepTimeout(Exception):
     """A step attempt ran longer than its ``timeout``."""
 
 
-async def run_step(
-    engine: Engine, state: _RunState, call: StepCall, first: _First | None = None
-) -> None:
-    """Runs one step to its final result (or until the run no longer wants it).
+class StepHost(Protocol):
+    """What the step executor needs from the engine."""
 
-    ``first``: what an eager first attempt (`run_eagerly`) left to finish: a
-    coroutine that suspended, an awaitable, or the exception it raised.
+    @property
+    def committer(self) -> Committer:
+        """Durability: a step runs once its gate is durable."""
+        ...
+
+    @property
+    def clock(self) -> Clock:
+        """The engine's clock (retry times)."""
+        ...
+
+    @property
+    def hooks(self) -> Hooks:
+        """Mocks, the step log and the busy count of the test host."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether the engine is closed (nothing new may start)."""
+        ...
+
+    async def sleep_until(self, at_ms: int) -> None:
+        """Sleeps on the engine's clock."""
+        ...
+
+    def step_result(self, state: RunState, seq: int, status: Status, payload: bytes) -> None:
+        """A step ended for good: its result (or failure) goes to the run."""
+        ...
+
+    def step_paused(self, state: RunState) -> None:
+        """A step ran out of attempts: the run is paused until resumed."""
+        ...
+
+    def token_out(self, state: RunState, seq: int) -> None:
+        """An await_completion's token function returned: the run waits for the token."""
+        ...
+
+    def heartbeat(self, state: RunState, seq: int, data: bytes) -> None:
+        """A step's heartbeat, on the engine's loop."""
+        ...
+
+    def step_stream(self, state: RunState, seq: int, name: str) -> StepStream:
+        """A stream step ``seq`` writes."""
+        ...
+
+
+class _EngineStepCtx(StepCtx):
+    """The `StepCtx` the engine hands a step: its hooks are methods, not closures.
+
+    One is made per attempt (a StepCtx of closures cost about a tenth of a
+    trivial step's time).
     """
-    driver = state.driver
-    m = driver.machine
-    seq = call.seq
-    gate = m.gate
-    attempt = call.attempt
-    not_before = call.not_before_ms
-    fn = engine.mocks.get((driver.workflow.name, call.name), call.fn)
-    takes_ctx = call.takes_ctx if fn is call.fn else _takes_arg(fn)
-    while True:
-        runner: Awaitable[Any]
-        if first is not None:
-            # The eager first attempt ran already: finish it, do not call again.
-            runner = _finish_first(first, engine._step_ctx(state, call, attempt))
-            first = None
+
+    __slots__ = ("_executor", "_seq", "_state")
+
+    def __init__(
+        self,
+        executor: StepExecutor,
+        state: RunState,
+        seq: int,
+        key: str,
+        attempt: int,
+        token: str | None,
+    ) -> None:
+        self.key = key
+        self.attempt = attempt
+        self.token = token
+        self._executor = executor
+        self._state = state
+        self._seq = seq
+
+    @property
+    def progress(self) -> Any:
+        p = self._state.driver.machine.progress(self._seq)
+        return None if p is None else _codec.decode(p)
+
+    def heartbeat(self, progress: Any = None) -> None:
+        data = _codec.encode(progress, name="the heartbeat's progress")
+        ex = self._executor
+        if threading.get_ident() == ex.thread_id:
+            ex.host.heartbeat(self._state, self._seq, data)
         else:
-            if not_before == PAUSED:
-                await state.resumed.wait()
-                if not m.step_pending(seq) or driver.loop.is_closed():
-                    return
-                attempt = 1
-                not_before = 0
-                gate = m.gate
-                continue
-            if not call.read_only and not engine.committer.is_durable(gate):
-                await engine.committer.durable(gate)
-            now = engine.clock.now_ms()
-            if not_before > now:
-                await engine._sleep_until(not_before)
-            if not m.step_pending(seq) or driver.loop.is_closed():
-                return
-            if engine.committer.failed is not None:
-                # The store failed: what the run did since its last good write
-                # is lost, so nothing may act on it. Reopening recovers the run.
-                return
-            sctx = engine._step_ctx(state, call, attempt)
-            if engine.step_log is not None:
-                engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
-            runner = _invoke(fn, takes_ctx, call, sctx)
-        engine.busy_steps += 1
-        try:
-            try:
-                result = await runner
-                payload = _codec.encode(result, name=f"the result of step '{call.name}'")
-            finally:
-                engine.busy_steps -= 1
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            if not m.step_pending(seq) or driver.loop.is_closed():
-                return
-            if isinstance(e, (Failure | PayloadError, call.retry.non_retryable)):
-                engine._step_result(state, seq, _FAILED, error_payload(e))
-                return
-            err = error_payload(e)
-            if attempt >= call.retry.attempts:
-                driver.append(m.step_retry(seq, PAUSED, err))
-                engine._paused(state)
-                not_before = PAUSED
-                continue
-            retry_at = engine.clock.now_ms() + round(call.retry.delay_s(attempt) * 1000)
-            driver.append(m.step_retry(seq, retry_at, err))
-            gate = m.gate
-            attempt += 1
-            not_before = retry_at
-            continue
-        if not m.step_pending(seq) or driver.loop.is_closed():
-            return
-        if call.is_await:
-            engine._token_out(state, seq)
-        else:
-            engine._step_result(state, seq, _OK, payload)
-        return
+            ex.loop.call_soon_threadsafe(ex.host.heartbeat, self._state, self._seq, data)
+
+    def stream(self, name: str) -> StepStream:
+        return self._executor.host.step_stream(self._state, self._seq, name)
 
 
 # What an eager first attempt left: ("suspended", (coroutine, yielded)),
@@ -129,60 +145,196 @@ async def run_step(
 _First = tuple[str, Any]
 
 
-def eager_ok(call: StepCall) -> bool:
-    """Whether a step's first attempt may run eagerly (`run_eagerly`)."""
-    if call.timeout_s is not None or call.not_before_ms != 0:
-        return False
-    if call.is_async:
-        return True
-    code = getattr(call.fn, "__code__", None)
-    return code is not None and code in _RETURNS_AWAITABLE
+class StepExecutor:
+    """Runs the steps of every loaded run for one engine.
 
-
-def run_eagerly(engine: Engine, state: _RunState, call: StepCall) -> _First | None:
-    """The first attempt of an async step, called at once on the engine's loop.
-
-    Called once the step's gate is durable. Most step coroutines return
-    without suspending: their result then goes to the run with no task, no
-    future and no loop iteration of their own (what Python 3.12 calls an
-    eager task). Returns None when the attempt is finished (or the run no
-    longer wants it), else what a task must finish (`run_step`'s ``first``).
+    Example:
+        See `fusee.engine.Engine`, which makes one and hands it each step.
     """
-    driver = state.driver
-    m = driver.machine
-    seq = call.seq
-    if (
-        engine._closed
-        or not m.step_pending(seq)
-        or driver.loop.is_closed()
-        or engine.committer.failed is not None
-    ):
-        return None
-    sctx = engine._step_ctx(state, call, call.attempt)
-    if engine.step_log is not None:
-        engine.step_log.append((engine.life, (driver.id, driver.run, seq)))
-    token = _current_step.set(sctx)
-    try:
-        result = call.fn(sctx) if call.takes_ctx else call.fn()
-        if type(result) is types.CoroutineType or inspect.iscoroutine(result):
-            try:
-                yielded = result.send(None)
-            except StopIteration as stop:
-                result = stop.value
+
+    def __init__(self, host: StepHost, loop: asyncio.AbstractEventLoop) -> None:
+        self.host = host
+        self.loop = loop
+        # The loop's thread: a step's heartbeat from any other goes through the loop.
+        self.thread_id = threading.get_ident()
+
+    def run(self, state: RunState, call: StepCall) -> None:
+        """Runs ``call`` for ``state``'s run: eagerly once its gate is durable, else as a task."""
+        host = self.host
+        if self._eager_ok(call) and host.hooks.mock(state.workflow.name, call.name) is None:
+            # Run it once its gate is durable, from the committer's release
+            # (never inside this turn: the step is not workflow code).
+            gate = state.driver.machine.gate
+            committer = host.committer
+            if call.read_only or gate <= committer.durable_lsn:
+                self.loop.call_soon(self._eager, state, call)
             else:
-                return ("suspended", (result, yielded))
-        elif inspect.isawaitable(result):
-            return ("awaitable", result)
-        payload = _codec.encode(result, name=f"the result of step '{call.name}'")
-    except Exception as e:
-        return ("raised", e)
-    finally:
-        _current_step.reset(token)
-    if call.is_await:
-        engine._token_out(state, seq)
-    else:
-        engine._step_result(state, seq, _OK, payload)
-    return None
+                committer.on_durable(gate, functools.partial(self._eager, state, call))
+            return
+        self._start_task(state, call, None)
+
+    def _eager_ok(self, call: StepCall) -> bool:
+        """Whether a step's first attempt may run eagerly (`_run_eagerly`)."""
+        if call.timeout_s is not None or call.not_before_ms != 0:
+            return False
+        return call.is_async or returns_awaitable(call.fn)
+
+    def _eager(self, state: RunState, call: StepCall) -> None:
+        if not state.loaded:
+            return
+        try:
+            first = self._run_eagerly(state, call)
+        except Exception:
+            # Called from the committer's release: an error here must not
+            # stop the committer, which every run depends on.
+            log.exception("fusee step %r of run %r failed to start", call.name, state.id)
+            return
+        if first is not None:
+            self._start_task(state, call, first)
+
+    def _start_task(self, state: RunState, call: StepCall, first: _First | None) -> None:
+        task = self.loop.create_task(self._run_step(state, call, first))
+        state.steps.add(task)
+        task.add_done_callback(functools.partial(self._task_done, state))
+
+    def _task_done(self, state: RunState, task: asyncio.Task[None]) -> None:
+        state.steps.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("fusee step task failed", exc_info=task.exception())
+        if not state.steps:
+            state.driver.host.turned(state.driver)
+
+    def _step_ctx(self, state: RunState, call: StepCall, attempt: int) -> StepCtx:
+        m = state.driver.machine
+        seq = call.seq
+        token = None
+        if call.is_await:
+            token_attempt = m.await_attempt(seq)
+            if token_attempt is not None:
+                token = f"{state.id}/{state.run}/{seq}/{token_attempt}"
+        return _EngineStepCtx(self, state, seq, m.key(seq), attempt, token)
+
+    def _ended(self, state: RunState, seq: int) -> bool:
+        """Whether the run no longer wants step ``seq`` (delivered, dropped, parked, closed)."""
+        return not state.driver.machine.step_pending(seq) or state.driver.loop.is_closed()
+
+    def _run_eagerly(self, state: RunState, call: StepCall) -> _First | None:
+        """The first attempt of an async step, called at once on the engine's loop.
+
+        Called once the step's gate is durable. Most step coroutines return
+        without suspending: their result then goes to the run with no task,
+        no future and no loop iteration of their own (what Python 3.12 calls
+        an eager task). Returns None when the attempt is finished (or the run
+        no longer wants it), else what a task must finish.
+        """
+        host = self.host
+        seq = call.seq
+        if host.closed or self._ended(state, seq) or host.committer.failed is not None:
+            return None
+        sctx = self._step_ctx(state, call, call.attempt)
+        host.hooks.step_started(state.id, state.run, seq)
+        token = _current_step.set(sctx)
+        try:
+            result = call.fn(sctx) if call.takes_ctx else call.fn()
+            if type(result) is types.CoroutineType or inspect.iscoroutine(result):
+                try:
+                    yielded = result.send(None)
+                except StopIteration as stop:
+                    result = stop.value
+                else:
+                    return ("suspended", (result, yielded))
+            elif inspect.isawaitable(result):
+                return ("awaitable", result)
+            payload = _codec.encode(result, name=f"the result of step '{call.name}'")
+        except Exception as e:
+            return ("raised", e)
+        finally:
+            _current_step.reset(token)
+        if call.is_await:
+            host.token_out(state, seq)
+        else:
+            host.step_result(state, seq, _OK, payload)
+        return None
+
+    async def _run_step(self, state: RunState, call: StepCall, first: _First | None) -> None:
+        """Runs one step to its final result (or until the run no longer wants it).
+
+        ``first``: what an eager first attempt left to finish: a coroutine that
+        suspended, an awaitable, or the exception it raised.
+        """
+        host = self.host
+        hooks = host.hooks
+        driver = state.driver
+        m = driver.machine
+        seq = call.seq
+        gate = m.gate
+        attempt = call.attempt
+        not_before = call.not_before_ms
+        fn = hooks.mock(driver.workflow.name, call.name) or call.fn
+        takes_ctx = call.takes_ctx if fn is call.fn else takes_arg(fn)
+        while True:
+            runner: Awaitable[Any]
+            if first is not None:
+                # The eager first attempt ran already: finish it, do not call again.
+                runner = _finish_first(first, self._step_ctx(state, call, attempt))
+                first = None
+            else:
+                if not_before == PAUSED:
+                    await state.resumed.wait()
+                    if self._ended(state, seq):
+                        return
+                    attempt = 1
+                    not_before = 0
+                    gate = m.gate
+                    continue
+                if not call.read_only and not host.committer.is_durable(gate):
+                    await host.committer.durable(gate)
+                if not_before > host.clock.now_ms():
+                    await host.sleep_until(not_before)
+                if self._ended(state, seq):
+                    return
+                if host.committer.failed is not None:
+                    # The store failed: what the run did since its last good
+                    # write is lost, so nothing may act on it. Reopening
+                    # recovers the run.
+                    return
+                sctx = self._step_ctx(state, call, attempt)
+                hooks.step_started(driver.id, driver.run, seq)
+                runner = _invoke(fn, takes_ctx, call, sctx)
+            hooks.busy_steps += 1
+            try:
+                try:
+                    result = await runner
+                    payload = _codec.encode(result, name=f"the result of step '{call.name}'")
+                finally:
+                    hooks.busy_steps -= 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if self._ended(state, seq):
+                    return
+                if isinstance(e, (Failure | PayloadError, call.retry.non_retryable)):
+                    host.step_result(state, seq, _FAILED, error_payload(e))
+                    return
+                err = error_payload(e)
+                if attempt >= call.retry.attempts:
+                    driver.append(m.step_retry(seq, PAUSED, err))
+                    host.step_paused(state)
+                    not_before = PAUSED
+                    continue
+                retry_at = host.clock.now_ms() + round(call.retry.delay_s(attempt) * 1000)
+                driver.append(m.step_retry(seq, retry_at, err))
+                gate = m.gate
+                attempt += 1
+                not_before = retry_at
+                continue
+            if self._ended(state, seq):
+                return
+            if call.is_await:
+                host.token_out(state, seq)
+            else:
+                host.step_result(state, seq, _OK, payload)
+            return
 
 
 async def _finish_first(first: _First, sctx: StepCtx) -> Any:
@@ -225,18 +377,6 @@ class _Resume:
                 return stop.value
 
 
-def _takes_arg(fn: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(
-        p.default is inspect.Parameter.empty
-        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        for p in params
-    )
-
-
 async def _invoke(fn: Callable[..., Any], takes_ctx: bool, call: StepCall, sctx: StepCtx) -> Any:
     args = (sctx,) if takes_ctx else ()
     token = _current_step.set(sctx)
@@ -255,14 +395,13 @@ async def _invoke(fn: Callable[..., Any], takes_ctx: bool, call: StepCall, sctx:
 
 
 async def _call(fn: Callable[..., Any], args: tuple[Any, ...], call: StepCall) -> Any:
-    code = getattr(fn, "__code__", None)
-    if call.is_async or call.inline or (code is not None and code in _RETURNS_AWAITABLE):
+    if call.is_async or call.inline or returns_awaitable(fn):
         result = fn(*args)
     else:
         ctx = contextvars.copy_context()
         result = await anyio.to_thread.run_sync(ctx.run, fn, *args)
-        if inspect.isawaitable(result) and code is not None:
-            _RETURNS_AWAITABLE.add(code)
+        if inspect.isawaitable(result):
+            mark_returns_awaitable(fn)
     if inspect.isawaitable(result):
         result = await result
     return result

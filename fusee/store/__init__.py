@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import msgpack
 
+from fusee._status import UNFINISHED_STATUSES, RunStatus
 from fusee.errors import NotFound, StoreError
 
 __all__ = [
@@ -35,13 +36,8 @@ __all__ = [
     "open_store",
 ]
 
-RUN_STATUSES: Final = frozenset(
-    {"running", "suspended", "paused", "completed", "failed", "cancelled", "continued"}
-)
-"""Every value `RunRow.status` may take."""
-
-UNFINISHED_STATUSES: Final = frozenset({"running", "suspended", "paused"})
-"""The statuses of runs that recovery must pick up again (`Store.unfinished`)."""
+RUN_STATUSES: Final = frozenset(RunStatus)
+"""Every value `RunRow.status` may take (`fusee.RunStatus`)."""
 
 _DURABILITIES: Final = ("fsync", "none")
 

@@ -198,7 +198,7 @@ async def test_result_after_replace_is_the_new_runs_not_the_remembered_one(
         assert await run.result() == 2
         await t.start(gated, "x-1", "b", id_policy=fusee.IdPolicy.REPLACE)
         await t.advance("2s")
-        assert t.engine._loaded("x-1") is None  # parked: the store has its row
+        assert not t.is_loaded("x-1")  # parked: the store has its row
         waiting = asyncio.ensure_future(run.result())
         await t.settle()
         assert not waiting.done()

@@ -250,10 +250,10 @@ async def test_updates_and_queries_on_a_live_a_parked_and_a_finished_run(host: H
         run = await t.start(basket, "b-1")
         assert await run.update(add, 1) == 100
         await t.advance("2s")
-        assert t.engine._loaded("b-1") is None  # parked
+        assert not t.is_loaded("b-1")  # parked
         assert await run.query(phase_q) == {"items": [100]}
         await t.advance("2s")
-        assert t.engine._loaded("b-1") is None
+        assert not t.is_loaded("b-1")
         assert await run.update(add, 2) == 300
         with pytest.raises(fusee.FuseeError, match="quantity must be positive"):
             await run.update(add, 0)
@@ -402,7 +402,7 @@ async def test_cancelling_a_parked_run_wakes_it_to_cancel(host: Host) -> None:
     async with host(workflows=[collector], park_after="1s") as t:
         run = await t.start(collector, "c-1", 1)
         await t.advance("10s")
-        assert t.engine._loaded("c-1") is None
+        assert not t.is_loaded("c-1")
         await run.cancel("stop")
         with pytest.raises(fusee.Cancelled, match="stop"):
             await run.result()
@@ -535,7 +535,7 @@ async def test_updates_and_queries_at_once_wake_a_parked_run_once(host: Host) ->
     async with host(workflows=[basket], park_after="1s") as t:
         run = await t.start(basket, "b-1")
         await t.advance("2s")
-        assert t.engine._loaded("b-1") is None
+        assert not t.is_loaded("b-1")
         first, items, second = await asyncio.gather(
             run.update(add, 1), run.query(phase_q), run.update(add, 2)
         )
@@ -569,7 +569,7 @@ async def test_an_update_whose_handler_is_cut_off_by_the_runs_end_fails_its_call
         update = asyncio.ensure_future(run.update(add, 1))
         await t.advance("1m")
         # A caller waits for the handler: the run stays loaded for it.
-        assert t.engine._loaded("h-1") is not None
+        assert t.is_loaded("h-1")
         assert not update.done()
         await run.signal(go, 0)
         assert await run.result() == "done"

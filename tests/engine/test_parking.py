@@ -1,7 +1,7 @@
 """Parking: a suspended run leaves memory after ``park_after`` and is rebuilt by replay.
 
 Every test runs on the memory store and on SQLite. A parked run is one the
-engine no longer holds (`Engine._loaded(id)` is None); whatever can wake it
+engine no longer holds (`TestEngine.is_loaded(id)` is False); whatever can wake it
 (a timer, a signal, an update, a cancel, a child's result, an outside
 completion, a query) loads it from its journal and delivers.
 """
@@ -77,9 +77,9 @@ async def _signal(t: TestEngine, run: fusee.Run[Any]) -> None:
 
 async def _update(t: TestEngine, run: fusee.Run[Any]) -> None:
     assert await run.update(poke, 3) == 2
-    assert t.engine._loaded(run.id) is not None
+    assert t.is_loaded(run.id)
     await t.advance("10s")
-    assert t.engine._loaded(run.id) is None  # parked again
+    assert not t.is_loaded(run.id)  # parked again
     await run.signal(go, 0)
 
 
@@ -98,7 +98,7 @@ async def _completion(t: TestEngine, run: fusee.Run[Any]) -> None:
 async def _query(t: TestEngine, run: fusee.Run[Any]) -> None:
     assert await run.query(seen_q) == ["first"]
     await t.advance("10s")
-    assert t.engine._loaded(run.id) is None  # parked again
+    assert not t.is_loaded(run.id)  # parked again
     await run.signal(go, 0)
 
 
@@ -125,14 +125,14 @@ async def test_a_parked_run_is_rebuilt_by_replay_when_something_arrives(
     async with host(workflows=[sleepy, quick_kid], park_after="5s") as t:
         run = await t.start(sleepy, "s-1", how)
         await t.advance("4s")
-        assert t.engine._loaded("s-1") is not None  # not before park_after
+        assert t.is_loaded("s-1")  # not before park_after
         await t.advance("2s")
-        assert t.engine._loaded("s-1") is None
+        assert not t.is_loaded("s-1")
         assert (await run.describe()).status == "suspended"
         if crash:
             await t.crash()
             await t.settle()
-            assert t.engine._loaded("s-1") is None  # parked runs stay parked on reopen
+            assert not t.is_loaded("s-1")  # parked runs stay parked on reopen
         await wake(t, run)
         assert await run.result() == expected
         await t.crash()
@@ -153,10 +153,10 @@ async def test_a_run_with_a_step_in_flight_or_due_is_not_parked(host: Host) -> N
     async with host(workflows=[retrying], park_after="1s") as t:
         run = await t.start(retrying, "r-1")
         await t.advance("5s")
-        assert t.engine._loaded("r-1") is not None  # waiting for a retry is not suspended
+        assert t.is_loaded("r-1")  # waiting for a retry is not suspended
         await t.crash()
         await t.advance("5s")
-        assert t.engine._loaded("r-1") is not None
+        assert t.is_loaded("r-1")
         assert await run.result() == "up"
         assert len(t.step_log) == 3
 
@@ -170,10 +170,10 @@ async def test_a_parked_run_wakes_at_its_time_after_reopening(host: Host) -> Non
     async with host(workflows=[alarm], park_after="1m") as t:
         run = await t.start(alarm, "a-1")
         await t.advance("10m")
-        assert t.engine._loaded("a-1") is None
+        assert not t.is_loaded("a-1")
         await t.crash()
         await t.advance("49m")
-        assert t.engine._loaded("a-1") is None
+        assert not t.is_loaded("a-1")
         assert (await run.describe()).status == "suspended"
         await t.advance("1m")
         assert await run.result() == "timed out"
@@ -183,10 +183,10 @@ async def test_many_parked_runs_cost_no_memory_and_all_wake(host: Host) -> None:
     async with host(workflows=[quick_kid], park_after="1s") as t:
         runs = [await t.start(quick_kid, f"k-{i}", i) for i in range(30)]
         await t.advance("2s")
-        assert all(not shard.runs for shard in t.engine.shards)
+        assert all(not shard.runs for shard in t.engine.runs.shards)
         await t.crash()
         await t.settle()
-        assert all(not shard.runs for shard in t.engine.shards)
+        assert all(not shard.runs for shard in t.engine.runs.shards)
         for r in runs:
             await r.signal(go, 0)
         assert [await r.result() for r in runs] == [i * 10 for i in range(30)]
@@ -214,7 +214,7 @@ async def test_a_run_woken_while_its_park_is_being_written_is_still_recovered(
             # The park's "suspended" row is written, slowly...
             t.clock.advance_to(t.clock.now_ms() + 1000)
             await asyncio.wait_for(disk.waiting.wait(), 10)
-            assert t.engine._loaded("s-1") is None
+            assert not t.is_loaded("s-1")
             # ...while a signal wakes the run: it must not stay "suspended".
             signal = asyncio.ensure_future(run.signal(go, 1))
             for _ in range(100):

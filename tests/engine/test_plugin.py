@@ -65,5 +65,5 @@ async def test_a_handle_used_after_its_test_engine_closed_says_so(
 ) -> None:
     async with fusee_engine(workflows=[hello]) as t:
         run = await t.start(hello, "h-1", "ada")
-    with pytest.raises(AttributeError, match="this TestEngine is closed"):
+    with pytest.raises(fusee.FuseeError, match="this TestEngine is closed"):
         await run.signal(go, 1)

@@ -88,20 +88,20 @@ async def test_recovery_loads_running_runs_and_leaves_parked_ones_parked(host: H
         await t.start(pipeline, "sleeper", 9)  # sleeps 10m
         await t.start(pipeline, "waiter", 1)  # waits for a signal
         await t.advance("2m")
-        assert t.engine._loaded("sleeper") is None
-        assert t.engine._loaded("waiter") is None
+        assert not t.is_loaded("sleeper")
+        assert not t.is_loaded("waiter")
         busy = await t.start(pipeline, "busy", 4)
         await t.settle()
         await t.crash()
         await t.settle()
-        assert t.engine._loaded("busy") is not None
-        assert t.engine._loaded("sleeper") is None
-        assert t.engine._loaded("waiter") is None
+        assert t.is_loaded("busy")
+        assert not t.is_loaded("sleeper")
+        assert not t.is_loaded("waiter")
         await busy.signal(go, 4)
         assert await busy.result() == [4, 4, 8]
         # The parked sleeper wakes at its time, in the engine's new life.
         await t.advance("7m")
-        assert t.engine._loaded("sleeper") is None
+        assert not t.is_loaded("sleeper")
         await t.advance("1m")
         assert await t.get("sleeper").result() == [9, 18]
 
@@ -175,7 +175,7 @@ async def test_a_parked_parent_gets_its_childs_result_after_a_crash_lost_the_del
     async with host(workflows=[parent, kid], park_after="1m") as t:
         run = await t.start(parent, "p", 4)
         await t.advance("30m")
-        assert t.engine._loaded("p") is None  # parked, waiting for its child
+        assert not t.is_loaded("p")  # parked, waiting for its child
         # The child ends; the parent's record of it is never written.
         store = t.engine.store
         with _FailingWrites(store, lambda recs: any(type(r) is ChildDone for r in recs)) as w:

@@ -1,0 +1,206 @@
+"""The host side of runs: what a run's driver and the step executor call back.
+
+Records are the host's instructions: a `Timer` arms a timer, a `Wait` a
+signal wait, a `Child` starts a child, a `Send` sends a signal, a `Done`
+ends the run. The driver calls `EngineHost.append` for each record; the
+step executor hands results back through `step_result`.
+
+The rule: what leaves the process (a child started, a signal sent, a
+stream's chunk read) waits until the record that produced it is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from fusee import _codec
+from fusee._status import RunStatus
+from fusee.engine._streams import StepStream
+from fusee.engine._timers import DEADLINE, TIMER
+from fusee.record import (
+    Attributes,
+    Cancel,
+    Child,
+    Chunk,
+    Completed,
+    Done,
+    Fired,
+    Record,
+    Send,
+    Status,
+    Step,
+    StreamEnd,
+    Timer,
+    Wait,
+    Waited,
+    encode,
+)
+
+if TYPE_CHECKING:
+    from fusee._driver import RunDriver, StepCall
+    from fusee.engine._clock import Clock
+    from fusee.engine._commit import Committer
+    from fusee.engine._engine import Engine
+    from fusee.engine._hooks import Hooks
+    from fusee.engine._state import RunState
+    from fusee.errors import DeterminismError
+
+__all__ = ["EngineHost"]
+
+log = logging.getLogger("fusee")
+
+
+class EngineHost:
+    """Implements `fusee._driver.RunHost` and `fusee.engine._steps.StepHost` for an engine.
+
+    Example:
+        See `fusee.engine.Engine`, which makes one for its runs.
+    """
+
+    __slots__ = ("_engine",)
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    # --- what the step executor reads --------------------------------------------------------
+
+    @property
+    def committer(self) -> Committer:
+        return self._engine.committer
+
+    @property
+    def clock(self) -> Clock:
+        return self._engine.clock
+
+    @property
+    def hooks(self) -> Hooks:
+        return self._engine.hooks
+
+    @property
+    def closed(self) -> bool:
+        return self._engine.closed
+
+    async def sleep_until(self, at_ms: int) -> None:
+        await self._engine.timers.sleep_until(at_ms)
+
+    # --- RunHost ------------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return self._engine.clock.now_ms()
+
+    def append(self, driver: RunDriver, record: Record) -> int:
+        lsn = self._engine.committer.append(driver.id, driver.run, encode(record))
+        state: RunState | None = driver.host_data
+        if state is None or not state.loaded:
+            return lsn
+        if state.records is not None:
+            state.records.append(record)
+        t = type(record)
+        if t is Step or t is Fired or t is Completed:
+            return lsn
+        self._react(state, record, lsn)
+        return lsn
+
+    def _react(self, state: RunState, record: Record, lsn: int) -> None:
+        engine = self._engine
+        id, run = state.id, state.run
+        if isinstance(record, Timer):
+            engine.timers.arm(id, run, record.seq, record.fire_at_ms, TIMER)
+        elif isinstance(record, Wait):
+            state.waits[record.seq] = record.name
+            if record.deadline_ms:
+                engine.timers.arm(id, run, record.seq, record.deadline_ms, DEADLINE)
+            engine.messages.match(state)
+        elif isinstance(record, Waited):
+            state.waits.pop(record.seq, None)
+            engine.timers.disarm(id, record.seq)
+        elif isinstance(record, Child):
+            engine.committer.on_durable(
+                lsn, lambda: engine.spawn(engine.messages.start_child(state, record))
+            )
+        elif isinstance(record, Send):
+            engine.committer.on_durable(
+                lsn,
+                lambda: engine.spawn(
+                    engine.messages.send(record.target, record.name, record.payload, id)
+                ),
+            )
+        elif isinstance(record, Attributes):
+            state.attributes.update(_codec.decode(record.payload))
+            engine.runs.put_row(state)
+        elif isinstance(record, Chunk | StreamEnd):
+            engine.committer.on_durable(lsn, lambda: engine.streams.notify(id))
+        elif isinstance(record, Done):
+            engine.ended(state, record, lsn)
+        elif isinstance(record, Cancel):
+            engine.timers.disarm_waits(state)
+
+    def run_step(self, driver: RunDriver, call: StepCall) -> None:
+        state: RunState | None = driver.host_data
+        if state is None or not state.loaded:
+            return
+        self._engine.steps.run(state, call)
+
+    def stuck(self, driver: RunDriver, error: DeterminismError) -> None:
+        self._engine.diverged(driver.id, error)
+
+    def turned(self, driver: RunDriver) -> None:
+        state: RunState | None = driver.host_data
+        if state is None or not state.loaded or driver.end is not None:
+            return
+        engine = self._engine
+        m = driver.machine
+        if m.is_paused():
+            if state.row_status != RunStatus.PAUSED:
+                state.row_status = RunStatus.PAUSED
+                engine.runs.put_row(state)
+        elif state.row_status == RunStatus.PAUSED:
+            state.row_status = RunStatus.RUNNING
+            engine.runs.put_row(state)
+        if not state.steps and driver.error is None and m.is_suspended():
+            if state.park_handle is None:
+                clock = engine.clock
+                state.park_handle = clock.call_at(
+                    clock.now_ms() + engine.park_after_ms,
+                    lambda: engine.spawn(engine.runs.park(state)),
+                )
+        elif state.park_handle is not None:
+            state.park_handle.cancel()
+            state.park_handle = None
+
+    # --- StepHost -----------------------------------------------------------------------------
+
+    def step_result(self, state: RunState, seq: int, status: Status, payload: bytes) -> None:
+        if state.loaded:
+            state.driver.step_done(seq, status, payload)
+
+    def step_paused(self, state: RunState) -> None:
+        state.resumed.clear()
+        self.turned(state.driver)
+
+    def token_out(self, state: RunState, seq: int) -> None:
+        state.driver.append(state.driver.machine.awaiting(seq))
+        self.turned(state.driver)
+
+    def heartbeat(self, state: RunState, seq: int, data: bytes) -> None:
+        # Coalesced: while one heartbeat of a step is on its way to the disk,
+        # later ones replace each other and only the last is appended.
+        if seq in state.heartbeat_due:
+            state.heartbeat_due[seq] = data
+            return
+        rec = state.driver.machine.heartbeat(seq, data)
+        if rec is None:
+            return
+        state.heartbeat_due[seq] = data
+        state.driver.append(rec)
+
+        def sent() -> None:
+            latest = state.heartbeat_due.pop(seq, None)
+            if latest is not None and latest != data:
+                self.heartbeat(state, seq, latest)
+
+        self._engine.committer.on_durable(state.driver.machine.gate, sent)
+
+    def step_stream(self, state: RunState, seq: int, name: str) -> StepStream:
+        return StepStream(state, seq, name)

@@ -1,0 +1,220 @@
+"""Run handles and what they tell: `Run`, `RunInfo`, `IdPolicy`, and a run's status.
+
+The rule: a run's status is decided by `status_of` alone; describe, list,
+the CLI and the UI show what it decides.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from fusee import _codec
+from fusee._status import RunStatus
+
+if TYPE_CHECKING:
+    from fusee._definitions import QueryDef, SignalDef, UpdateDef
+    from fusee.engine._state import RunState
+    from fusee.store import RunRow
+
+__all__ = ["IdPolicy", "Run", "RunInfo", "RunOperations", "dedup_key", "info_of", "status_of"]
+
+T = TypeVar("T")
+
+
+class IdPolicy(enum.Enum):
+    """What `Engine.start` does when the id is taken.
+
+    - ``REJECT`` (default): raise `fusee.AlreadyExists`.
+    - ``ATTACH``: return the existing run's handle.
+    - ``REPLACE``: a finished run's id may start a new run; a running one
+      is still rejected.
+
+    Example:
+        >>> IdPolicy.ATTACH.name
+        'ATTACH'
+    """
+
+    REJECT = "reject"
+    ATTACH = "attach"
+    REPLACE = "replace"
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What `Run.describe` and `Engine.list` tell about a run.
+
+    Example:
+        >>> RunInfo("order-1", 3, "checkout", RunStatus.COMPLETED, None, None, {}, ()).status
+        <RunStatus.COMPLETED: 'completed'>
+    """
+
+    id: str
+    run: int
+    workflow: str
+    status: RunStatus
+    """The run's `fusee.RunStatus` (a string: ``info.status == "running"`` works)."""
+    started_at: datetime.datetime | None
+    finished_at: datetime.datetime | None
+    attributes: Mapping[str, Any]
+    paused_steps: tuple[str, ...]
+    error: str | None = None
+    """Why the run cannot go on (its code diverged from its journal), if so."""
+
+
+class RunOperations(Protocol):
+    """What a `Run` handle asks of its engine (the engine, or the test host)."""
+
+    async def _result(self, id: str) -> Any: ...
+    async def _signal(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> None: ...
+    async def _query(self, id: str, name: str, arg: bytes) -> Any: ...
+    async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any: ...
+    async def _cancel(self, id: str, reason: str) -> None: ...
+    async def _resume(self, id: str) -> None: ...
+    def _stream(self, id: str, name: str) -> AsyncIterator[Any]: ...
+    async def _describe(self, id: str) -> RunInfo: ...
+
+
+def dedup_key(dedup: str | None) -> int:
+    """A signal's dedup id as the 63-bit key its record keeps (0: none).
+
+    Example:
+        >>> dedup_key(None), dedup_key("a") == dedup_key("a")
+        (0, True)
+    """
+    if dedup is None:
+        return 0
+    import hashlib
+
+    # 63 bits so that 0 stays "no key".
+    return (
+        int.from_bytes(hashlib.blake2b(dedup.encode(), digest_size=8).digest(), "little") >> 1
+    ) or 1
+
+
+class Run(Generic[T]):
+    """A handle on a run, by its id: valid across crashes, restarts and continue-as-new.
+
+    Get one from `Engine.start` or `Engine.get`.
+
+    Example:
+        >>> async def main(engine: Engine) -> None:
+        ...     run = engine.get("order-1")
+        ...     print(await run.result())
+    """
+
+    __slots__ = ("_engine", "id")
+
+    def __init__(self, engine: RunOperations, id: str) -> None:
+        self._engine = engine
+        self.id = id
+
+    def __repr__(self) -> str:
+        return f"<Run {self.id!r}>"
+
+    async def result(self) -> T:
+        """Waits for the run to end and returns its result (following continue-as-new).
+
+        Raises:
+            fusee.WorkflowFailed: The workflow raised.
+            fusee.Cancelled: The run was cancelled.
+            fusee.DeterminismError: The run's code diverged from its journal.
+            fusee.NotFound: No run has this id.
+        """
+        return await self._engine._result(self.id)  # type: ignore[no-any-return]
+
+    async def signal(
+        self, signal: SignalDef[Any], payload: Any = None, *, dedup: str | None = None
+    ) -> None:
+        """Sends ``signal`` to the run; returns once the signal is durable.
+
+        Args:
+            signal: The signal definition.
+            payload: Its payload.
+            dedup: An id: a second signal with the same id is ignored.
+
+        Raises:
+            fusee.NotFound: No run has this id.
+            fusee.FuseeError: The run has finished.
+        """
+        await self._engine._signal(
+            self.id, signal.name, _codec.encode(payload), dedup_key(dedup), None
+        )
+
+    async def query(self, query: QueryDef, arg: Any = None) -> Any:
+        """Asks the run's query handler; works on parked and finished runs too."""
+        return await self._engine._query(self.id, query.name, _codec.encode(arg))
+
+    async def update(
+        self, update: UpdateDef[Any], payload: Any = None, *, id: str | None = None
+    ) -> Any:
+        """Sends an update; returns the handler's result once it is durable.
+
+        Raises:
+            fusee.FuseeError: The validator rejected it or the handler raised.
+        """
+        return await self._engine._update(self.id, update.name, id, _codec.encode(payload))
+
+    async def cancel(self, reason: str = "cancelled") -> None:
+        """Cancels the run: every pending operation raises `fusee.Cancelled` in the code."""
+        await self._engine._cancel(self.id, reason)
+
+    async def resume(self) -> None:
+        """Resumes the run's paused steps, each with a fresh retry budget."""
+        await self._engine._resume(self.id)
+
+    def stream(self, name: str) -> AsyncIterator[Any]:
+        """Reads stream ``name`` from its start, live, until it ends."""
+        return self._engine._stream(self.id, name)
+
+    async def describe(self) -> RunInfo:
+        """The run's status, times, attributes and paused steps."""
+        return await self._engine._describe(self.id)
+
+
+def status_of(row: RunRow, state: RunState | None, diverged: bool) -> RunStatus:
+    """A run's status: from its loaded state when there is one, else from its row.
+
+    Example:
+        >>> from fusee.store import RunRow
+        >>> status_of(RunRow("a", 1, "wf", "suspended", 0), None, False)
+        <RunStatus.SUSPENDED: 'suspended'>
+    """
+    if diverged:
+        return RunStatus.DIVERGED
+    if state is not None and state.run == row.run and state.driver.end is None:
+        m = state.driver.machine
+        if m.is_paused():
+            return RunStatus.PAUSED
+        return RunStatus.SUSPENDED if m.is_suspended() else RunStatus.RUNNING
+    return RunStatus(row.status)
+
+
+def info_of(row: RunRow, state: RunState | None, error: BaseException | None) -> RunInfo:
+    """What `Run.describe` tells of a run with ``row``, its loaded state and its divergence."""
+    paused: tuple[str, ...] = ()
+    if state is not None and state.run == row.run:
+        m = state.driver.machine
+        paused = tuple(
+            sorted({m.pending_name(s) or "" for s in range(m.next_seq()) if m.step_paused(s)})
+        )
+    return RunInfo(
+        id=row.id,
+        run=row.run,
+        workflow=row.workflow,
+        status=status_of(row, state, error is not None),
+        started_at=_time(row.started_ms),
+        finished_at=_time(row.finished_ms),
+        attributes=dict(row.attributes),
+        paused_steps=paused,
+        error=str(error) if error is not None else None,
+    )
+
+
+def _time(ms: int | None) -> datetime.datetime | None:
+    return None if ms is None else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)

@@ -1,0 +1,329 @@
+"""Runs in memory: loading a run from its journal, parking it, waking it.
+
+A run is loaded while it has work or was active within ``park_after``;
+a suspended run (`RunMachine.is_suspended`) is then parked: dropped from
+memory with its row saying when to wake it. A timer, signal, update,
+cancel or child result wakes it: its journal is replayed and the delivery
+made.
+
+The rule: what the host keeps beside a run's machine (signals, waits,
+timers, children, attributes) is rebuilt from its journal alone, so a
+parked or crashed run comes back exactly as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from fusee import _codec
+from fusee._driver import ReplayHost, RunDriver
+from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._journal import decode_journal, no_run
+from fusee.engine._state import RunState, Shard, shard_index
+from fusee.engine._timers import DEADLINE, TIMER, WAKE
+from fusee.errors import FuseeError, UnknownWorkflow
+from fusee.machine import Completion, OpKind
+from fusee.record import (
+    Attributes,
+    Cancel,
+    Child,
+    ChildDone,
+    Done,
+    Fired,
+    Record,
+    Signal,
+    Start,
+    Timer,
+    Wait,
+    Waited,
+)
+from fusee.store import RunRow
+
+if TYPE_CHECKING:
+    from fusee._definitions import WorkflowDef
+    from fusee.engine._engine import Engine
+
+__all__ = ["Runs", "unknown_workflow"]
+
+
+class Runs:
+    """The loaded runs of one engine, by shard, and their loading and parking.
+
+    Example:
+        See `fusee.engine.Engine`, which keeps one.
+    """
+
+    def __init__(self, engine: Engine, shards: int) -> None:
+        self._engine = engine
+        self.shards = [Shard() for _ in range(shards)]
+        self._loading: dict[str, asyncio.Future[RunState | None]] = {}
+
+    # --- lookup ------------------------------------------------------------------------------
+
+    def shard(self, id: str) -> Shard:
+        """The shard of run ``id``."""
+        return self.shards[shard_index(id, len(self.shards))]
+
+    def loaded(self, id: str) -> RunState | None:
+        """The loaded state of run ``id``, or None (parked, ended, never seen)."""
+        return self.shard(id).runs.get(id)
+
+    def is_loading(self, id: str) -> bool:
+        """Whether run ``id`` is being loaded from its journal now."""
+        return id in self._loading
+
+    def all(self) -> list[RunState]:
+        """Every loaded run (a snapshot)."""
+        return [state for shard in self.shards for state in list(shard.runs.values())]
+
+    # --- rows --------------------------------------------------------------------------------
+
+    def row(
+        self, state: RunState, *, wake_ms: int | None = None, finished_ms: int | None = None
+    ) -> RunRow:
+        """The row of ``state``'s run as it stands."""
+        return RunRow(
+            id=state.id,
+            run=state.run,
+            workflow=state.workflow.name,
+            status=state.row_status,
+            started_ms=state.started_ms,
+            finished_ms=finished_ms,
+            wake_ms=wake_ms,
+            attributes=dict(state.attributes),
+            parent=state.parent.id if state.parent is not None else None,
+        )
+
+    def put_row(self, state: RunState) -> None:
+        """Queues ``state``'s row with the next group commit."""
+        self._engine.committer.put_row(self.row(state))
+
+    # --- making and loading ------------------------------------------------------------------
+
+    def make_state(self, wf: WorkflowDef[Any, Any], records: list[Record], gate: int) -> RunState:
+        """A new state for a run of ``wf`` with journal ``records`` (not loaded yet)."""
+        engine = self._engine
+        start = records[0]
+        assert isinstance(start, Start)
+        driver = RunDriver(engine.host, wf, records, gate, strict=engine.strict)
+        state = RunState(driver, wf, start.started_ms, start.parent, start.policy)
+        state.shard = self.shard(start.id)
+        driver.host_data = state
+        if engine.strict:
+            state.records = list(records)
+        return state
+
+    async def wake(self, id: str, row: RunRow | None = None) -> RunState | None:
+        """The loaded run of ``id``, loading it from its journal if it is parked.
+
+        ``row`` is the id's row when the caller just read it (recovery).
+        Returns None if the run has finished.
+
+        Raises:
+            fusee.NotFound: No run has this id.
+            fusee.DeterminismError: The run's code diverged from its journal.
+        """
+        state = self.loaded(id)
+        if state is not None:
+            return state
+        engine = self._engine
+        stuck = engine.stuck_error(id)
+        if stuck is not None:
+            raise stuck
+        pending = self._loading.get(id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[RunState | None] = engine.loop.create_future()
+        self._loading[id] = fut
+        try:
+            state = await self._load(id, row)
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()
+            if isinstance(e, FuseeError):
+                # The run cannot be loaded: whoever waits for its result
+                # hears why instead of waiting forever.
+                engine.fail_waiters(id, e)
+            raise
+        else:
+            fut.set_result(state)
+        finally:
+            del self._loading[id]
+        return state
+
+    async def _load(self, id: str, row: RunRow | None = None) -> RunState | None:
+        engine = self._engine
+        if row is None:
+            row = await engine.store.get(id)
+        if row is None:
+            raise no_run(id)
+        if row.status in FINISHED_STATUSES:
+            return None
+        wf = engine.workflows.get(row.workflow)
+        if wf is None:
+            raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))
+        entries = await engine.store.load(id, row.run)
+        records = decode_journal(id, row.run, entries)
+        engine.timers.disarm(id, -1)
+        state = self.make_state(wf, records, entries[-1][0])
+        state.row_status = RunStatus(row.status)
+        self.shard(id).add(state)
+        self.rebuild(state, records)
+        state.driver.start()
+        done = records[-1]
+        if state.driver.end is not None and isinstance(done, Done):
+            # A journal that ends with the run's `Done` under a row still
+            # unfinished (the row's write was lost with a crash inside a
+            # batch): the run is finished as if the `Done` were new, so its
+            # row, its result's waiters and its parent hear of it.
+            engine.ended(state, done, entries[-1][0])
+            return None
+        # A woken run takes a delivery that makes it go on: its row says
+        # "running" at once (even when the store's does: a park's
+        # "suspended" row may still be on its way), so that a crash before it
+        # parks again recovers it.
+        if state.row_status == RunStatus.SUSPENDED:
+            state.row_status = RunStatus.RUNNING
+        self.put_row(state)
+        return state
+
+    def rebuild(self, state: RunState, records: list[Record]) -> None:
+        """What the host keeps beside the machine, from the journal.
+
+        Signals, open waits and their deadlines, timers, children and attributes.
+        """
+        engine = self._engine
+        id, run = state.id, state.run
+        timers: dict[int, int] = {}
+        deadlines: dict[int, int] = {}
+        children: dict[int, Child] = {}
+        for rec in records:
+            if isinstance(rec, Signal):
+                state.signals.append((rec.name, rec.payload))
+                if rec.dedup:
+                    state.dedups.add(rec.dedup)
+            elif isinstance(rec, Wait):
+                state.waits[rec.seq] = rec.name
+                if rec.deadline_ms:
+                    deadlines[rec.seq] = rec.deadline_ms
+            elif isinstance(rec, Waited):
+                state.waits.pop(rec.seq, None)
+                deadlines.pop(rec.seq, None)
+                if rec.outcome.is_signal:
+                    state.consumed.add(rec.outcome.ordinal)
+            elif isinstance(rec, Timer):
+                timers[rec.seq] = rec.fire_at_ms
+            elif isinstance(rec, Fired):
+                timers.pop(rec.seq, None)
+            elif isinstance(rec, Child):
+                children[rec.seq] = rec
+            elif isinstance(rec, ChildDone):
+                children.pop(rec.seq, None)
+            elif isinstance(rec, Attributes):
+                state.attributes.update(_codec.decode(rec.payload))
+            elif isinstance(rec, Cancel):
+                deadlines.clear()
+        for seq, at in timers.items():
+            engine.timers.arm(id, run, seq, at, TIMER)
+        for seq, at in deadlines.items():
+            engine.timers.arm(id, run, seq, at, DEADLINE)
+        engine.messages.match(state)
+        for child in children.values():
+            engine.spawn(engine.messages.start_child(state, child))
+
+    # --- deliveries to runs that may be parked -----------------------------------------------
+
+    def fire(self, id: str, run: int, seq: int, completion: Completion) -> None:
+        """Delivers ``completion`` to operation ``seq`` of run ``run`` of ``id``."""
+        state = self.loaded(id)
+        if state is not None:
+            if state.run == run:
+                state.driver.complete(seq, completion)
+            return
+        self._engine.spawn(self.deliver(id, run, seq, completion))
+
+    async def deliver(self, id: str, run: int, seq: int, completion: Completion) -> None:
+        """`fire` for a run that may have to be woken first."""
+        state = await self.wake(id)
+        if state is not None and state.run == run:
+            state.driver.complete(seq, completion)
+
+    def wake_soon(self, id: str) -> None:
+        """Wakes parked run ``id`` (its wake-up time came)."""
+        self._engine.spawn(self.wake(id))
+
+    # --- parking -----------------------------------------------------------------------------
+
+    def arm_wake(self, row: RunRow) -> None:
+        """Arms a parked run's wake-up from its row."""
+        if row.wake_ms is not None:
+            self._engine.timers.arm(row.id, row.run, -1, row.wake_ms, WAKE)
+
+    def _parkable(self, state: RunState) -> bool:
+        return (
+            self.loaded(state.id) is state
+            and state.driver.machine.is_suspended()
+            and not state.steps
+            and not state.updates
+        )
+
+    async def park(self, state: RunState) -> None:
+        """Drops suspended ``state`` from memory once its records are durable."""
+        state.park_handle = None
+        engine = self._engine
+        driver = state.driver
+        if not self._parkable(state):
+            return
+        await engine.committer.durable(driver.machine.gate)
+        if not self._parkable(state):
+            return
+        if engine.strict:
+            self.check_replay(state)
+            if driver.error is not None:
+                return
+        wake = min(state.due.values(), default=None)
+        m = driver.machine
+        if any(m.pending_kind(seq) is OpKind.CHILD for seq in range(m.next_seq())):
+            # A child's end reaches its parked parent as a delivery the
+            # parent records later; a crash in between would lose it (the
+            # finished child is not recovered). A parent parked on a child is
+            # therefore woken at once by recovery, which replays it and asks
+            # its children again (`rebuild` -> `start_child`).
+            now = engine.clock.now_ms()
+            wake = now if wake is None else min(wake, now)
+        self.shard(state.id).remove(state)
+        driver.close()
+        state.row_status = RunStatus.SUSPENDED
+        engine.committer.put_row(self.row(state, wake_ms=wake))
+
+    def check_replay(self, state: RunState) -> None:
+        """The dev profile's strict replay: the journal so far, replayed against the code."""
+        if state.records is None:
+            return
+        replay = RunDriver(
+            ReplayHost(), state.workflow, list(state.records), state.driver.machine.gate
+        )
+        try:
+            replay.start()
+        finally:
+            replay.close()
+        if replay.error is not None:
+            state.driver.error = replay.error
+            self._engine.host.stuck(state.driver, replay.error)
+
+    def close_all(self) -> None:
+        """Ends every loaded run's code and unloads it (the engine stops)."""
+        for shard in self.shards:
+            for state in shard.runs.values():
+                state.driver.close()
+            shard.clear()
+
+
+def unknown_workflow(name: str, workflows: Any) -> str:
+    """The message for a workflow name an engine was not given."""
+    known = ", ".join(sorted(workflows)) or "none"
+    return (
+        f"workflow '{name}' is not registered with this engine (it has: {known}); "
+        "pass it in Engine.open(..., workflows=[...])"
+    )

@@ -1,0 +1,135 @@
+"""Timers: a run's durable sleeps, its waits' deadlines, and parked runs' wake-ups.
+
+Timers are rebuilt from journals on open (`Timer`, `Wait` records);
+nothing else is persisted for them.
+
+The rule: a timer names its run by id and number, never by its state: it
+outlives parking and must not keep a parked run in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fusee.machine import Completion, TimerFired, WaitTimedOut
+
+if TYPE_CHECKING:
+    from fusee.engine._clock import Clock
+    from fusee.engine._state import RunState, Shard
+
+__all__ = ["DEADLINE", "TIMER", "WAKE", "Timers"]
+
+# What an alarm does when its time comes.
+TIMER, DEADLINE, WAKE = 0, 1, 2
+
+
+class _Alarm:
+    """A timer's callback: fires a run's timer or wait deadline, or wakes a parked run.
+
+    A slotted object rather than closures: a parked run keeps one per timer
+    (W4 counts its bytes).
+    """
+
+    __slots__ = ("id", "kind", "run", "seq", "timers")
+
+    def __init__(self, timers: Timers, id: str, run: int, seq: int, kind: int) -> None:
+        self.timers = timers
+        self.id = id
+        self.run = run
+        self.seq = seq
+        self.kind = kind
+
+    def __call__(self) -> None:
+        timers, id, seq = self.timers, self.id, self.seq
+        shard = timers.shard_of(id)
+        if shard.timers.pop((id, seq), None) is None:
+            return
+        state = shard.runs.get(id)
+        if state is not None:
+            state.due.pop(seq, None)
+        if self.kind == WAKE:
+            timers.wake(id)
+        else:
+            timers.fire(id, self.run, seq, TimerFired() if self.kind == TIMER else WaitTimedOut())
+
+
+class Timers:
+    """Arms and disarms the timers of every shard on the engine's clock.
+
+    Args:
+        clock: The engine's clock.
+        loop: The engine's loop.
+        shard_of: The shard of a run id.
+        fire: Delivers a timer's or deadline's completion to a run.
+        wake: Wakes a parked run (its earliest due time came).
+
+    Example:
+        >>> import asyncio
+        >>> from fusee.engine._clock import VirtualClock
+        >>> from fusee.engine._state import Shard
+        >>> async def main() -> list[str]:
+        ...     shard, clock, woken = Shard(), VirtualClock(0), []
+        ...     t = Timers(clock, asyncio.get_running_loop(), lambda id: shard,
+        ...                lambda *a: None, woken.append)
+        ...     t.arm("r-1", 1, -1, 5_000, WAKE)
+        ...     clock.advance_to(5_000)
+        ...     return woken
+        >>> asyncio.run(main())
+        ['r-1']
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        loop: asyncio.AbstractEventLoop,
+        shard_of: Callable[[str], Shard],
+        fire: Callable[[str, int, int, Completion], None],
+        wake: Callable[[str], None],
+    ) -> None:
+        self.clock = clock
+        self._loop = loop
+        self.shard_of = shard_of
+        self.fire = fire
+        self.wake = wake
+
+    def arm(self, id: str, run: int, seq: int, at_ms: int, kind: int) -> None:
+        """Sets a timer (`TIMER`), a wait's deadline (`DEADLINE`) or a parked run's wake-up."""
+        shard = self.shard_of(id)
+        state = shard.runs.get(id)
+        if state is not None and seq >= 0:
+            state.due[seq] = at_ms
+        if (id, seq) in shard.timers:
+            return
+        shard.timers[(id, seq)] = self.clock.call_at(at_ms, _Alarm(self, id, run, seq, kind))
+
+    def disarm(self, id: str, seq: int) -> None:
+        """Cancels timer ``seq`` of run ``id`` (-1: its wake-up), if armed."""
+        shard = self.shard_of(id)
+        state = shard.runs.get(id)
+        if state is not None:
+            state.due.pop(seq, None)
+        h = shard.timers.pop((id, seq), None)
+        if h is not None:
+            h.cancel()
+
+    def disarm_waits(self, state: RunState) -> None:
+        """Cancels the deadlines of every open wait of ``state``'s run."""
+        for seq in list(state.waits):
+            self.disarm(state.id, seq)
+
+    async def sleep_until(self, at_ms: int) -> None:
+        """Sleeps on the engine's clock until ``at_ms``."""
+        fut: asyncio.Future[None] = self._loop.create_future()
+        h = self.clock.call_at(at_ms, functools.partial(_settle, fut))
+        try:
+            await fut
+        finally:
+            h.cancel()
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
