@@ -17,7 +17,8 @@ import time
 from typing import Any
 
 import fusee
-from fusee._driver import RunDriver, StepCall
+from fusee._driver import RunDriver
+from fusee._runtime import StepCall
 from fusee.errors import DeterminismError
 from fusee.record import Done, Record, decode
 

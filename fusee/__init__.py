@@ -2,15 +2,21 @@
 #
 # The layers, each using only the ones below it:
 #
-#   context    Ctx, StepCtx: what workflow and step code call
+#   cli        the `fusee` command
+#   testing    TestEngine: virtual clock, crashes, mocks
+#   engine     Engine, Run handles, shards, steps, timers, group commit
+#   store      Store protocol; memory, sqlite (loaded by name)
+#   ------------------------------------------------------------------------
 #   _driver    RunDriver: one run = machine + loop + coroutine; deliveries
 #              become resolved futures, effects go to the host
+#   context    Ctx, StepCtx: what workflow and step code call, written
+#              against _runtime's Runtime protocol (never the driver)
+#   _runtime   Runtime: what Ctx needs from its run; operation types
 #   _loop      WorkflowLoop: a deterministic asyncio loop per run
 #   machine    RunMachine: the journal machine (pure: no I/O, no clock)
 #   record     journal records and their encoding
-#   ------------------------------------------------------------------------
-#   engine     Engine, Run handles, shards, steps, timers, group commit
-#   store      Store protocol; memory, sqlite
+#
+# scripts/check_layers.py (make lint) holds the ranks and checks them.
 #
 # Public names are re-exported here; modules with a leading underscore are
 # private.
@@ -30,6 +36,7 @@ from fusee._definitions import (
     workflow,
 )
 from fusee._loop import as_completed, select, wait
+from fusee._status import RunStatus
 from fusee.context import Ctx, StepCtx, WorkflowInfo, WorkflowStream, current_step
 from fusee.engine import Engine, IdPolicy, Run, RunInfo
 from fusee.errors import (
@@ -70,6 +77,7 @@ __all__ = [
     "Retry",
     "Run",
     "RunInfo",
+    "RunStatus",
     "SignalDef",
     "StepCtx",
     "StepFailed",

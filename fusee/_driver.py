@@ -18,11 +18,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from fusee import _codec
 from fusee._loop import WorkflowLoop
+from fusee._runtime import ContinueAsNew, Handlers, StepCall
+from fusee.context import Ctx, begin_sleep
 from fusee.errors import (
     Cancelled,
     ChildFailed,
@@ -50,10 +52,9 @@ from fusee.record import (
 )
 
 if TYPE_CHECKING:
-    from fusee._definitions import Retry, UpdateDef, WorkflowDef
-    from fusee.context import Ctx
+    from fusee._definitions import UpdateDef, WorkflowDef
 
-__all__ = ["ContinueAsNew", "ReplayHost", "RunDriver", "RunHost", "StepCall"]
+__all__ = ["ReplayHost", "RunDriver", "RunHost"]
 
 _OK = Status.OK
 _FAILED = Status.FAILED
@@ -64,18 +65,6 @@ _CONTINUED = Status.CONTINUED
 # The files of fusee itself: a determinism error names the first frame of a
 # call stack outside them, the user's line.
 _FUSEE_DIR = __file__.rsplit("/", 1)[0]
-
-
-class ContinueAsNew(BaseException):
-    """Raised by ``ctx.continue_as_new``: the run ends and a new one starts with ``input``.
-
-    A BaseException so that ``except Exception`` in workflow code does not
-    swallow it by accident.
-    """
-
-    def __init__(self, input: bytes) -> None:
-        super().__init__("continue as new")
-        self.input = input
 
 
 class RunHost(Protocol):
@@ -146,40 +135,6 @@ class ReplayHost:
         return None
 
 
-@dataclass(slots=True, eq=False)
-class StepCall:
-    """A step (or async completion's token function) the host must run.
-
-    Attributes:
-        seq: The step's journal position.
-        name: The step's name.
-        fn: The callable: no argument, or one `fusee.StepCtx`.
-        retry: The retry policy.
-        timeout_s: Per-attempt timeout in seconds, or None.
-        inline: A sync function runs on the engine's loop, not in a thread.
-        read_only: It may run before the run's earlier records are durable.
-        is_await: An async completion's token function (its result is not
-            the step's result: the token's completion is).
-        takes_ctx: The callable takes the `fusee.StepCtx`.
-        is_async: The callable is a coroutine function.
-        attempt: The attempt it starts at, in its retry budget.
-        not_before_ms: When it may start (`fusee.record.PAUSED`: after a resume).
-    """
-
-    seq: int
-    name: str
-    fn: Callable[..., Any]
-    retry: Retry
-    timeout_s: float | None
-    inline: bool
-    read_only: bool
-    is_await: bool
-    takes_ctx: bool
-    is_async: bool
-    attempt: int
-    not_before_ms: int
-
-
 class _JournalFuture(asyncio.Future[Any]):
     """A journal operation's future: cancelling it forgets the operation at once.
 
@@ -224,14 +179,6 @@ class RunEnd:
 
     status: Status
     payload: bytes
-
-
-@dataclass(slots=True, eq=False)
-class _Handlers:
-    queries: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
-    updates: dict[str, tuple[UpdateDef[Any], Callable[[Any], Any], Callable[[Any], Any] | None]] = (
-        field(default_factory=dict)
-    )
 
 
 def user_location(frame: Any = None) -> str | None:
@@ -283,7 +230,7 @@ class RunDriver:
         self._ops: dict[int, _Op] = {}
         # Keyed by id(): timer handles compare (and hash) by value.
         self._loop_timers: dict[int, int] = {}
-        self.handlers = _Handlers()
+        self.handlers = Handlers()
         self.update_waiters: dict[int, Callable[[Status, bytes], None]] = {}
         self.main: asyncio.Task[Any] | None = None
         self.end: RunEnd | None = None
@@ -299,8 +246,6 @@ class RunDriver:
 
     def start(self) -> None:
         """Starts the workflow coroutine and runs its first turn."""
-        from fusee.context import Ctx
-
         self.ctx = Ctx(self)
         wf = self.workflow
         try:
@@ -542,18 +487,17 @@ class RunDriver:
         if op is not None and not op.future.done():
             op.future.set_exception(Cancelled(reason))
 
-    def sleep(self, name: str, delay_s: float) -> tuple[int, asyncio.Future[Any]]:
-        """Starts a durable sleep of ``delay_s`` seconds; the future resolves when it fires."""
-        try:
-            seq, arm = self.machine.begin_sleep(name, self.host.now_ms() + round(delay_s * 1000))
-        except DeterminismError as e:
-            raise self.diverged_at_call(e) from None
-        record = arm.record
-        if record is not None:
-            assert isinstance(record, Timer)
-            self._timer_at_ms[seq] = record.fire_at_ms
-            self._append(record)
-        return seq, self.register(seq, "sleep", name, None)
+    def now_ms(self) -> int:
+        """The host's wall clock (`Runtime`)."""
+        return self.host.now_ms()
+
+    def run_step(self, call: StepCall) -> None:
+        """Hands a step to the host (`Runtime`)."""
+        self.host.run_step(self, call)
+
+    def timer_set(self, seq: int, fire_at_ms: int) -> None:
+        """Operation ``seq`` is a timer (`Runtime`): loop time moves to it when it fires."""
+        self._timer_at_ms[seq] = fire_at_ms
 
     # --- loop timers (TimerHost) -----------------------------------------------------------------
 
@@ -564,7 +508,7 @@ class RunDriver:
             # Deterministic already: no wall clock decides when it runs.
             self.loop.fire_timer(handle)
             return
-        seq, fut = self.sleep("asyncio.sleep", delay)
+        seq, fut = begin_sleep(self, "asyncio.sleep", delay)
         self._loop_timers[id(handle)] = seq
         fut.add_done_callback(functools.partial(self._loop_timer_done, handle))
 

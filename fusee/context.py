@@ -23,19 +23,19 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from fusee import _codec
 from fusee._definitions import DEFAULT_RETRY, Retry
-from fusee._driver import ContinueAsNew, StepCall
 from fusee._durations import parse_duration
+from fusee._runtime import ContinueAsNew, StepCall
 from fusee._stepfn import StepShape, shape_of
 from fusee.errors import DeterminismError, FuseeError
-from fusee.record import DETACHED, value_kind
+from fusee.record import DETACHED, Timer, value_kind
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
-    from fusee._driver import RunDriver
+    from fusee._runtime import Runtime
 
-__all__ = ["Ctx", "StepCtx", "WorkflowInfo", "WorkflowStream", "current_step"]
+__all__ = ["Ctx", "StepCtx", "WorkflowInfo", "WorkflowStream", "begin_sleep", "current_step"]
 
 T = TypeVar("T")
 
@@ -71,11 +71,11 @@ class Ctx:
         ...     return greeting
     """
 
-    __slots__ = ("_driver", "_machine")
+    __slots__ = ("_machine", "_rt")
 
-    def __init__(self, driver: RunDriver) -> None:
-        self._driver = driver
-        self._machine = driver.machine
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        self._machine = runtime.machine
 
     @property
     def info(self) -> WorkflowInfo:
@@ -85,7 +85,7 @@ class Ctx:
             >>> async def f(ctx: Ctx) -> str:
             ...     return ctx.info.id
         """
-        s = self._driver.start_record
+        s = self._rt.start_record
         return WorkflowInfo(
             s.id,
             s.run,
@@ -104,7 +104,7 @@ class Ctx:
         return self._machine.journal_size()
 
     def _diverged(self, e: DeterminismError) -> DeterminismError:
-        return self._driver.diverged_at_call(e)
+        return self._rt.diverged_at_call(e)
 
     # --- steps -----------------------------------------------------------------------------------
 
@@ -167,7 +167,7 @@ class Ctx:
         if not isinstance(name, str) or not name:
             raise TypeError(f"ctx.step needs a non-empty name, got {name!r}")
         shape = shape_of(fn)
-        d = self._driver
+        d = self._rt
         try:
             seq, start = self._machine.begin_step(name)
         except DeterminismError as e:
@@ -218,7 +218,7 @@ class Ctx:
             attempt=attempt,
             not_before_ms=not_before_ms,
         )
-        self._driver.host.run_step(self._driver, call)
+        self._rt.run_step(call)
 
     def await_completion(
         self,
@@ -241,7 +241,7 @@ class Ctx:
         if not isinstance(name, str) or not name:
             raise TypeError(f"ctx.await_completion needs a non-empty name, got {name!r}")
         shape = shape_of(fn)
-        d = self._driver
+        d = self._rt
         try:
             seq, start = self._machine.begin_await(name)
         except DeterminismError as e:
@@ -278,7 +278,7 @@ class Ctx:
             raise TypeError(
                 f"ctx.sleep needs a name first, got {name!r}: write ctx.sleep('nap', '10m')"
             )
-        _, fut = self._driver.sleep(name, parse_duration(duration))
+        _, fut = begin_sleep(self._rt, name, parse_duration(duration))
         return fut
 
     def wait_for(
@@ -294,10 +294,8 @@ class Ctx:
             >>> async def f(ctx: Ctx) -> bool | None:
             ...     return await ctx.wait_for(review, timeout="1d")
         """
-        d = self._driver
-        deadline = (
-            d.host.now_ms() + round(parse_duration(timeout) * 1000) if timeout is not None else 0
-        )
+        d = self._rt
+        deadline = d.now_ms() + round(parse_duration(timeout) * 1000) if timeout is not None else 0
         try:
             seq, arm = self._machine.begin_wait(signal.name, deadline)
         except DeterminismError as e:
@@ -331,7 +329,7 @@ class Ctx:
         """
         if not isinstance(id, str) or not id:
             raise TypeError(f"ctx.child needs a non-empty run id, got {id!r}")
-        d = self._driver
+        d = self._rt
         data = _codec.encode(input, name=f"the input of child '{id}'")
         try:
             seq, arm = self._machine.begin_child(
@@ -360,7 +358,7 @@ class Ctx:
             _, record = self._machine.send(target, signal.name, data)
         except DeterminismError as e:
             raise self._diverged(e) from None
-        self._driver.append(record)
+        self._rt.append(record)
 
     # --- recorded values -------------------------------------------------------------------------
 
@@ -369,7 +367,7 @@ class Ctx:
             _, value, record = self._machine.value(kind, make)
         except DeterminismError as e:
             raise self._diverged(e) from None
-        self._driver.append(record)
+        self._rt.append(record)
         return value
 
     def now(self) -> datetime.datetime:
@@ -379,8 +377,8 @@ class Ctx:
             >>> async def f(ctx: Ctx) -> str:
             ...     return ctx.now().isoformat()
         """
-        host = self._driver.host
-        v = self._value(value_kind.NOW, lambda: host.now_ms().to_bytes(8, "little"))
+        rt = self._rt
+        v = self._value(value_kind.NOW, lambda: rt.now_ms().to_bytes(8, "little"))
         return datetime.datetime.fromtimestamp(int.from_bytes(v, "little") / 1000, datetime.UTC)
 
     def random(self) -> float:
@@ -414,7 +412,7 @@ class Ctx:
             ...     return 0.2 if ctx.patched("fix-tax") else 0.19
         """
         on, record = self._machine.patched(id)
-        self._driver.append(record)
+        self._rt.append(record)
         return on
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
@@ -431,7 +429,7 @@ class Ctx:
             _, record = self._machine.set_attributes(data)
         except DeterminismError as e:
             raise self._diverged(e) from None
-        self._driver.append(record)
+        self._rt.append(record)
 
     # --- streams, queries, updates ---------------------------------------------------------------
 
@@ -443,7 +441,7 @@ class Ctx:
             ...     async with ctx.stream("tokens") as out:
             ...         await out.append("hi")
         """
-        return WorkflowStream(self._driver, name)
+        return WorkflowStream(self._rt, name)
 
     def on_query(self, query: QueryDef, handler: Callable[[Any], Any]) -> None:
         """Answers ``query`` with ``handler(arg)``; it must not change the run.
@@ -454,7 +452,7 @@ class Ctx:
             >>> async def f(ctx: Ctx) -> None:
             ...     ctx.on_query(status, lambda _: {"phase": "review"})
         """
-        self._driver.handlers.queries[query.name] = handler
+        self._rt.handlers.queries[query.name] = handler
 
     def on_update(
         self,
@@ -475,7 +473,7 @@ class Ctx:
             ...     total = [0]
             ...     ctx.on_update(bump, lambda n: total.__setitem__(0, total[0] + n))
         """
-        self._driver.handlers.updates[update.name] = (update, handler, validator)
+        self._rt.handlers.updates[update.name] = (update, handler, validator)
 
     def continue_as_new(self, input: Any = None) -> NoReturn:
         """Ends this run and starts a new one of the same workflow and id with ``input``.
@@ -499,15 +497,15 @@ class WorkflowStream:
         ...         await out.append("a")
     """
 
-    __slots__ = ("_driver", "_name")
+    __slots__ = ("_name", "_rt")
 
-    def __init__(self, driver: RunDriver, name: str) -> None:
-        self._driver = driver
+    def __init__(self, runtime: Runtime, name: str) -> None:
+        self._rt = runtime
         self._name = name
 
     async def __aenter__(self) -> WorkflowStream:
         try:
-            self._driver.machine.stream_open(self._name, None)
+            self._rt.machine.stream_open(self._name, None)
         except RuntimeError as e:
             raise FuseeError(str(e)) from None
         return self
@@ -524,19 +522,49 @@ class WorkflowStream:
         """Appends ``value`` to the stream (recorded; replay does not append it again)."""
         data = _codec.encode(value, name=f"a chunk of stream '{self._name}'")
         try:
-            record = self._driver.machine.stream_append(self._name, None, data)
+            record = self._rt.machine.stream_append(self._name, None, data)
         except RuntimeError as e:
             raise FuseeError(str(e)) from None
-        self._driver.append(record)
+        self._rt.append(record)
 
     async def close(self) -> None:
         """Completes the stream; readers see its end."""
         try:
-            record = self._driver.machine.stream_close(self._name, None)
+            record = self._rt.machine.stream_close(self._name, None)
         except RuntimeError as e:
             raise FuseeError(str(e)) from None
-        self._driver.append(record)
+        self._rt.append(record)
 
+
+def begin_sleep(rt: Runtime, name: str, delay_s: float) -> tuple[int, asyncio.Future[Any]]:
+    """A durable sleep of ``delay_s`` seconds: ``ctx.sleep`` and the loop's timers.
+
+    ``asyncio.sleep(x)`` and ``asyncio.timeout`` reach it through the run's
+    loop (`fusee._loop.WorkflowLoop.call_later`), so both kinds of sleep are
+    one operation.
+
+    Returns:
+        The operation's position and its future.
+    """
+    if delay_s > _MAX_SLEEP_S or delay_s != delay_s:
+        raise ValueError(
+            f"a sleep of {delay_s!r} seconds is out of range; "
+            f"sleep at most {_MAX_SLEEP_S:.0f} seconds (about 100 years)"
+        )
+    try:
+        seq, arm = rt.machine.begin_sleep(name, rt.now_ms() + round(delay_s * 1000))
+    except DeterminismError as e:
+        raise rt.diverged_at_call(e) from None
+    record = arm.record
+    if record is not None:
+        assert isinstance(record, Timer)
+        rt.timer_set(seq, record.fire_at_ms)
+        rt.append(record)
+    return seq, rt.register(seq, "sleep", name, None)
+
+
+# About 100 years: a deadline past it is a bug (or an overflow), not a plan.
+_MAX_SLEEP_S = 100 * 365 * 86400.0
 
 _current_step: contextvars.ContextVar[StepCtx | None] = contextvars.ContextVar(
     "fusee_current_step", default=None

@@ -12,7 +12,8 @@ import pytest
 
 import fusee
 from fusee import _codec
-from fusee._driver import RunDriver, StepCall
+from fusee._driver import RunDriver
+from fusee._runtime import StepCall
 from fusee.errors import DeterminismError
 from fusee.record import Done, Record, Start, Status, Step
 from fusee.testing import TestEngine

@@ -38,7 +38,8 @@ from fusee.record import (
 )
 
 if TYPE_CHECKING:
-    from fusee._driver import RunDriver, StepCall
+    from fusee._driver import RunDriver
+    from fusee._runtime import StepCall
     from fusee.engine._clock import Clock
     from fusee.engine._commit import Committer
     from fusee.engine._engine import Engine

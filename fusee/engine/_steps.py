@@ -31,7 +31,7 @@ from fusee.errors import Failure, PayloadError
 from fusee.record import PAUSED, Status
 
 if TYPE_CHECKING:
-    from fusee._driver import StepCall
+    from fusee._runtime import StepCall
     from fusee.engine._clock import Clock
     from fusee.engine._commit import Committer
     from fusee.engine._hooks import Hooks

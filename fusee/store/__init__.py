@@ -18,12 +18,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import msgpack
 
 from fusee._status import UNFINISHED_STATUSES, RunStatus
 from fusee.errors import NotFound, StoreError
+
+if TYPE_CHECKING:
+    from fusee.store.memory import MemoryStore
+    from fusee.store.sqlite import SqliteStore
 
 __all__ = [
     "RUN_STATUSES",
@@ -251,6 +255,8 @@ def open_store(
             raise StoreError(
                 "a memory store keeps nothing to read; pass the directory of an engine's store"
             )
+        from fusee.store.memory import MemoryStore
+
         return MemoryStore()
     if isinstance(target, str) and "://" in target:
         scheme = target.split("://", 1)[0]
@@ -261,6 +267,8 @@ def open_store(
         raise StoreError(
             f"{what} ({target!r}); pass a directory path (an SQLite store, the default) or 'memory'"
         )
+    from fusee.store.sqlite import SqliteStore
+
     return SqliteStore(target, durability=durability, readonly=readonly)
 
 
@@ -386,6 +394,18 @@ def _not_found(id: str, run: int | None = None) -> NotFound:
     )
 
 
-# Imported last: both modules build on the names above.
-from fusee.store.memory import MemoryStore  # noqa: E402
-from fusee.store.sqlite import SqliteStore  # noqa: E402
+# Backends by name, imported when first used: each builds on the names
+# above, and one a program does not use (asyncpg's, say) is never imported.
+_BACKENDS: Final = {
+    "MemoryStore": "fusee.store.memory",
+    "SqliteStore": "fusee.store.sqlite",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _BACKENDS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fusee.store' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,142 @@
+"""What `Ctx` needs from the run it belongs to: the `Runtime` protocol and operation types.
+
+`fusee.context` (the API workflow code calls) and `fusee._driver` (the run
+that implements it) both build on this module; the driver implements
+`Runtime` and makes the run's `Ctx`, and the context never imports the
+driver (as in Temporal's and Restate's SDKs).
+
+The rule: a `Runtime` call never waits; everything that waits is a future
+of the run's loop, resolved by a delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from fusee._definitions import Retry, UpdateDef
+    from fusee._loop import WorkflowLoop
+    from fusee.errors import DeterminismError
+    from fusee.machine import RunMachine
+    from fusee.record import Record, Start
+
+__all__ = ["ContinueAsNew", "Handlers", "Runtime", "StepCall"]
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new``: the run ends and a new one starts with ``input``.
+
+    A BaseException so that ``except Exception`` in workflow code does not
+    swallow it by accident.
+    """
+
+    def __init__(self, input: bytes) -> None:
+        super().__init__("continue as new")
+        self.input = input
+
+
+@dataclass(slots=True, eq=False)
+class StepCall:
+    """A step (or async completion's token function) the host must run.
+
+    Attributes:
+        seq: The step's journal position.
+        name: The step's name.
+        fn: The callable: no argument, or one `fusee.StepCtx`.
+        retry: The retry policy.
+        timeout_s: Per-attempt timeout in seconds, or None.
+        inline: A sync function runs on the engine's loop, not in a thread.
+        read_only: It may run before the run's earlier records are durable.
+        is_await: An async completion's token function (its result is not
+            the step's result: the token's completion is).
+        takes_ctx: The callable takes the `fusee.StepCtx`.
+        is_async: The callable is a coroutine function.
+        attempt: The attempt it starts at, in its retry budget.
+        not_before_ms: When it may start (`fusee.record.PAUSED`: after a resume).
+    """
+
+    seq: int
+    name: str
+    fn: Callable[..., Any]
+    retry: Retry
+    timeout_s: float | None
+    inline: bool
+    read_only: bool
+    is_await: bool
+    takes_ctx: bool
+    is_async: bool
+    attempt: int
+    not_before_ms: int
+
+
+@dataclass(slots=True, eq=False)
+class Handlers:
+    """The query and update handlers workflow code registered (``ctx.on_query``, ...)."""
+
+    queries: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    updates: dict[str, tuple[UpdateDef[Any], Callable[[Any], Any], Callable[[Any], Any] | None]] = (
+        field(default_factory=dict)
+    )
+
+
+class Runtime(Protocol):
+    """What a run's `fusee.Ctx` calls: its machine and loop, and the host's services.
+
+    Each Ctx operation's whole sequence (begin on the machine, append the
+    arm record, register the future, hand a step to the host) is written in
+    `fusee.context` against this protocol.
+    """
+
+    @property
+    def machine(self) -> RunMachine:
+        """The run's journal machine."""
+        ...
+
+    @property
+    def loop(self) -> WorkflowLoop:
+        """The run's deterministic loop."""
+        ...
+
+    @property
+    def start_record(self) -> Start:
+        """The run's `Start` record."""
+        ...
+
+    @property
+    def handlers(self) -> Handlers:
+        """The run's query and update handlers."""
+        ...
+
+    def now_ms(self) -> int:
+        """The host's wall clock (live values and deadlines only)."""
+        ...
+
+    def append(self, record: Record | None) -> None:
+        """Appends a record the code's call produced (None: nothing to append)."""
+        ...
+
+    def register(
+        self,
+        seq: int,
+        kind: str,
+        name: str,
+        decode: Callable[[bytes], Any] | None,
+        extra: Any = None,
+    ) -> asyncio.Future[Any]:
+        """A future for operation ``seq``, resolved by its delivery."""
+        ...
+
+    def run_step(self, call: StepCall) -> None:
+        """Hands a step (or a token function) to the host to run."""
+        ...
+
+    def timer_set(self, seq: int, fire_at_ms: int) -> None:
+        """Operation ``seq`` is a timer at ``fire_at_ms`` (loop time moves there when it fires)."""
+        ...
+
+    def diverged_at_call(self, error: DeterminismError) -> DeterminismError:
+        """A ctx call found the code off its journal: the run stops after the turn."""
+        ...

@@ -1,0 +1,169 @@
+"""The import-layer contract of fusee, checked by `make lint` and tests/test_layers.py.
+
+Every module of the package has a rank (`RANKS`, lowest first); a module may
+import only modules of its own rank or below, and the imports that run (at
+module level or inside functions: lazy imports count) form no cycle.
+Imports under ``if TYPE_CHECKING:`` are annotations only: they obey the
+ranks but may close a cycle (a part's back-reference to the engine's type).
+
+Run: ``python scripts/check_layers.py [PACKAGE_DIR]`` (exit 1 on a violation).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# Lowest first. A package's rank covers its submodules unless one is listed.
+RANKS: Mapping[str, int] = {
+    "fusee.errors": 0,
+    "fusee._status": 0,
+    "fusee._durations": 0,
+    "fusee._frozen": 0,
+    "fusee._codegen": 0,
+    "fusee._codec": 1,
+    "fusee.record": 1,
+    "fusee.machine": 2,
+    "fusee._loop": 3,
+    "fusee._definitions": 4,
+    "fusee._runtime": 5,
+    "fusee._stepfn": 5,
+    "fusee.context": 6,
+    "fusee._driver": 7,
+    "fusee.store": 8,
+    "fusee.engine": 9,
+    "fusee.client": 10,
+    "fusee.testing": 11,
+    "fusee.pytest_plugin": 11,
+    "fusee.ui": 12,
+    "fusee.cli": 13,
+    "fusee": 14,
+    "fusee.__main__": 14,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One import: ``source`` imports ``target`` at ``line``."""
+
+    source: str
+    target: str
+    line: int
+    typing_only: bool
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def rank_of(module: str) -> int | None:
+    """The rank of ``module``: its own, or its nearest listed package's."""
+    name = module
+    while name:
+        if name in RANKS:
+            return RANKS[name]
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def edges_of(module: str, source: str, modules: set[str], package: str) -> list[Edge]:
+    """The imports of package modules in ``source``."""
+    out: list[Edge] = []
+
+    def visit(node: ast.AST, typing_only: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, True)
+            for child in node.orelse:
+                visit(child, typing_only)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == package:
+                    out.append(Edge(module, alias.name, node.lineno, typing_only))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == package:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    target = sub if sub in modules else node.module
+                    out.append(Edge(module, target, node.lineno, typing_only))
+        for child in ast.iter_child_nodes(node):
+            visit(child, typing_only)
+
+    visit(ast.parse(source), False)
+    return out
+
+
+def violations(root: Path) -> list[str]:
+    """What breaks the contract in the package at ``root``, one line each."""
+    paths = {module_name(root, p): p for p in sorted(root.rglob("*.py"))}
+    modules = set(paths)
+    problems: list[str] = []
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in paths.items():
+        own = rank_of(module)
+        if own is None:
+            problems.append(f"{module}: no rank; add it to RANKS in scripts/check_layers.py")
+            continue
+        for e in edges_of(module, path.read_text(), modules, root.name):
+            if e.target == module:
+                continue
+            theirs = rank_of(e.target)
+            if theirs is not None and theirs > own:
+                problems.append(
+                    f"{path}:{e.line}: {module} (rank {own}) imports {e.target} "
+                    f"(rank {theirs}): imports go down the layers only"
+                )
+            if not e.typing_only and e.target in graph:
+                graph[module].add(e.target)
+    problems.extend(_cycles(graph))
+    return problems
+
+
+def _cycles(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    found: list[str] = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    path: list[str] = []
+
+    def walk(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for n in sorted(graph.get(m, ())):
+            if n not in graph:
+                continue
+            if state.get(n) == 1:
+                cycle = [*path[path.index(n) :], n]
+                found.append("import cycle: " + " -> ".join(cycle))
+            elif n not in state:
+                walk(n)
+        path.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            walk(m)
+    return found
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parent.parent / "fusee"
+    problems = violations(root)
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
