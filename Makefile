@@ -5,11 +5,16 @@ BIN := $(VENV)/bin
 
 .PHONY: install system-deps test lint typecheck pytest bench bench-restate demo docs docs-serve clean
 
+# pip's output goes to a log, shown only when an install fails.
+LOG := $(VENV)/install.log
+quietly = { $(1); } > $(LOG) 2>&1 || { cat $(LOG); \
+	echo "make: installing into $(VENV) failed; pip's output is above and in $(LOG)" >&2; exit 1; }
+
 $(BIN)/pytest: pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(BIN)/pytest
+	@echo "installing fusee and its development tools into $(VENV) (about a minute; log: $(LOG))"
+	@$(PY) -m venv $(VENV)
+	@$(call quietly,$(BIN)/pip install --upgrade pip && $(BIN)/pip install -e '.[dev]')
+	@touch $(BIN)/pytest
 
 install: $(BIN)/pytest
 
@@ -44,8 +49,9 @@ demo: install
 
 # The docs' tools are installed on demand, not by `make install`.
 $(BIN)/mkdocs: pyproject.toml | $(BIN)/pytest
-	$(BIN)/pip install --quiet -e '.[docs]'
-	touch $(BIN)/mkdocs
+	@echo "installing the docs' tools (mkdocs) into $(VENV) (log: $(LOG))"
+	@$(call quietly,$(BIN)/pip install -e '.[docs]')
+	@touch $(BIN)/mkdocs
 
 docs: $(BIN)/mkdocs
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

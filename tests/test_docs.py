@@ -1,4 +1,8 @@
-"""The docs' runnable code blocks run, their snippets exist, and the site builds."""
+"""The docs' runnable code blocks run, their snippets exist, and the install route works.
+
+The install route and the testing page's pytest example run in a new
+virtual environment (`fresh_venv`, one per session), as a new user's would.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fresh_venv import FreshVenv, deprecations, fresh_venv
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -18,6 +23,8 @@ DOCS = ROOT / "docs"
 # A ```python block right after a `<!-- runnable -->` line runs as a program.
 RUNNABLE = re.compile(r"<!-- runnable -->\n```python\n(.*?)\n```", re.DOTALL)
 SNIPPET = re.compile(r'--8<-- "([^"]+)"')
+# A block right after a `<!-- file: NAME -->` line is a file of a user's project.
+PROJECT_FILE = re.compile(r"<!-- file: (\S+) -->\n```\w+\n(.*?)\n```", re.DOTALL)
 OUTPUT_COMMENT = re.compile(r"^\s*print\(.*\)\s+# (\S[^:]*?)(?::.*)?$", re.MULTILINE)
 
 
@@ -61,3 +68,51 @@ def test_every_included_snippet_exists() -> None:
     for page in DOCS.rglob("*.md"):
         for path in SNIPPET.findall(page.read_text(encoding="utf-8")):
             assert (ROOT / path).is_file(), f"{page.name} includes missing {path}"
+
+
+@pytest.fixture(scope="session")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
+    return fresh_venv(tmp_path_factory)
+
+
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        pytest.param(
+            "  BuildBackendWarning: `project.license` as a TOML table is deprecated",
+            True,
+            id="setuptools",
+        ),
+        pytest.param("DEPRECATION: Legacy editable install of fusee", True, id="pip"),
+        pytest.param("WARNING: Location 'file:///opt/x/' is ignored", False, id="pip-config"),
+        pytest.param("Successfully installed fusee-0.1.0", False, id="plain"),
+    ],
+)
+def test_deprecation_warnings_are_told_from_other_output(line: str, found: bool) -> None:
+    assert deprecations(f"Processing ./fusee\n{line}\n") == ([line] if found else [])
+
+
+def test_a_wheel_builds_and_installs_with_its_test_extra_without_deprecation_warnings(
+    venv: FreshVenv,
+) -> None:
+    assert deprecations(venv.build_output) == [], venv.build_output
+    assert deprecations(venv.install_output) == [], venv.install_output
+    shown = venv.run("pip", "show", "fusee", "pytest", "pytest-asyncio", cwd=venv.path).stdout
+    assert shown.count("Name: ") == 3
+    # The wheel's fusee, not the checkout's: the venv imports it from its site-packages.
+    where = venv.run("python", "-c", "import fusee; print(fusee.__file__)", cwd=venv.path)
+    assert where.stdout.startswith(str(venv.path))
+
+
+def test_the_testing_pages_pytest_example_passes_and_type_checks_in_a_new_project(
+    venv: FreshVenv, tmp_path: Path
+) -> None:
+    files = PROJECT_FILE.findall((DOCS / "testing.md").read_text(encoding="utf-8"))
+    assert [name for name, _ in files] == ["pyproject.toml", "test_greet.py"]
+    for name, text in files:
+        (tmp_path / name).write_text(text + "\n", encoding="utf-8")
+    # -W error: pytest-asyncio warns about settings the page may have left out.
+    tested = venv.run("pytest", "-W", "error", "-p", "no:cacheprovider", cwd=tmp_path)
+    assert "1 passed" in tested.stdout, tested.stdout
+    checked = venv.mypy("--strict", "test_greet.py", cwd=tmp_path)
+    assert "Success" in checked.stdout, checked.stdout

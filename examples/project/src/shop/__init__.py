@@ -1,0 +1,1 @@
+"""A shop whose orders are fusee workflows (an example project: copy it)."""
