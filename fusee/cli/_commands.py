@@ -1,0 +1,276 @@
+"""The commands that read runs (list, show, result) and ask for changes (start,
+signal, cancel, resume).
+
+The rule: none of them opens an engine. They read the store read-only, and
+the ones that change runs post a command to the serving worker's inbox
+(`fusee.cli._inbox`) after checking what they can without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from fusee import _codec
+from fusee.cli._inbox import send_command
+from fusee.cli._modules import import_module, pick, workflows_of
+from fusee.cli._output import STATUS_STYLE, CliError, Output, jsonable, local_time, row_json, short
+from fusee.cli._reading import (
+    FINISHED,
+    POLL_S,
+    data_dir,
+    done_record,
+    get_row,
+    outcome_of,
+    reading,
+    store_target,
+)
+from fusee.cli._timeline import Line, Timeline, print_header, timeline_table
+from fusee.errors import NotFound, PayloadError
+from fusee.store import RUN_STATUSES, RunRow, Store
+
+
+def _attr_filters(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"--attr takes KEY=VALUE (VALUE as JSON, or text), not {pair!r}")
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out
+
+
+async def list_command(args: argparse.Namespace, out: Output) -> int:
+    if args.status is not None and args.status not in RUN_STATUSES:
+        raise CliError(
+            f"--status {args.status!r} is not a status; "
+            f"use one of {', '.join(sorted(RUN_STATUSES))}"
+        )
+    attributes = _attr_filters(args.attr)
+    async with reading(args) as store:
+        rows = await store.list(
+            status=args.status,
+            workflow=args.workflow,
+            attributes=attributes or None,
+            limit=args.limit,
+        )
+    if out.json:
+        out.emit([row_json(r) for r in rows])
+        return 0
+    if not rows:
+        out.say(("no runs match", "dim"))
+        return 0
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name in ("id", "workflow", "status", "run", "started", "finished"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("attributes", overflow="fold", ratio=1)
+    table.add_column("parent", overflow="fold")
+    for r in rows:
+        table.add_row(
+            r.id,
+            r.workflow,
+            Text(r.status, style=STATUS_STYLE.get(r.status, "")),
+            str(r.run),
+            local_time(r.started_ms),
+            local_time(r.finished_ms),
+            short(jsonable(dict(r.attributes)), 60) if r.attributes else "",
+            r.parent or "",
+        )
+    out.table(table)
+    return 0
+
+
+async def show_command(args: argparse.Namespace, out: Output) -> int:
+    where = store_target(args)
+    async with reading(args) as store:
+        row = await get_row(store, args.id, where)
+        run = args.run if args.run is not None else row.run
+        try:
+            entries = await store.load(args.id, run)
+        except NotFound:
+            raise CliError(
+                f"run {run} of {args.id!r} has no records in {where}; its latest run is {row.run}"
+            ) from None
+        timeline = Timeline()
+        lines = [timeline.line(lsn, data) for lsn, data in entries]
+        if not args.follow:
+            if out.json:
+                out.emit({"run": row_json(row), "records": [ln.json() for ln in lines]})
+            else:
+                print_header(out, row, where)
+                out.table(timeline_table(lines, header=True))
+            return 0
+        return await _follow(args, out, store, row, run, timeline, lines)
+
+
+async def _follow(
+    args: argparse.Namespace,
+    out: Output,
+    store: Store,
+    row: RunRow,
+    run: int,
+    timeline: Timeline,
+    lines: list[Line],
+) -> int:
+    """Prints records as they land, until the run ends (or Ctrl-C, or --max-seconds)."""
+    loop = asyncio.get_running_loop()
+    deadline = None if args.max_seconds is None else loop.time() + args.max_seconds
+
+    def show(batch: list[Line], *, header: bool) -> None:
+        if out.json:
+            for ln in batch:
+                out.emit({"id": args.id, "run": run, **ln.json()}, compact=True)
+        elif batch or header:
+            out.table(timeline_table(batch, header=header))
+
+    if not out.json:
+        print_header(out, row, store_target(args))
+    show(lines, header=True)
+    last = lines[-1].lsn if lines else 0
+    following_latest = args.run is None
+    while True:
+        ended = row.run == run and row.status in FINISHED
+        if ended and (any(ln.kind == "done" for ln in lines) or not following_latest):
+            if not out.json:
+                out.say((f"run {args.id!r} {row.status}", "bold"))
+            return 0
+        if deadline is not None and loop.time() >= deadline:
+            return 0
+        await asyncio.sleep(POLL_S)
+        latest = await store.get(args.id)
+        if latest is None:
+            raise CliError(f"run {args.id!r} is no longer in the store")
+        fresh = [
+            timeline.line(lsn, data) for lsn, data in await store.load(args.id, run, after_lsn=last)
+        ]
+        if fresh:
+            last = fresh[-1].lsn
+            lines.extend(fresh)
+            show(fresh, header=False)
+        if following_latest and latest.run != run and latest.status != "continued":
+            # Continued as new: follow the new run from its start.
+            run, timeline, lines, last = latest.run, Timeline(), [], 0
+            if not out.json:
+                out.say((f"continued as new: run {run}", "bold"))
+        row = latest
+
+
+# --- result --------------------------------------------------------------------------------------
+
+
+async def result_command(args: argparse.Namespace, out: Output) -> int:
+    where = store_target(args)
+    loop = asyncio.get_running_loop()
+    deadline = None if args.timeout is None else loop.time() + args.timeout
+    async with reading(args) as store:
+        while True:
+            row = await get_row(store, args.id, where)
+            if row.status in FINISHED:
+                done = done_record(await store.load(args.id, row.run))
+                if done is None:
+                    raise CliError(f"run {args.id!r} is {row.status} but its journal has no end")
+                break
+            if not args.wait:
+                raise CliError(
+                    f"run {args.id!r} has not finished ({row.status}); "
+                    "pass --wait to wait for its result"
+                )
+            if deadline is not None and loop.time() >= deadline:
+                raise CliError(
+                    f"run {args.id!r} did not finish within {args.timeout:g}s ({row.status})"
+                )
+            await asyncio.sleep(POLL_S)
+    outcome = outcome_of(done)
+    if out.json:
+        out.emit({"id": row.id, "run": row.run, **outcome})
+    elif outcome["status"] == "completed":
+        out.console.print(json.dumps(outcome["result"], ensure_ascii=False, indent=2))
+    else:
+        err = outcome["error"]
+        out.error(f"run {row.id!r} {outcome['status']}: {err['type']}: {err['message']}")
+    return 0 if outcome["status"] == "completed" else 1
+
+
+def _parse_json(text: str | None, what: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise CliError(f"{what} is not valid JSON ({e}): {text!r}") from None
+
+
+async def _check_running(args: argparse.Namespace, id: str, verb: str) -> None:
+    """Fails early, without queueing, when run ``id`` is unknown or has finished."""
+    where = store_target(args)
+    async with reading(args) as store:
+        row = await get_row(store, id, where)
+    if row.status in FINISHED:
+        raise CliError(f"run {id!r} has finished ({row.status}); there is nothing to {verb}")
+
+
+async def signal_command(args: argparse.Namespace, out: Output) -> int:
+    payload = _parse_json(args.payload, "the signal's payload")
+    await _check_running(args, args.id, "signal")
+    command = {
+        "op": "signal",
+        "id": args.id,
+        "name": args.name,
+        "payload": payload,
+        "dedup": args.dedup,
+    }
+    return await send_command(args, out, command, f"signal {args.name!r} to run {args.id!r}")
+
+
+async def cancel_command(args: argparse.Namespace, out: Output) -> int:
+    await _check_running(args, args.id, "cancel")
+    command = {"op": "cancel", "id": args.id, "reason": args.reason}
+    return await send_command(args, out, command, f"cancel of run {args.id!r}")
+
+
+async def resume_command(args: argparse.Namespace, out: Output) -> int:
+    await _check_running(args, args.id, "resume")
+    return await send_command(
+        args, out, {"op": "resume", "id": args.id}, f"resume of run {args.id!r}"
+    )
+
+
+async def start_command(args: argparse.Namespace, out: Output) -> int:
+    module_spec, sep, wf_name = args.workflow.rpartition(":")
+    if not sep or not module_spec or not wf_name:
+        raise CliError(
+            f"expected MODULE:WORKFLOW (like examples.checkout:checkout), not {args.workflow!r}"
+        )
+    value = _parse_json(args.input, "the input")
+    workflows = workflows_of([import_module(module_spec)], module_spec)
+    wf = pick(workflows, wf_name, module_spec)
+    try:
+        wf.decode_input(_codec.encode(value))
+    except PayloadError as e:
+        raise CliError(f"the input does not fit workflow {wf.name!r}: {e}") from None
+    data = data_dir(args)
+    if (data / "fusee.db").exists():
+        async with reading(args) as store:
+            row = await store.get(args.id)
+        if row is not None and args.id_policy == "reject":
+            raise CliError(
+                f"run {args.id!r} exists ({row.status}); pass --id-policy replace to start "
+                "over once it has finished"
+            )
+    command = {
+        "op": "start",
+        "id": args.id,
+        "workflow": wf.name,
+        "input": value,
+        "id_policy": args.id_policy,
+    }
+    return await send_command(args, out, command, f"start of run {args.id!r} ({wf.name})")

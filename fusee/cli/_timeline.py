@@ -1,0 +1,324 @@
+"""A run's journal as a timeline: one `Line` per record, and the table of them.
+
+The rule: every record kind has its branch in `Timeline` (a `match` that
+ends in `assert_never`, so the type checker names a kind left out), and a
+record that does not decode is shown as a "corrupt" line, never skipped.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rich.table import Table
+from rich.text import Text
+
+from fusee.cli._output import STATUS_STYLE, Output, iso, jsonable, local_time, payload_json, short
+from fusee.errors import FuseeError
+from fusee.record import (
+    DETACHED,
+    PAUSED,
+    Attempt,
+    Attributes,
+    Awaiting,
+    Cancel,
+    Child,
+    ChildDone,
+    Chunk,
+    Completed,
+    Done,
+    Fired,
+    Heartbeat,
+    Patch,
+    Record,
+    Resume,
+    Send,
+    Signal,
+    Start,
+    Status,
+    Step,
+    StreamEnd,
+    Timer,
+    Update,
+    UpdateDone,
+    Value,
+    Wait,
+    Waited,
+    decode,
+    stream,
+    value_kind,
+)
+from fusee.store import RunRow
+
+
+@dataclass(slots=True)
+class Line:
+    """One journal record, for people and for JSON."""
+
+    lsn: int
+    seq: int | None
+    kind: str
+    name: str
+    attempt: int | None
+    status: str
+    payload: Any
+    time_ms: int | None
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "lsn": self.lsn,
+            "seq": self.seq,
+            "kind": self.kind,
+            "name": self.name,
+            "attempt": self.attempt,
+            "status": self.status,
+            "payload": self.payload,
+            "time": iso(self.time_ms),
+        }
+
+
+_VALUE_KINDS: Final = {
+    value_kind.CUSTOM: "custom",
+    value_kind.NOW: "now",
+    value_kind.RANDOM: "random",
+    value_kind.UUID: "uuid",
+}
+
+
+def _value(rec: Value) -> Any:
+    data = rec.value
+    if rec.kind == value_kind.NOW and len(data) == 8:
+        return iso(int.from_bytes(data, "little"))
+    if rec.kind == value_kind.RANDOM and len(data) == 8:
+        return (int.from_bytes(data, "little") >> 11) / float(1 << 53)
+    if rec.kind == value_kind.UUID and len(data) == 16:
+        return str(uuid.UUID(bytes=data))
+    return payload_json(data)
+
+
+def _status(status: Status) -> str:
+    return status.name.lower().replace("_", " ")
+
+
+class Timeline:
+    """Turns records into lines, remembering operation names by journal position."""
+
+    def __init__(self) -> None:
+        self.names: dict[int, str] = {}
+
+    def line(self, lsn: int, data: bytes) -> Line:
+        try:
+            rec = decode(data)
+        except FuseeError as e:
+            return Line(lsn, None, "corrupt", "", None, "unreadable", str(e), None)
+        return self._line(lsn, rec)
+
+    def _named(self, seq: int, name: str) -> str:
+        self.names[seq] = name
+        return name
+
+    def _line(self, lsn: int, rec: Record) -> Line:
+        names = self.names
+        if isinstance(rec, Start):
+            name = rec.wtype + (f" (child of {rec.parent.id})" if rec.parent else "")
+            return Line(lsn, None, "start", name, None, "", payload_json(rec.input), rec.started_ms)
+        if isinstance(rec, Step):
+            self._named(rec.seq, rec.name)
+            t = rec.time.started_ms if rec.time is not None else None
+            return Line(
+                lsn,
+                rec.seq,
+                "step",
+                rec.name,
+                rec.attempt,
+                _status(rec.status),
+                payload_json(rec.payload),
+                t,
+            )
+        if isinstance(rec, Attempt):
+            self._named(rec.seq, rec.name)
+            paused = rec.retry_at_ms == PAUSED
+            return Line(
+                lsn,
+                rec.seq,
+                "attempt",
+                rec.name,
+                rec.attempt,
+                "paused" if paused else "retrying",
+                payload_json(rec.error),
+                None if paused else rec.retry_at_ms,
+            )
+        if isinstance(rec, Resume):
+            return Line(lsn, rec.seq, "resume", names.get(rec.seq, ""), rec.attempt, "", None, None)
+        if isinstance(rec, Timer):
+            name = self._named(rec.seq, rec.name)
+            return Line(lsn, rec.seq, "timer", name, None, "set", None, rec.fire_at_ms)
+        if isinstance(rec, Fired):
+            return Line(lsn, rec.seq, "fired", names.get(rec.seq, ""), None, "", None, None)
+        if isinstance(rec, Signal):
+            by = payload_json(rec.by) if rec.by else None
+            name = rec.name + (f" (from {by})" if by is not None else "")
+            return Line(lsn, None, "signal", name, None, "", payload_json(rec.payload), None)
+        if isinstance(rec, Wait):
+            name = self._named(rec.seq, rec.name)
+            return Line(lsn, rec.seq, "wait", name, None, "waiting", None, rec.deadline_ms or None)
+        if isinstance(rec, Waited):
+            o = rec.outcome
+            how = (
+                f"signal #{o.ordinal}"
+                if o.is_signal
+                else ("abandoned" if o.is_abandoned else "timed out")
+            )
+            return Line(lsn, rec.seq, "waited", names.get(rec.seq, ""), None, how, None, None)
+        if isinstance(rec, Value):
+            kind = _VALUE_KINDS.get(rec.kind, str(rec.kind))
+            return Line(lsn, rec.seq, "value", kind, None, "", _value(rec), None)
+        if isinstance(rec, Child):
+            name = self._named(rec.seq, f"{rec.wtype} {rec.id}")
+            status = "detached" if rec.flags & DETACHED else "started"
+            return Line(lsn, rec.seq, "child", name, None, status, payload_json(rec.input), None)
+        if isinstance(rec, ChildDone):
+            return Line(
+                lsn,
+                rec.seq,
+                "child-done",
+                names.get(rec.seq, ""),
+                None,
+                _status(rec.status),
+                payload_json(rec.payload),
+                None,
+            )
+        if isinstance(rec, Send):
+            name = f"{rec.name} -> {rec.target}"
+            return Line(lsn, rec.seq, "send", name, None, "", payload_json(rec.payload), None)
+        if isinstance(rec, Cancel):
+            return Line(lsn, None, "cancel", "", None, "", payload_json(rec.reason), None)
+        if isinstance(rec, Done):
+            return Line(
+                lsn,
+                None,
+                "done",
+                "",
+                None,
+                _status(rec.status),
+                payload_json(rec.payload),
+                rec.finished_ms,
+            )
+        if isinstance(rec, Update):
+            name = f"{rec.name} ({rec.id})"
+            return Line(lsn, None, "update", name, None, "", payload_json(rec.payload), None)
+        if isinstance(rec, UpdateDone):
+            return Line(
+                lsn,
+                rec.seq,
+                "update-done",
+                f"#{rec.ordinal}",
+                None,
+                _status(rec.status),
+                payload_json(rec.payload),
+                None,
+            )
+        if isinstance(rec, Heartbeat):
+            return Line(
+                lsn,
+                rec.seq,
+                "heartbeat",
+                names.get(rec.seq, ""),
+                rec.attempt,
+                "",
+                payload_json(rec.payload),
+                None,
+            )
+        if isinstance(rec, Awaiting):
+            name = self._named(rec.seq, rec.name)
+            return Line(lsn, rec.seq, "awaiting", name, rec.attempt, "token out", None, None)
+        if isinstance(rec, Completed):
+            return Line(
+                lsn,
+                rec.seq,
+                "completed",
+                names.get(rec.seq, ""),
+                rec.attempt,
+                _status(rec.status),
+                payload_json(rec.payload),
+                None,
+            )
+        if isinstance(rec, Patch):
+            return Line(lsn, rec.at, "patch", rec.id, None, "", None, None)
+        if isinstance(rec, Attributes):
+            return Line(lsn, rec.seq, "attributes", "", None, "", payload_json(rec.payload), None)
+        if isinstance(rec, Chunk):
+            seq = None if rec.seq == stream.WORKFLOW else rec.seq
+            return Line(
+                lsn,
+                seq,
+                "chunk",
+                rec.stream,
+                rec.attempt or None,
+                f"#{rec.offset}",
+                payload_json(rec.payload),
+                None,
+            )
+        assert isinstance(rec, StreamEnd)
+        seq = None if rec.seq == stream.WORKFLOW else rec.seq
+        status = f"{_status(rec.status)} after {rec.chunks}"
+        return Line(lsn, seq, "stream-end", rec.stream, None, status, None, None)
+
+
+_KIND_STYLE: Final = {
+    "start": "bold",
+    "done": "bold",
+    "step": "green",
+    "attempt": "yellow",
+    "signal": "cyan",
+    "cancel": "magenta",
+    "corrupt": "bold red",
+}
+
+
+def timeline_table(lines: Iterable[Line], *, header: bool) -> Table:
+    # Fixed widths, so that the batches `--follow` prints line up.
+    table = Table(box=None, pad_edge=False, show_header=header, header_style="bold")
+    table.add_column("lsn", justify="right", width=6, no_wrap=True)
+    table.add_column("seq", justify="right", width=4, no_wrap=True)
+    table.add_column("kind", width=11, no_wrap=True)
+    table.add_column("name", width=22, overflow="fold")
+    table.add_column("att", justify="right", width=3, no_wrap=True)
+    table.add_column("status", width=12, overflow="fold")
+    table.add_column("time", width=12, no_wrap=True)
+    table.add_column("payload", overflow="fold", ratio=1)
+    for ln in lines:
+        failed = ln.status in ("failed", "retrying", "paused", "timed out", "unreadable")
+        table.add_row(
+            str(ln.lsn),
+            "" if ln.seq is None else str(ln.seq),
+            Text(ln.kind, style=_KIND_STYLE.get(ln.kind, "")),
+            ln.name,
+            "" if ln.attempt is None else str(ln.attempt),
+            Text(ln.status, style="red" if failed else ""),
+            local_time(ln.time_ms, date=False),
+            "" if ln.payload is None else short(ln.payload, 200),
+        )
+    return table
+
+
+def print_header(out: Output, row: RunRow, where: str) -> None:
+    out.say(
+        ("run ", "bold"),
+        (row.id, "bold"),
+        f"  workflow {row.workflow}  run {row.run}  status ",
+        (row.status, STATUS_STYLE.get(row.status, "")),
+        f"  in {where}",
+    )
+    facts = [f"started {local_time(row.started_ms)}"]
+    if row.finished_ms is not None:
+        facts.append(f"finished {local_time(row.finished_ms)}")
+    if row.wake_ms is not None:
+        facts.append(f"wakes {local_time(row.wake_ms)}")
+    if row.parent:
+        facts.append(f"parent {row.parent}")
+    if row.attributes:
+        facts.append(f"attributes {short(jsonable(dict(row.attributes)), 80)}")
+    out.say(("  " + "  ".join(facts), "dim"))
