@@ -42,12 +42,7 @@ from fusee.cli._commands import (
     start_command,
 )
 from fusee.cli._diskcheck import disk_check_command
-
-# tests/test_cli.py reaches these three by their old names in `fusee.cli`.
-from fusee.cli._inbox import post as _post  # noqa: F401
-from fusee.cli._inbox import worker_holder as _worker_holder  # noqa: F401
 from fusee.cli._inbox import writer_lock
-from fusee.cli._modules import import_module as _import  # noqa: F401
 from fusee.cli._output import CliError, Output
 from fusee.cli._replay import replay_command
 from fusee.cli._worker import worker_command

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 from rich.table import Table
 from rich.text import Text
@@ -121,150 +121,115 @@ class Timeline:
 
     def _line(self, lsn: int, rec: Record) -> Line:
         names = self.names
-        if isinstance(rec, Start):
-            name = rec.wtype + (f" (child of {rec.parent.id})" if rec.parent else "")
-            return Line(lsn, None, "start", name, None, "", payload_json(rec.input), rec.started_ms)
-        if isinstance(rec, Step):
-            self._named(rec.seq, rec.name)
-            t = rec.time.started_ms if rec.time is not None else None
-            return Line(
-                lsn,
-                rec.seq,
-                "step",
-                rec.name,
-                rec.attempt,
-                _status(rec.status),
-                payload_json(rec.payload),
-                t,
-            )
-        if isinstance(rec, Attempt):
-            self._named(rec.seq, rec.name)
-            paused = rec.retry_at_ms == PAUSED
-            return Line(
-                lsn,
-                rec.seq,
-                "attempt",
-                rec.name,
-                rec.attempt,
-                "paused" if paused else "retrying",
-                payload_json(rec.error),
-                None if paused else rec.retry_at_ms,
-            )
-        if isinstance(rec, Resume):
-            return Line(lsn, rec.seq, "resume", names.get(rec.seq, ""), rec.attempt, "", None, None)
-        if isinstance(rec, Timer):
-            name = self._named(rec.seq, rec.name)
-            return Line(lsn, rec.seq, "timer", name, None, "set", None, rec.fire_at_ms)
-        if isinstance(rec, Fired):
-            return Line(lsn, rec.seq, "fired", names.get(rec.seq, ""), None, "", None, None)
-        if isinstance(rec, Signal):
-            by = payload_json(rec.by) if rec.by else None
-            name = rec.name + (f" (from {by})" if by is not None else "")
-            return Line(lsn, None, "signal", name, None, "", payload_json(rec.payload), None)
-        if isinstance(rec, Wait):
-            name = self._named(rec.seq, rec.name)
-            return Line(lsn, rec.seq, "wait", name, None, "waiting", None, rec.deadline_ms or None)
-        if isinstance(rec, Waited):
-            o = rec.outcome
-            how = (
-                f"signal #{o.ordinal}"
-                if o.is_signal
-                else ("abandoned" if o.is_abandoned else "timed out")
-            )
-            return Line(lsn, rec.seq, "waited", names.get(rec.seq, ""), None, how, None, None)
-        if isinstance(rec, Value):
-            kind = _VALUE_KINDS.get(rec.kind, str(rec.kind))
-            return Line(lsn, rec.seq, "value", kind, None, "", _value(rec), None)
-        if isinstance(rec, Child):
-            name = self._named(rec.seq, f"{rec.wtype} {rec.id}")
-            status = "detached" if rec.flags & DETACHED else "started"
-            return Line(lsn, rec.seq, "child", name, None, status, payload_json(rec.input), None)
-        if isinstance(rec, ChildDone):
-            return Line(
-                lsn,
-                rec.seq,
-                "child-done",
-                names.get(rec.seq, ""),
-                None,
-                _status(rec.status),
-                payload_json(rec.payload),
-                None,
-            )
-        if isinstance(rec, Send):
-            name = f"{rec.name} -> {rec.target}"
-            return Line(lsn, rec.seq, "send", name, None, "", payload_json(rec.payload), None)
-        if isinstance(rec, Cancel):
-            return Line(lsn, None, "cancel", "", None, "", payload_json(rec.reason), None)
-        if isinstance(rec, Done):
-            return Line(
-                lsn,
-                None,
-                "done",
-                "",
-                None,
-                _status(rec.status),
-                payload_json(rec.payload),
-                rec.finished_ms,
-            )
-        if isinstance(rec, Update):
-            name = f"{rec.name} ({rec.id})"
-            return Line(lsn, None, "update", name, None, "", payload_json(rec.payload), None)
-        if isinstance(rec, UpdateDone):
-            return Line(
-                lsn,
-                rec.seq,
-                "update-done",
-                f"#{rec.ordinal}",
-                None,
-                _status(rec.status),
-                payload_json(rec.payload),
-                None,
-            )
-        if isinstance(rec, Heartbeat):
-            return Line(
-                lsn,
-                rec.seq,
-                "heartbeat",
-                names.get(rec.seq, ""),
-                rec.attempt,
-                "",
-                payload_json(rec.payload),
-                None,
-            )
-        if isinstance(rec, Awaiting):
-            name = self._named(rec.seq, rec.name)
-            return Line(lsn, rec.seq, "awaiting", name, rec.attempt, "token out", None, None)
-        if isinstance(rec, Completed):
-            return Line(
-                lsn,
-                rec.seq,
-                "completed",
-                names.get(rec.seq, ""),
-                rec.attempt,
-                _status(rec.status),
-                payload_json(rec.payload),
-                None,
-            )
-        if isinstance(rec, Patch):
-            return Line(lsn, rec.at, "patch", rec.id, None, "", None, None)
-        if isinstance(rec, Attributes):
-            return Line(lsn, rec.seq, "attributes", "", None, "", payload_json(rec.payload), None)
-        if isinstance(rec, Chunk):
-            seq = None if rec.seq == stream.WORKFLOW else rec.seq
-            return Line(
-                lsn,
-                seq,
-                "chunk",
-                rec.stream,
-                rec.attempt or None,
-                f"#{rec.offset}",
-                payload_json(rec.payload),
-                None,
-            )
-        assert isinstance(rec, StreamEnd)
-        seq = None if rec.seq == stream.WORKFLOW else rec.seq
-        status = f"{_status(rec.status)} after {rec.chunks}"
-        return Line(lsn, seq, "stream-end", rec.stream, None, status, None, None)
+        match rec:
+            case Start():
+                name = rec.wtype + (f" (child of {rec.parent.id})" if rec.parent else "")
+                return Line(
+                    lsn, None, "start", name, None, "", payload_json(rec.input), rec.started_ms
+                )
+            case Step():
+                self._named(rec.seq, rec.name)
+                t = rec.time.started_ms if rec.time is not None else None
+                status, value = _status(rec.status), payload_json(rec.payload)
+                return Line(lsn, rec.seq, "step", rec.name, rec.attempt, status, value, t)
+            case Attempt():
+                self._named(rec.seq, rec.name)
+                paused = rec.retry_at_ms == PAUSED
+                return Line(
+                    lsn,
+                    rec.seq,
+                    "attempt",
+                    rec.name,
+                    rec.attempt,
+                    "paused" if paused else "retrying",
+                    payload_json(rec.error),
+                    None if paused else rec.retry_at_ms,
+                )
+            case Resume():
+                name = names.get(rec.seq, "")
+                return Line(lsn, rec.seq, "resume", name, rec.attempt, "", None, None)
+            case Timer():
+                name = self._named(rec.seq, rec.name)
+                return Line(lsn, rec.seq, "timer", name, None, "set", None, rec.fire_at_ms)
+            case Fired():
+                return Line(lsn, rec.seq, "fired", names.get(rec.seq, ""), None, "", None, None)
+            case Signal():
+                by = payload_json(rec.by) if rec.by else None
+                name = rec.name + (f" (from {by})" if by is not None else "")
+                return Line(lsn, None, "signal", name, None, "", payload_json(rec.payload), None)
+            case Wait():
+                name = self._named(rec.seq, rec.name)
+                due = rec.deadline_ms or None
+                return Line(lsn, rec.seq, "wait", name, None, "waiting", None, due)
+            case Waited():
+                o = rec.outcome
+                how = (
+                    f"signal #{o.ordinal}"
+                    if o.is_signal
+                    else ("abandoned" if o.is_abandoned else "timed out")
+                )
+                return Line(lsn, rec.seq, "waited", names.get(rec.seq, ""), None, how, None, None)
+            case Value():
+                kind = _VALUE_KINDS.get(rec.kind, str(rec.kind))
+                return Line(lsn, rec.seq, "value", kind, None, "", _value(rec), None)
+            case Child():
+                name = self._named(rec.seq, f"{rec.wtype} {rec.id}")
+                status = "detached" if rec.flags & DETACHED else "started"
+                value = payload_json(rec.input)
+                return Line(lsn, rec.seq, "child", name, None, status, value, None)
+            case ChildDone():
+                name = names.get(rec.seq, "")
+                status = _status(rec.status)
+                return Line(
+                    lsn, rec.seq, "child-done", name, None, status, payload_json(rec.payload), None
+                )
+            case Send():
+                name = f"{rec.name} -> {rec.target}"
+                return Line(lsn, rec.seq, "send", name, None, "", payload_json(rec.payload), None)
+            case Cancel():
+                return Line(lsn, None, "cancel", "", None, "", payload_json(rec.reason), None)
+            case Done():
+                status = _status(rec.status)
+                return Line(
+                    lsn, None, "done", "", None, status, payload_json(rec.payload), rec.finished_ms
+                )
+            case Update():
+                name = f"{rec.name} ({rec.id})"
+                return Line(lsn, None, "update", name, None, "", payload_json(rec.payload), None)
+            case UpdateDone():
+                name = f"#{rec.ordinal}"
+                status = _status(rec.status)
+                return Line(
+                    lsn, rec.seq, "update-done", name, None, status, payload_json(rec.payload), None
+                )
+            case Heartbeat():
+                name = names.get(rec.seq, "")
+                progress = payload_json(rec.payload)
+                return Line(lsn, rec.seq, "heartbeat", name, rec.attempt, "", progress, None)
+            case Awaiting():
+                name = self._named(rec.seq, rec.name)
+                return Line(lsn, rec.seq, "awaiting", name, rec.attempt, "token out", None, None)
+            case Completed():
+                name = names.get(rec.seq, "")
+                status = _status(rec.status)
+                value = payload_json(rec.payload)
+                return Line(lsn, rec.seq, "completed", name, rec.attempt, status, value, None)
+            case Patch():
+                return Line(lsn, rec.at, "patch", rec.id, None, "", None, None)
+            case Attributes():
+                value = payload_json(rec.payload)
+                return Line(lsn, rec.seq, "attributes", "", None, "", value, None)
+            case Chunk():
+                seq = None if rec.seq == stream.WORKFLOW else rec.seq
+                status = f"#{rec.offset}"
+                value = payload_json(rec.payload)
+                return Line(lsn, seq, "chunk", rec.stream, rec.attempt or None, status, value, None)
+            case StreamEnd():
+                seq = None if rec.seq == stream.WORKFLOW else rec.seq
+                status = f"{_status(rec.status)} after {rec.chunks}"
+                return Line(lsn, seq, "stream-end", rec.stream, None, status, None, None)
+            case _:
+                assert_never(rec)
 
 
 _KIND_STYLE: Final = {
