@@ -95,13 +95,20 @@ def _parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
-    p = command("list", "list runs (newest last)")
+    p = command("list", "list runs, newest first")
     p.add_argument("--status", help=f"one of {', '.join(sorted(RUN_STATUSES))}")
     p.add_argument("--workflow", metavar="W", help="a workflow name")
     p.add_argument(
         "--attr", metavar="K=V", action="append", default=[], help="a search attribute (repeat)"
     )
-    p.add_argument("--limit", type=int, help="at most this many")
+    p.add_argument("--limit", type=int, metavar="N", help="the N newest runs")
+    p.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="runs started at or after WHEN: an ISO date or time (local unless it says), "
+        "or a duration ago (2h, 1d)",
+    )
+    p.add_argument("--until", metavar="WHEN", help="runs started at or before WHEN (as --since)")
     p.set_defaults(handler=list_command)
 
     p = command(

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fusee import _codec
+from fusee._durations import parse_duration
 from fusee.cli._inbox import send_command
 from fusee.cli._modules import import_module, pick, workflows_of
 from fusee.cli._output import STATUS_STYLE, CliError, Output, jsonable, local_time, row_json, short
@@ -49,6 +52,31 @@ def _attr_filters(pairs: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def _time_bound(text: str | None, flag: str) -> int | None:
+    """A ``--since``/``--until`` value as Unix milliseconds.
+
+    An ISO 8601 date or time (local time unless it names its zone: ``2026-01-05``,
+    ``2026-01-05T14:05``, ``2026-01-05T14:05:00+00:00``), or a duration ago (``2h``,
+    ``1d``, ``1h30m``).
+    """
+    if text is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            ago_s = parse_duration(text)
+        except ValueError:
+            raise CliError(
+                f"{flag} takes an ISO 8601 date or time (2026-01-05, 2026-01-05T14:05) or a "
+                f"duration ago (2h, 1d, 1h30m), not {text!r}"
+            ) from None
+        return int((time.time() - ago_s) * 1000)
+    if when.tzinfo is None:
+        when = when.astimezone()  # a naive time is local time
+    return int(when.timestamp() * 1000)
+
+
 async def list_command(args: argparse.Namespace, out: Output) -> int:
     if args.status is not None and args.status not in RUN_STATUSES:
         raise CliError(
@@ -56,12 +84,19 @@ async def list_command(args: argparse.Namespace, out: Output) -> int:
             f"use one of {', '.join(sorted(RUN_STATUSES))}"
         )
     attributes = _attr_filters(args.attr)
+    since_ms = _time_bound(args.since, "--since")
+    until_ms = _time_bound(args.until, "--until")
     async with reading(args) as store:
+        # Newest first, in the store: `--limit N` is the N latest runs, never
+        # the oldest ones of a store that has grown.
         rows = await store.list(
             status=args.status,
             workflow=args.workflow,
             attributes=attributes or None,
             limit=args.limit,
+            newest_first=True,
+            started_from_ms=since_ms,
+            started_to_ms=until_ms,
         )
     if out.json:
         out.emit([row_json(r) for r in rows])
