@@ -8,7 +8,7 @@
     fusee start MODULE:WORKFLOW ID [JSON]                 start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
     fusee worker MODULE...                                serve a module's workflows
-    fusee replay MODULE...                                replay every journal against the code
+    fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee disk-check [DIR]                                the flush latency of a disk
 
 Reading commands (``list``, ``show``, ``result``, ``replay``) open the store
@@ -196,13 +196,17 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command(
         "replay",
-        "replay every journal against the current code",
-        "Replay each run's journal against the workflows of MODULEs and list every "
-        "divergence with its run, journal position and code line; exit status 1 if any. "
-        "Run it before deploying changed workflow code.",
+        "replay the unfinished runs' journals against the current code",
+        "Replay each unfinished run's journal against the workflows of MODULEs and list "
+        "every divergence with its run, status, journal position and code line; exit "
+        "status 1 if any. Run it before deploying changed workflow code. Finished runs "
+        "never replay, so they are left out unless --all.",
     )
     p.add_argument("modules", nargs="+", metavar="MODULE", help="dotted name or file path")
-    p.add_argument("--id", help="only this run")
+    p.add_argument("--id", help="only this run (whatever its status)")
+    p.add_argument(
+        "--all", action="store_true", help="replay finished runs too (and count their problems)"
+    )
     p.set_defaults(handler=replay_command)
 
     p = command(

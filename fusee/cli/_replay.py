@@ -7,7 +7,7 @@ driver with a host that records nothing (`fusee._driver.ReplayHost`).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Final
 
 from fusee._definitions import WorkflowDef
 from fusee._driver import ReplayHost, RunDriver
@@ -16,6 +16,10 @@ from fusee.cli._output import Output
 from fusee.cli._reading import FINISHED, get_row, reading, store_target
 from fusee.errors import DeterminismError, FuseeError
 from fusee.record import decode
+from fusee.store import RunRow
+
+# Runs that never replay again: their journal ends with Done.
+_ENDED: Final = FINISHED | {"continued"}
 
 
 def _replay_one(
@@ -36,6 +40,14 @@ def _replay_one(
     return driver.error if driver.error is not None else "ok"
 
 
+def _replayed(rows: list[RunRow], every: bool) -> tuple[list[RunRow], int]:
+    """The rows to replay, and how many finished ones are left out."""
+    if every:
+        return rows, 0
+    counted = [row for row in rows if row.status not in _ENDED]
+    return counted, len(rows) - len(counted)
+
+
 async def replay_command(args: argparse.Namespace, out: Output) -> int:
     modules = [import_module(spec) for spec in args.modules]
     workflows = {
@@ -44,7 +56,11 @@ async def replay_command(args: argparse.Namespace, out: Output) -> int:
     where = store_target(args)
     results: list[dict[str, Any]] = []
     async with reading(args) as store:
-        rows = [await get_row(store, args.id, where)] if args.id else await store.list()
+        if args.id:
+            # A run asked for by name is replayed whatever its status.
+            rows, left_out = [await get_row(store, args.id, where)], 0
+        else:
+            rows, left_out = _replayed(await store.list(), args.all)
         for row in rows:
             item: dict[str, Any] = {
                 "id": row.id,
@@ -59,7 +75,7 @@ async def replay_command(args: argparse.Namespace, out: Output) -> int:
             wf = workflows.get(row.workflow)
             if wf is None:
                 # A finished run needs no code; an unfinished one cannot go on without it.
-                item["outcome"] = "skipped" if row.status in FINISHED else "unknown workflow"
+                item["outcome"] = "skipped" if row.status in _ENDED else "unknown workflow"
                 item["message"] = f"workflow {row.workflow!r} is not in {', '.join(args.modules)}"
             else:
                 got = _replay_one(wf, await store.load(row.id, row.run))
@@ -75,24 +91,31 @@ async def replay_command(args: argparse.Namespace, out: Output) -> int:
             results.append(item)
     bad = [r for r in results if r["outcome"] not in ("ok", "skipped")]
     if out.json:
-        out.emit({"runs": results, "problems": len(bad)})
-    else:
-        for r in results:
-            if r["outcome"] == "ok":
-                out.say(("  ok        ", "green"), f"{r['id']} (run {r['run']}, {r['workflow']})")
-            elif r["outcome"] == "skipped":
-                out.say(("  skipped   ", "dim"), f"{r['id']}: {r['message']}")
-            else:
-                where_ = f" at journal position {r['seq']}" if r["seq"] is not None else ""
-                at = f"\n              at {r['location']}" if r["location"] else ""
-                out.say(
-                    (f"  {r['outcome']:<9} ", "bold red"),
-                    f"{r['id']} (run {r['run']}, {r['workflow']}){where_}: {r['message']}{at}",
-                )
-        verdict = (
-            f"{len(results)} journal(s) replayed: {len(bad)} problem(s)"
-            if bad
-            else f"{len(results)} journal(s) replayed against the code: no divergence"
+        out.emit({"runs": results, "problems": len(bad), "not_replayed": left_out})
+        return 1 if bad else 0
+    for r in results:
+        run = f"{r['id']} (run {r['run']}, {r['workflow']}, {r['status']})"
+        if r["outcome"] == "ok":
+            out.say(("  ok        ", "green"), run)
+        elif r["outcome"] == "skipped":
+            out.say(("  skipped   ", "dim"), f"{run}: {r['message']}")
+        else:
+            where_ = f" at journal position {r['seq']}" if r["seq"] is not None else ""
+            at = f"\n              at {r['location']}" if r["location"] else ""
+            out.say((f"  {r['outcome']:<9} ", "bold red"), f"{run}{where_}: {r['message']}{at}")
+    what = "run(s)" if args.all or args.id else "unfinished run(s)"
+    verdict = (
+        f"{len(results)} {what} replayed: {len(bad)} problem(s)"
+        if bad
+        else f"{len(results)} {what} replayed against the code: no divergence"
+    )
+    out.say((verdict, "bold red" if bad else "bold green"))
+    if left_out:
+        out.say(
+            (
+                f"{left_out} finished run(s) not replayed: a finished run never replays; "
+                "--all replays them too",
+                "dim",
+            )
         )
-        out.say((verdict, "bold red" if bad else "bold green"))
     return 1 if bad else 0

@@ -11,6 +11,7 @@ import cli_workflows as wfs
 
 import fusee
 from fusee.cli._modules import import_module
+from fusee.record import Record, Timer, Wait, decode
 
 from .conftest import MODULE, cli, engine_on
 
@@ -56,7 +57,12 @@ def test_replay_lists_each_divergence_with_its_position_and_line(tmp_path: Path)
     code, out, _ = cli("replay", str(v1), "--data", str(data))
     assert code == 0, out
     assert "ok" in out
+    assert "1 finished run(s) not replayed" in out
+    assert "g-1" not in out
+    code, out, _ = cli("replay", str(v1), "--all", "--data", str(data))
+    assert code == 0, out
     assert "skipped" in out
+    assert "g-1 (run 1, greet, completed)" in out
 
     code, out, _ = cli("replay", str(v2), "--data", str(data))
     assert code == 1
@@ -76,10 +82,82 @@ def test_replay_lists_each_divergence_with_its_position_and_line(tmp_path: Path)
     code, out, _ = cli("replay", MODULE, "--data", str(data), "--json")
     report = json.loads(out)
     assert code == 1  # o-1's workflow 'order' is unknown to that module, and o-1 is unfinished
+    assert {r["id"]: r["outcome"] for r in report["runs"]} == {"o-1": "unknown workflow"}
+    assert report["not_replayed"] == 1
+    code, out, _ = cli("replay", MODULE, "--data", str(data), "--json", "--all")
+    report = json.loads(out)
+    assert code == 1
     assert {r["id"]: r["outcome"] for r in report["runs"]} == {
         "g-1": "ok",
         "o-1": "unknown workflow",
     }
+    assert report["not_replayed"] == 0
+
+
+WAIT_V1 = """
+import fusee
+
+go = fusee.signal("go", bool)
+
+@fusee.workflow("order")
+async def order(ctx: fusee.Ctx, n: int) -> int:
+    a = await ctx.step("reserve", lambda: n)
+    await ctx.wait_for(go)
+    return await ctx.step("ship", lambda: a)
+"""
+
+# After the wait, another step: a finished run diverges, a waiting one does not.
+WAIT_V2 = WAIT_V1.replace('"ship"', '"charge"')
+
+
+def _finished_and_waiting(tmp_path: Path) -> tuple[Path, Path]:
+    """A store with run 'o-done' (finished under WAIT_V1) and 'o-open' (waiting); WAIT_V2's file."""
+    v1, v2 = tmp_path / "wait_v1.py", tmp_path / "wait_v2.py"
+    v1.write_text(WAIT_V1)
+    v2.write_text(WAIT_V2)
+    data = tmp_path / "data"
+
+    async def make() -> None:
+        mod = _load(v1)
+        async with await fusee.Engine.open(
+            data, workflows=[mod.order], durability="none"
+        ) as engine:
+            done = await engine.start(mod.order, "o-done", 1)
+            await done.signal(mod.go, True)
+            assert await done.result() == 1
+            await engine.start(mod.order, "o-open", 2)
+            await _until(engine, "o-open", Wait)
+
+    asyncio.run(make())
+    return data, v2
+
+
+def test_replay_counts_only_unfinished_runs_by_default(tmp_path: Path) -> None:
+    data, v2 = _finished_and_waiting(tmp_path)
+    code, out, _ = cli("replay", str(v2), "--data", str(data), "--json")
+    report = json.loads(out)
+    assert code == 0, out
+    assert [(r["id"], r["outcome"]) for r in report["runs"]] == [("o-open", "ok")]
+    assert report["runs"][0]["status"] in ("running", "suspended")
+    assert (report["problems"], report["not_replayed"]) == (0, 1)
+
+    code, out, _ = cli("replay", str(v2), "--data", str(data))
+    assert code == 0, out
+    assert "o-done" not in out
+    assert "1 unfinished run(s) replayed against the code: no divergence" in out
+
+
+def test_replay_all_replays_finished_runs_and_shows_each_status(tmp_path: Path) -> None:
+    data, v2 = _finished_and_waiting(tmp_path)
+    code, out, _ = cli("replay", str(v2), "--all", "--data", str(data))
+    assert code == 1
+    (done_line,) = [ln for ln in out.splitlines() if "o-done" in ln]
+    assert "diverged" in done_line
+    assert "(run 1, order, completed)" in done_line
+    (open_line,) = [ln for ln in out.splitlines() if "o-open" in ln]
+    assert open_line.split()[0] == "ok"
+    assert "running" in open_line or "suspended" in open_line
+    assert "2 run(s) replayed: 1 problem(s)" in out
 
 
 def _load(path: Path) -> Any:
@@ -87,7 +165,10 @@ def _load(path: Path) -> Any:
 
 
 async def _until_timer(engine: fusee.Engine, id: str) -> None:
-    from fusee.record import Timer, decode
+    await _until(engine, id, Timer)
 
-    while not any(isinstance(decode(d), Timer) for _, d in await engine.store.load(id)):
+
+async def _until(engine: fusee.Engine, id: str, kind: type[Record]) -> None:
+    """Waits until run ``id``'s journal holds a record of ``kind``."""
+    while not any(isinstance(decode(d), kind) for _, d in await engine.store.load(id)):
         await asyncio.sleep(0.01)
