@@ -21,15 +21,16 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from fusee._definitions import SignalDef
 from fusee._definitions import signal as signal_def
 from fusee.cli._output import CliError, Output
 from fusee.cli._reading import data_dir
 from fusee.engine import Engine, IdPolicy
-from fusee.errors import FuseeError, StoreError
+from fusee.errors import FuseeError, PayloadError, StoreError
 
 LOCK_FILE: Final = "worker.lock"
 INBOX: Final = "inbox"
@@ -229,10 +230,14 @@ async def send_command(
         return 0
     ok = bool(reply.get("ok"))
     message = str(reply.get("message", ""))
+    warning = reply.get("warning")
     if out.json:
-        out.emit({**report, "applied": True, "ok": ok, "message": message})
+        extra = {} if warning is None else {"warning": str(warning)}
+        out.emit({**report, "applied": True, "ok": ok, "message": message, **extra})
     elif ok:
         out.say(message)
+    if warning is not None and not out.json:
+        out.warn(str(warning))
     if not ok:
         if not out.json:
             out.error(message)
@@ -240,8 +245,28 @@ async def send_command(
     return 0
 
 
-async def apply_command(engine: Engine, command: dict[str, Any], name: str) -> dict[str, Any]:
-    """Applies one inbox command with the worker's engine; returns the answer."""
+def _unknown_signal(name: str, signals: Mapping[str, SignalDef[Any] | None]) -> str:
+    known = ", ".join(repr(n) for n in sorted(signals)) or "none"
+    return (
+        f"no workflow of this worker declares a signal {name!r} (its modules define: {known}); "
+        "it is delivered anyway, and the run keeps it until its code waits for that name: "
+        "check the name"
+    )
+
+
+async def apply_command(
+    engine: Engine,
+    command: dict[str, Any],
+    name: str,
+    signals: Mapping[str, SignalDef[Any] | None],
+) -> dict[str, Any]:
+    """Applies one inbox command with the worker's engine; returns the answer.
+
+    ``signals`` maps the signal names the worker's modules define to their
+    definition (None where two definitions of one name disagree): a
+    payload is checked against its signal's type before it is delivered,
+    and a name not there is delivered with a warning in the answer.
+    """
     op = command.get("op")
     id = str(command.get("id", ""))
     try:
@@ -253,10 +278,27 @@ async def apply_command(engine: Engine, command: dict[str, Any], name: str) -> d
             # Without a dedup id of its own, the command's name is one: a
             # command applied again after a worker crash signals once.
             dedup = command.get("dedup") or f"inbox/{name}"
-            await engine.get(id).signal(
-                signal_def(command["name"]), command.get("payload"), dedup=dedup
-            )
-            return {"ok": True, "message": f"signal {command['name']!r} delivered to run {id!r}"}
+            signal_name = str(command["name"])
+            payload = command.get("payload")
+            declared = signals.get(signal_name)
+            if declared is not None:
+                try:
+                    declared.decode(declared.encode(payload))
+                except PayloadError as e:
+                    return {
+                        "ok": False,
+                        "message": f"signal {signal_name!r} to run {id!r} was not sent: its "
+                        f"payload does not fit the signal's type: {e}",
+                    }
+            sent = declared if declared is not None else signal_def(signal_name)
+            await engine.get(id).signal(sent, payload, dedup=dedup)
+            reply: dict[str, Any] = {
+                "ok": True,
+                "message": f"signal {signal_name!r} delivered to run {id!r}",
+            }
+            if signal_name not in signals:
+                reply["warning"] = _unknown_signal(signal_name, signals)
+            return reply
         if op == "cancel":
             await engine.get(id).cancel(command.get("reason") or "cancelled from the fusee command")
             return {"ok": True, "message": f"run {id!r} cancelled"}
@@ -270,7 +312,9 @@ async def apply_command(engine: Engine, command: dict[str, Any], name: str) -> d
         return {"ok": False, "message": f"{op} of run {id!r} failed: {e}"}
 
 
-async def drain_inbox(engine: Engine, data: Path, out: Output) -> bool:
+async def drain_inbox(
+    engine: Engine, data: Path, out: Output, signals: Mapping[str, SignalDef[Any] | None]
+) -> bool:
     """Applies the queued commands, oldest first; True when one asked the worker to stop."""
     inbox = data / INBOX
     stop = False
@@ -284,12 +328,14 @@ async def drain_inbox(engine: Engine, data: Path, out: Output) -> bool:
         except (OSError, ValueError) as e:
             reply: dict[str, Any] = {"ok": False, "message": f"unreadable command: {e}"}
         else:
-            reply = await apply_command(engine, command, path.name)
+            reply = await apply_command(engine, command, path.name, signals)
         stop = stop or bool(reply.get("stop"))
         _write_atomically(inbox / REPLIES / path.name, reply)
         path.unlink(missing_ok=True)
         mark = ("  > ", "cyan") if reply["ok"] else ("  ! ", "red")
         out.say(mark, str(reply["message"]))
+        if "warning" in reply:
+            out.say(("  ? ", "yellow"), str(reply["warning"]))
     return stop
 
 

@@ -54,6 +54,10 @@ class Output:
         self.stdout.write(text + "\n")
         self.stdout.flush()
 
+    def warn(self, message: str) -> None:
+        self.stderr.write(f"fusee: warning: {message}\n")
+        self.stderr.flush()
+
     def error(self, message: str) -> None:
         self.stderr.write(f"fusee: error: {message}\n")
         self.stderr.flush()

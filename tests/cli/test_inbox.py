@@ -72,3 +72,50 @@ async def test_a_second_engine_on_a_store_in_use_is_refused(tmp_path: Path) -> N
         finally:
             for second in opened:
                 await second.close()
+
+
+def _recorded_signals(data: str, id: str) -> list[str]:
+    code, out, _ = cli("show", id, "--json", "--data", data)
+    assert code == 0
+    return [r["name"] for r in json.loads(out)["records"] if r["kind"] == "signal"]
+
+
+def test_a_signal_no_workflow_declares_warns_and_is_still_delivered(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    with worker(tmp_path) as log:
+        order = '{"id": "o1", "amount": 3}'
+        code, _, err = cli("start", f"{MODULE}:gated", "gated-1", order, "--data", data)
+        assert code == 0, err
+        code, out, err = cli("signal", "gated-1", "og", "true", "--data", data)
+        assert code == 0, err
+        assert out.strip() == "signal 'og' delivered to run 'gated-1'"
+        assert err.startswith("fusee: warning: no workflow of this worker declares a signal 'og'")
+        assert "(its modules define: 'go')" in err
+        assert log.wait_for("? no workflow of this worker declares a signal 'og'")
+        code, out, _ = cli(
+            "signal", "gated-1", "og", "1", "--dedup", "d-2", "--json", "--data", data
+        )
+        assert code == 0
+        reply = json.loads(out)
+        assert (reply["ok"], reply["applied"]) == (True, True)
+        assert "declares a signal 'og'" in reply["warning"]
+        # A declared name: no warning.
+        code, out, err = cli("signal", "gated-1", "go", "true", "--data", data)
+        assert (code, err) == (0, "")
+        cli("result", "gated-1", "--wait", "--timeout", "20", "--data", data)
+    assert _recorded_signals(data, "gated-1") == ["og", "og", "go"]
+
+
+def test_a_signal_payload_that_does_not_fit_its_type_is_refused_before_it_is_recorded(
+    tmp_path: Path,
+) -> None:
+    data = str(tmp_path)
+    with worker(tmp_path) as log:
+        order = '{"id": "o1", "amount": 3}'
+        cli("start", f"{MODULE}:gated", "gated-1", order, "--data", data)
+        code, out, err = cli("signal", "gated-1", "go", '{"not": "a bool"}', "--data", data)
+        assert code == 1
+        assert "payload does not fit the signal's type" in one_line_error(err)
+        assert out == ""
+        assert log.wait_for("! signal 'go' to run 'gated-1' was not sent")
+    assert _recorded_signals(data, "gated-1") == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import signal
 import subprocess
@@ -115,3 +116,33 @@ def test_a_worker_process_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     rest = "".join(lines.get_nowait() for _ in range(lines.qsize()))
     assert "fusee worker stopped" in rest
     assert worker_holder(tmp_path) is None
+
+
+def test_the_worker_reports_a_run_that_pauses(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    wfs.FLAKY_OK["ok"] = False
+    with worker(tmp_path) as log:
+        cli("start", f"{MODULE}:flaky", "flaky-1", "--data", data)
+        assert log.wait_for(
+            "flaky-1 (flaky) paused: step 'call' failed after 1 attempt(s): "
+            "ConnectionError: still down; `fusee resume flaky-1` retries it"
+        ), log.getvalue()
+        wfs.FLAKY_OK["ok"] = True
+        cli("resume", "flaky-1", "--data", data)
+        assert log.wait_for("flaky-1 (flaky) completed: up"), log.getvalue()
+    assert log.getvalue().count("flaky-1 (flaky) paused") == 1
+
+
+def test_the_worker_shows_the_fusee_loggers_records_from_info_up(tmp_path: Path) -> None:
+    logger = logging.getLogger("fusee")
+    level, handlers = logger.level, list(logger.handlers)
+    with worker(tmp_path) as log:
+        logger.debug("too fine to show")
+        logger.info("an engine note")
+        logger.warning("run 'x' paused: step 'y' failed")
+        assert log.wait_for("warning: run 'x' paused: step 'y' failed")
+    text = log.getvalue()
+    assert "info: an engine note" in text
+    assert "too fine to show" not in text
+    # Stopped, the worker leaves the logger as it found it.
+    assert (logger.level, logger.handlers) == (level, handlers)
