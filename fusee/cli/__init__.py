@@ -3,7 +3,7 @@
 ::
 
     fusee list [--status S] [--workflow W] [--attr K=V]   the runs of a store
-    fusee show ID [--follow]                              a run and its journal, as a timeline
+    fusee show ID [--follow] [--full]                     a run and its journal, as a timeline
     fusee result ID [--wait]                              a run's result
     fusee start MODULE:WORKFLOW ID [JSON]                 start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
@@ -37,7 +37,6 @@ from fusee.cli._commands import (
     list_command,
     result_command,
     resume_command,
-    show_command,
     signal_command,
     start_command,
 )
@@ -45,6 +44,7 @@ from fusee.cli._diskcheck import disk_check_command
 from fusee.cli._inbox import writer_lock
 from fusee.cli._output import CliError, Output
 from fusee.cli._replay import replay_command
+from fusee.cli._show import show_command
 from fusee.cli._worker import worker_command
 from fusee.engine import IdPolicy
 from fusee.errors import FuseeError
@@ -121,7 +121,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id", help="the run's workflow id")
     p.add_argument("--run", type=int, help="an earlier run of that id (default: the latest)")
     p.add_argument(
-        "--follow", "-f", action="store_true", help="print records as they land, until the run ends"
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print records as they land, until the run ends, with a bar for each running "
+        "step's heartbeat progress",
+    )
+    p.add_argument(
+        "--full", action="store_true", help="payloads whole, and a failed run's whole traceback"
     )
     p.add_argument("--max-seconds", type=float, help=argparse.SUPPRESS)
     p.set_defaults(handler=show_command)

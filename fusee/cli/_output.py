@@ -99,9 +99,10 @@ def payload_json(data: bytes | None) -> Any:
         return repr(data)
 
 
-def short(value: Any, limit: int = 120) -> str:
+def short(value: Any, limit: int | None = 120) -> str:
+    """``value`` as text (JSON unless a string), cut to ``limit`` characters (None: whole)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def iso(ms: int | None) -> str | None:

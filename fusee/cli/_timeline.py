@@ -8,7 +8,7 @@ record that does not decode is shown as a "corrupt" line, never skipped.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, assert_never
 
@@ -107,6 +107,9 @@ class Timeline:
 
     def __init__(self) -> None:
         self.names: dict[int, str] = {}
+        # The last heartbeat progress of each step running now, by journal
+        # position: (name, progress); a step's end or failed attempt drops it.
+        self.progress: dict[int, tuple[str, Any]] = {}
 
     def line(self, lsn: int, data: bytes) -> Line:
         try:
@@ -129,11 +132,13 @@ class Timeline:
                 )
             case Step():
                 self._named(rec.seq, rec.name)
+                self.progress.pop(rec.seq, None)
                 t = rec.time.started_ms if rec.time is not None else None
                 status, value = _status(rec.status), payload_json(rec.payload)
                 return Line(lsn, rec.seq, "step", rec.name, rec.attempt, status, value, t)
             case Attempt():
                 self._named(rec.seq, rec.name)
+                self.progress.pop(rec.seq, None)
                 paused = rec.retry_at_ms == PAUSED
                 return Line(
                     lsn,
@@ -189,6 +194,7 @@ class Timeline:
             case Cancel():
                 return Line(lsn, None, "cancel", "", None, "", payload_json(rec.reason), None)
             case Done():
+                self.progress.clear()
                 status = _status(rec.status)
                 return Line(
                     lsn, None, "done", "", None, status, payload_json(rec.payload), rec.finished_ms
@@ -205,6 +211,8 @@ class Timeline:
             case Heartbeat():
                 name = names.get(rec.seq, "")
                 progress = payload_json(rec.payload)
+                # A running step's name is journaled only when it ends.
+                self.progress[rec.seq] = (name or f"step #{rec.seq}", progress)
                 return Line(lsn, rec.seq, "heartbeat", name, rec.attempt, "", progress, None)
             case Awaiting():
                 name = self._named(rec.seq, rec.name)
@@ -243,7 +251,18 @@ _KIND_STYLE: Final = {
 }
 
 
-def timeline_table(lines: Iterable[Line], *, header: bool) -> Table:
+def _failure(ln: Line) -> tuple[str, str, str] | None:
+    """A failed run's end as (error type, message, traceback), if ``ln`` is one with a traceback."""
+    if ln.kind != "done" or not isinstance(ln.payload, list) or len(ln.payload) < 3:
+        return None
+    if ln.status in ("ok", "cancelled", "continued"):
+        return None
+    kind, message, traceback = ln.payload[:3]
+    return str(kind), str(message), str(traceback)
+
+
+def timeline_table(lines: Iterable[Line], *, header: bool, full: bool = False) -> Table:
+    """The lines as a table; ``full`` shows payloads whole (a failed end's traceback aside)."""
     # Fixed widths, so that the batches `--follow` prints line up.
     table = Table(box=None, pad_edge=False, show_header=header, header_style="bold")
     table.add_column("lsn", justify="right", width=6, no_wrap=True)
@@ -256,6 +275,11 @@ def timeline_table(lines: Iterable[Line], *, header: bool) -> Table:
     table.add_column("payload", overflow="fold", ratio=1)
     for ln in lines:
         failed = ln.status in ("failed", "retrying", "paused", "timed out", "unreadable")
+        payload = ln.payload
+        if _failure(ln) is not None:
+            # A traceback is unreadable folded in a cell: `print_failure` prints
+            # it under the table, line by line (with --full).
+            payload = payload[:2]
         table.add_row(
             str(ln.lsn),
             "" if ln.seq is None else str(ln.seq),
@@ -264,9 +288,23 @@ def timeline_table(lines: Iterable[Line], *, header: bool) -> Table:
             "" if ln.attempt is None else str(ln.attempt),
             Text(ln.status, style="red" if failed else ""),
             local_time(ln.time_ms, date=False),
-            "" if ln.payload is None else short(ln.payload, 200),
+            "" if payload is None else short(payload, None if full else 200),
         )
     return table
+
+
+def print_failure(out: Output, lines: Sequence[Line], id: str, *, full: bool) -> None:
+    """Prints how a failed run failed: its whole traceback when ``full``, else where to see it."""
+    got = _failure(lines[-1]) if lines else None
+    if got is None:
+        return
+    kind, message, traceback = got
+    if not full:
+        out.say((f"  `fusee show {id} --full` prints the whole traceback", "dim"))
+        return
+    out.say(("error: ", "bold red"), f"{kind}: {message}")
+    for text in traceback.rstrip("\n").splitlines():
+        out.say(text)
 
 
 def print_header(out: Output, row: RunRow, where: str) -> None:

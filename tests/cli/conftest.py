@@ -38,6 +38,13 @@ class Watch(io.StringIO):
             return self._changed.wait_for(lambda: text in self.getvalue(), timeout)
 
 
+class Terminal(Watch):
+    """A `Watch` that says it is a terminal, as a shell's stdout does."""
+
+    def isatty(self) -> bool:
+        return True
+
+
 def eventually(condition: Callable[[], bool], timeout: float = 15.0) -> None:
     """Polls ``condition`` (a state another thread reaches) until it holds."""
     pause = threading.Event()
@@ -76,6 +83,8 @@ async def engine_on(data: Path) -> AsyncIterator[fusee.Engine]:
         wfs.boom,
         wfs.flaky,
         wfs.looper,
+        wfs.download,
+        wfs.deep_boom,
     ]
     async with await fusee.Engine.open(data, workflows=workflows, durability="none") as engine:
         yield engine

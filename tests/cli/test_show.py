@@ -1,4 +1,4 @@
-"""`fusee show`: a run's journal as a timeline, and `--follow`."""
+"""`fusee show`: a run's journal as a timeline, `--full`, and `--follow` with progress bars."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import cli_workflows as wfs
 import pytest
 
+import fusee
 from fusee.cli import main
 
-from .conftest import Watch, acli, engine_on, one_line_error
+from .conftest import Terminal, Watch, acli, engine_on, one_line_error
 
 
 @pytest.mark.asyncio
@@ -96,3 +97,63 @@ async def test_show_follow_json_prints_one_record_per_line_across_continue_as_ne
     assert records[0]["kind"] == "start"
     assert records[-1]["kind"] == "done"
     assert records[-1]["payload"] == 2
+
+
+@pytest.mark.asyncio
+async def test_show_full_prints_a_failed_runs_whole_traceback(tmp_path: Path) -> None:
+    async with engine_on(tmp_path) as engine:
+        with pytest.raises(fusee.WorkflowFailed) as failed:
+            await engine.execute(wfs.deep_boom, "boom-1")
+    traceback = failed.value.traceback
+    assert traceback.count("\n") >= 3
+    assert len(traceback) > 200
+
+    code, out, _ = await acli("show", "boom-1", "--data", str(tmp_path))
+    assert code == 0
+    assert "`fusee show boom-1 --full` prints the whole traceback" in out
+    assert "Traceback (most recent call last):" not in out.splitlines()
+
+    code, out, _ = await acli("show", "boom-1", "--full", "--data", str(tmp_path))
+    assert code == 0
+    printed = out.splitlines()
+    assert "error: ValueError: the parts list is empty" in printed
+    start = printed.index("Traceback (most recent call last):")
+    assert printed[start:] == traceback.rstrip("\n").splitlines()
+
+
+async def _follow_download(tmp_path: Path, out: Watch) -> None:
+    """Follows a `download` run into ``out`` while its step reports 1/4, then 75%."""
+    wfs.GATES.update(half=asyncio.Event(), done=asyncio.Event())
+    async with engine_on(tmp_path) as engine:
+        run = await engine.start(wfs.download, "dl-1", 4)
+        argv = ["show", "dl-1", "--follow", "--data", str(tmp_path), "--max-seconds", "30"]
+        follower = asyncio.create_task(asyncio.to_thread(main, argv, stdout=out, stderr=out))
+        assert await asyncio.to_thread(out.wait_for, "25%"), out.getvalue()
+        wfs.GATES["half"].set()
+        assert await asyncio.to_thread(out.wait_for, "75%"), out.getvalue()
+        wfs.GATES["done"].set()
+        assert await run.result() == 4
+        assert await asyncio.wait_for(follower, 30) == 0
+
+
+@pytest.mark.asyncio
+async def test_show_follow_draws_a_bar_from_heartbeat_progress(tmp_path: Path) -> None:
+    out = Watch()
+    await _follow_download(tmp_path, out)
+    bars = [ln.split() for ln in out.getvalue().splitlines() if ln.startswith("  progress")]
+    # The step's name is journaled when it ends: until then, its position names it.
+    assert [(b[1:3], b[4:]) for b in bars] == [
+        (["step", "#0"], ["25%", "1/4"]),
+        (["step", "#0"], ["75%"]),
+    ]
+    assert "run 'dl-1' completed" in out.getvalue()
+
+
+@pytest.mark.asyncio
+async def test_show_follow_on_a_terminal_draws_live_bars(tmp_path: Path) -> None:
+    out = Terminal()
+    await _follow_download(tmp_path, out)
+    text = out.getvalue()
+    assert "step #0" in text
+    assert "1/4" in text
+    assert "run 'dl-1' completed" in text
