@@ -9,9 +9,10 @@
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
     fusee worker MODULE...                                serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
+    fusee check                                           what is damaged in a store
     fusee disk-check [DIR]                                the flush latency of a disk
 
-Reading commands (``list``, ``show``, ``result``, ``replay``) open the store
+Reading commands (``list``, ``show``, ``result``, ``replay``, ``check``) open the store
 read-only: they work while an engine writes it from another process.
 
 The rule: one engine writes a store. So the commands that change runs
@@ -32,6 +33,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, TextIO
 
+from fusee.cli._check import check_command
 from fusee.cli._commands import (
     cancel_command,
     list_command,
@@ -215,6 +217,17 @@ def _parser() -> argparse.ArgumentParser:
         "--all", action="store_true", help="replay finished runs too (and count their problems)"
     )
     p.set_defaults(handler=replay_command)
+
+    p = command(
+        "check",
+        "read every row and record of a store and report the damage",
+        "Read every run's row and journal (read-only) and report, naming each run, what is "
+        "damaged: a record that does not decode, a journal that does not start with its "
+        "Start, records after a Done, a finished row whose journal has no Done, a row "
+        "whose journal is missing, a row that cannot be read. Exit status 1 if anything "
+        "is damaged.",
+    )
+    p.set_defaults(handler=check_command)
 
     p = command(
         "disk-check",
