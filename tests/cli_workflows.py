@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import fusee
@@ -61,6 +62,22 @@ async def boom(ctx: fusee.Ctx) -> None:
     raise KeyError("sku")
 
 
+def _check_parts_list_before_anything_else(parts: list[str]) -> None:
+    if not parts:
+        raise ValueError("the parts list is empty")
+
+
+def _prepare_the_shipment_of_every_part(parts: list[str]) -> None:
+    _check_parts_list_before_anything_else(parts)
+
+
+@fusee.workflow("deep_boom")
+async def deep_boom(ctx: fusee.Ctx) -> None:
+    """Fails a few calls deep: its traceback is longer than a terminal line."""
+    await ctx.step("ok", lambda: 1)
+    _prepare_the_shipment_of_every_part([])
+
+
 @fusee.workflow("flaky")
 async def flaky(ctx: fusee.Ctx) -> str:
     def attempt() -> str:
@@ -77,3 +94,21 @@ async def looper(ctx: fusee.Ctx, n: int) -> int:
     if n < 2:
         ctx.continue_as_new(n + 1)
     return n
+
+
+# The test sets these to let `download`'s step go on (made in the test's loop).
+GATES: dict[str, asyncio.Event] = {}
+
+
+@fusee.workflow("download")
+async def download(ctx: fusee.Ctx, parts: int) -> int:
+    """One step that reports its progress by heartbeat, in both shapes a bar reads."""
+
+    async def fetch(s: fusee.StepCtx) -> int:
+        s.heartbeat({"done": 1, "total": parts})
+        await GATES["half"].wait()
+        s.heartbeat({"pct": 75})
+        await GATES["done"].wait()
+        return parts
+
+    return await ctx.step("fetch", fetch)

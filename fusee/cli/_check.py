@@ -1,0 +1,206 @@
+"""``fusee check``: read every row and every record of a store and report the damage.
+
+It finds a record that does not decode, a journal that does not start with
+its Start, records after a run's Done, a finished row whose journal has no
+Done, a row whose journal is missing, and a row that cannot be read, each
+named by its run. It uses only the `fusee.store.Store` protocol and
+`fusee.record.decode`, so it checks any store the same way.
+
+The rule: it only reads (the store opened read-only), and one damaged run
+never stops the check of the others: each is read on its own, and the
+error it raises becomes a finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from fusee.cli._output import Output, iso
+from fusee.cli._reading import FINISHED, reading, store_target
+from fusee.errors import FuseeError, NotFound, StoreError
+from fusee.record import Done, Start, decode
+from fusee.store import RunRow, Store
+
+# What reading a damaged row or journal may raise: the store's own errors,
+# and the decoders' (msgpack's errors are ValueErrors) where a store lets
+# them through.
+_UNREADABLE: Final = (StoreError, ValueError, TypeError)
+# Rows are listed a page at a time, so a big store is never in memory at once.
+_PAGE: Final = 1000
+# Start times a row may hold: SQLite's 64-bit integers.
+_EARLIEST_MS: Final = -(2**63)
+_LATEST_MS: Final = 2**63 - 1
+# Runs whose journal ends with a Done record.
+_ENDED: Final = FINISHED | {"continued"}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One piece of damage: the run it is in (None when the row itself is unreadable)."""
+
+    id: str | None
+    run: int | None
+    status: str | None
+    problem: str
+    lsn: int | None = None
+
+
+async def _rows(store: Store) -> tuple[list[RunRow], list[Finding]]:
+    """Every row the store can read, and a finding for each stretch it cannot."""
+    rows: list[RunRow] = []
+    after: tuple[int, str] | None = None
+    try:
+        while True:
+            page = await store.list(limit=_PAGE, after=after)
+            rows.extend(page)
+            if len(page) < _PAGE:
+                return rows, []
+            after = (page[-1].started_ms, page[-1].id)
+    except _UNREADABLE as e:
+        # A row that does not read fails the whole listing: find it by
+        # halving the start-time range until the failing stretch is one
+        # millisecond, and read everything around it.
+        findings: list[Finding] = []
+        rows = await _rows_between(store, _EARLIEST_MS, _LATEST_MS, findings)
+        if not findings:
+            # No stretch of start times fails alone: the damage is elsewhere
+            # (a start time that is not a number, say).
+            findings.append(Finding(None, None, None, f"the rows cannot be listed: {e}"))
+        return rows, findings
+
+
+async def _rows_between(
+    store: Store, from_ms: int, to_ms: int, findings: list[Finding]
+) -> list[RunRow]:
+    try:
+        return await store.list(started_from_ms=from_ms, started_to_ms=to_ms)
+    except _UNREADABLE as e:
+        if from_ms == to_ms:
+            return await _rows_around(store, from_ms, e, findings)
+    middle = (from_ms + to_ms) // 2
+    return [
+        *await _rows_between(store, from_ms, middle, findings),
+        *await _rows_between(store, middle + 1, to_ms, findings),
+    ]
+
+
+async def _rows_around(
+    store: Store, ms: int, error: Exception, findings: list[Finding]
+) -> list[RunRow]:
+    """The rows started at ``ms`` that read, one at a time from each end up to the damage."""
+    ends: list[list[RunRow]] = []
+    for newest_first in (False, True):
+        rows: list[RunRow] = []
+        while True:
+            after = (ms, rows[-1].id) if rows else None
+            try:
+                page = await store.list(
+                    started_from_ms=ms,
+                    started_to_ms=ms,
+                    limit=1,
+                    newest_first=newest_first,
+                    after=after,
+                )
+            except _UNREADABLE:
+                break
+            if not page:
+                break
+            rows.append(page[0])
+        ends.append(rows)
+    first, last = ends
+    # Rows of one start time come by id: the damaged ones sort between the ends.
+    where = [f"after {first[-1].id!r}"] if first else []
+    where += [f"before {last[-1].id!r}"] if last else []
+    ids = f" (its id sorts {' and '.join(where)})" if where else ""
+    text = str(error) or type(error).__name__
+    findings.append(
+        Finding(None, None, None, f"a row started at {iso(ms)}{ids} cannot be read: {text}")
+    )
+    seen = {row.id for row in first}
+    return [*first, *(row for row in reversed(last) if row.id not in seen)]
+
+
+async def _check_run(store: Store, row: RunRow) -> tuple[int, list[Finding]]:
+    """The number of records of ``row``'s run, and what is damaged in it."""
+
+    def finding(problem: str, lsn: int | None = None) -> Finding:
+        return Finding(row.id, row.run, row.status, problem, lsn)
+
+    try:
+        entries = await store.load(row.id, row.run)
+    except NotFound:
+        return 0, [finding("its row is there but its journal is missing (no records)")]
+    except _UNREADABLE as e:
+        return 0, [finding(f"its journal cannot be read: {e}")]
+    if not entries:
+        return 0, [finding("its row is there but its journal is missing (no records)")]
+    found: list[Finding] = []
+    done_at: int | None = None
+    after_done: list[int] = []
+    for i, (lsn, data) in enumerate(entries):
+        try:
+            rec = decode(data)
+        except FuseeError as e:
+            found.append(finding(f"the record at LSN {lsn} does not decode: {e}", lsn))
+            continue
+        if i == 0 and not isinstance(rec, Start):
+            found.append(
+                finding(
+                    f"its journal does not start with Start (LSN {lsn} is {type(rec).__name__})",
+                    lsn,
+                )
+            )
+        if done_at is not None:
+            after_done.append(lsn)
+        elif isinstance(rec, Done):
+            done_at = lsn
+    if after_done:
+        found.append(
+            finding(
+                f"{len(after_done)} record(s) after its Done (LSN {done_at}): LSN "
+                + ", ".join(str(lsn) for lsn in after_done[:10])
+                + (", ..." if len(after_done) > 10 else ""),
+                after_done[0],
+            )
+        )
+    if row.status in _ENDED and done_at is None:
+        found.append(finding(f"its row says {row.status} but its journal has no Done record"))
+    return len(entries), found
+
+
+async def check_command(args: argparse.Namespace, out: Output) -> int:
+    where = store_target(args)
+    records = 0
+    async with reading(args) as store:
+        rows, findings = await _rows(store)
+        for row in rows:
+            count, found = await _check_run(store, row)
+            records += count
+            findings.extend(found)
+    damaged = len({(f.id, f.run) if f.id is not None else f.problem for f in findings})
+    if out.json:
+        report: dict[str, Any] = {
+            "store": where,
+            "runs": len(rows),
+            "records": records,
+            "damaged": damaged,
+            "findings": [asdict(f) for f in findings],
+        }
+        out.emit(report)
+        return 1 if findings else 0
+    for f in findings:
+        run = "(unreadable row)" if f.id is None else f"{f.id} (run {f.run}, {f.status})"
+        out.say(("  damaged  ", "bold red"), f"{run}: {f.problem}")
+    if findings:
+        out.say(
+            (
+                f"{where}: {damaged} damaged run(s) or row(s) among {len(rows)} run(s) "
+                f"and {records} record(s) read",
+                "bold red",
+            )
+        )
+        return 1
+    out.say((f"{where}: {len(rows)} run(s) and {records} record(s) read: no damage", "bold green"))
+    return 0

@@ -1,0 +1,112 @@
+"""Helpers of the CLI tests: the command run in-process, a worker in a thread, an engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cli_workflows as wfs
+
+import fusee
+from fusee.cli import main
+from fusee.cli._inbox import post
+
+HERE = Path(__file__).parent.parent
+MODULE = str(HERE / "cli_workflows.py")
+
+
+class Watch(io.StringIO):
+    """An output stream a test can wait on, for commands running in another thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+
+    def write(self, s: str) -> int:
+        with self._changed:
+            n = super().write(s)
+            self._changed.notify_all()
+            return n
+
+    def wait_for(self, text: str, timeout: float = 15.0) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: text in self.getvalue(), timeout)
+
+
+class Terminal(Watch):
+    """A `Watch` that says it is a terminal, as a shell's stdout does."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+    """Polls ``condition`` (a state another thread reaches) until it holds."""
+    pause = threading.Event()
+    for _ in range(int(timeout / 0.02)):
+        if condition():
+            return
+        pause.wait(0.02)
+    raise AssertionError("the condition did not hold in time")
+
+
+def cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+async def acli(*argv: str) -> tuple[int, str, str]:
+    """`cli` from async code: the command runs its own event loop in a thread."""
+    return await asyncio.to_thread(cli, *argv)
+
+
+def one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fusee: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@contextlib.asynccontextmanager
+async def engine_on(data: Path) -> AsyncIterator[fusee.Engine]:
+    workflows: list[fusee.WorkflowDef[Any, Any]] = [
+        wfs.greet,
+        wfs.ship,
+        wfs.gated,
+        wfs.boom,
+        wfs.flaky,
+        wfs.looper,
+        wfs.download,
+        wfs.deep_boom,
+    ]
+    async with await fusee.Engine.open(data, workflows=workflows, durability="none") as engine:
+        yield engine
+
+
+@contextlib.contextmanager
+def worker(data: Path, *extra: str) -> Iterator[Watch]:
+    """A `fusee worker` on ``data`` in a thread, stopped through its inbox at the end."""
+    out = Watch()
+    codes: list[int] = []
+    argv = ["worker", MODULE, "--data", str(data), "--durability", "none", "--max-seconds", "60"]
+
+    def serve() -> None:
+        codes.append(main([*argv, *extra], stdout=out, stderr=out))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert out.wait_for("fusee worker (pid"), out.getvalue()
+    try:
+        yield out
+    finally:
+        post(data, {"op": "stop", "id": ""})
+        thread.join(15)
+        assert not thread.is_alive()
+        assert codes == [0], out.getvalue()

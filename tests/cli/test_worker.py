@@ -1,0 +1,148 @@
+"""`fusee worker` and the commands it applies (start, signal, cancel, resume)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import cli_workflows as wfs
+
+from fusee.cli._inbox import worker_holder
+
+from .conftest import MODULE, cli, eventually, one_line_error, worker
+
+
+def test_worker_applies_start_signal_cancel_and_resume(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    wfs.FLAKY_OK["ok"] = False
+    with worker(tmp_path) as log:
+        code, out, _ = cli("start", f"{MODULE}:greet", "g-1", '"ana"', "--data", data)
+        assert (code, out.strip()) == (0, "started run 'g-1' (greet)")
+        code, out, _ = cli("result", "g-1", "--wait", "--timeout", "20", "--data", data)
+        assert json.loads(out) == "hello ana"
+        assert log.wait_for("g-1 (greet) completed: hello ana")
+
+        order = '{"id": "o1", "amount": 3}'
+        code, out, _ = cli("start", f"{MODULE}:gated", "gated-1", order, "--data", data, "--json")
+        assert json.loads(out)["applied"] is True
+        code, out, _ = cli("signal", "gated-1", "go", "true", "--data", data)
+        assert (code, out.strip()) == (0, "signal 'go' delivered to run 'gated-1'")
+        code, out, _ = cli("result", "gated-1", "--wait", "--timeout", "20", "--data", data)
+        assert json.loads(out) == "shipped FR-o1"
+
+        cli("start", f"{MODULE}:gated", "gated-2", order, "--data", data)
+        code, out, _ = cli("cancel", "gated-2", "--reason", "out of stock", "--data", data)
+        assert (code, out.strip()) == (0, "run 'gated-2' cancelled")
+        code, _, err = cli("result", "gated-2", "--wait", "--timeout", "20", "--data", data)
+        assert "out of stock" in err
+
+        cli("start", f"{MODULE}:flaky", "flaky-1", "--data", data)
+        eventually(
+            lambda: bool(json.loads(cli("list", "--status", "paused", "--json", "--data", data)[1]))
+        )
+        wfs.FLAKY_OK["ok"] = True
+        code, out, _ = cli("resume", "flaky-1", "--data", data)
+        assert (code, out.strip()) == (0, "run 'flaky-1' resumed")
+        code, out, _ = cli("result", "flaky-1", "--wait", "--timeout", "20", "--data", data)
+        assert json.loads(out) == "up"
+
+        # A second worker on the same store is refused: one engine writes a store.
+        code, _, err = cli("worker", MODULE, "--data", data)
+        assert code == 1
+        assert "already writes the store" in one_line_error(err)
+
+        code, _, err = cli("signal", "g-1", "go", "true", "--data", data)
+        assert code == 1
+        assert "has finished (completed)" in one_line_error(err)
+        code, out, _ = cli("signal", "gated-1", "go", "--data", data, "--no-wait")
+        assert code == 1 or "queued" in out
+    assert "> started run 'g-1' (greet)" in log.getvalue()
+    assert worker_holder(tmp_path) is None
+
+
+def test_a_failed_command_is_reported_by_the_worker(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    with worker(tmp_path):
+        cli("start", f"{MODULE}:greet", "g-1", '"ana"', "--data", data)
+        cli("result", "g-1", "--wait", "--timeout", "20", "--data", data)
+        # Started again with a taken id, past the CLI's own check: the engine refuses.
+        code, out, err = cli(
+            "start", f"{MODULE}:greet", "g-1", '"bo"', "--id-policy", "attach", "--data", data
+        )
+        assert code == 0
+        code, out, err = cli(
+            "start", f"{MODULE}:greet", "g-1", '"bo"', "--id-policy", "replace", "--data", data
+        )
+        assert code == 0, err
+        code, out, _ = cli("result", "g-1", "--wait", "--timeout", "20", "--data", data)
+        assert json.loads(out) == "hello bo"
+
+
+def test_a_worker_process_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "fusee", "worker", MODULE, "--data", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert worker.stdout is not None
+        for line in worker.stdout:
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert "fusee worker (pid" in lines.get(timeout=30)
+        assert worker_holder(tmp_path) is not None
+        _, out, _ = cli("start", f"{MODULE}:greet", "g-1", '"ana"', "--data", str(tmp_path))
+        assert out.strip() == "started run 'g-1' (greet)"
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill()
+        worker.wait(30)
+        reader.join(30)
+        assert worker.stdout is not None
+        worker.stdout.close()
+    rest = "".join(lines.get_nowait() for _ in range(lines.qsize()))
+    assert "fusee worker stopped" in rest
+    assert worker_holder(tmp_path) is None
+
+
+def test_the_worker_reports_a_run_that_pauses(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    wfs.FLAKY_OK["ok"] = False
+    with worker(tmp_path) as log:
+        cli("start", f"{MODULE}:flaky", "flaky-1", "--data", data)
+        assert log.wait_for(
+            "flaky-1 (flaky) paused: step 'call' failed after 1 attempt(s): "
+            "ConnectionError: still down; `fusee resume flaky-1` retries it"
+        ), log.getvalue()
+        wfs.FLAKY_OK["ok"] = True
+        cli("resume", "flaky-1", "--data", data)
+        assert log.wait_for("flaky-1 (flaky) completed: up"), log.getvalue()
+    assert log.getvalue().count("flaky-1 (flaky) paused") == 1
+
+
+def test_the_worker_shows_the_fusee_loggers_records_from_info_up(tmp_path: Path) -> None:
+    logger = logging.getLogger("fusee")
+    level, handlers = logger.level, list(logger.handlers)
+    with worker(tmp_path) as log:
+        logger.debug("too fine to show")
+        logger.info("an engine note")
+        logger.warning("run 'x' paused: step 'y' failed")
+        assert log.wait_for("warning: run 'x' paused: step 'y' failed")
+    text = log.getvalue()
+    assert "info: an engine note" in text
+    assert "too fine to show" not in text
+    # Stopped, the worker leaves the logger as it found it.
+    assert (logger.level, logger.handlers) == (level, handlers)
