@@ -28,6 +28,7 @@ import asyncio
 import builtins
 import contextlib
 import fcntl
+import logging
 import os
 import queue
 import sqlite3
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeAlias, TypeVar
 
-from fusee.errors import NotFound, StoreError
+from fusee.errors import FuseeError, StoreError
 from fusee.store import (
     UNFINISHED_STATUSES,
     Entry,
@@ -103,6 +104,8 @@ _SqlRow: TypeAlias = tuple[Any, ...]
 _Loaded: TypeAlias = builtins.list[tuple[int, bytes]]
 _BatchedRead: TypeAlias = tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]
 _T = TypeVar("_T")
+
+log = logging.getLogger("fusee")
 
 
 @dataclass(slots=True)
@@ -439,7 +442,7 @@ class SqliteStore:
         try:
             self._check_open()
             reading = self._loop.run_in_executor(
-                self._reader, self._run_read, lambda conn: _read_many(conn, fns)
+                self._reader, self._run_read, lambda conn: _read_many(conn, fns, self._path)
             )
         except (StoreError, RuntimeError) as e:  # closed meanwhile
             reading = self._loop.create_future()
@@ -710,30 +713,37 @@ class SqliteStore:
             if self._readonly:
                 _check_format(conn, self._path, create=False)
             last_lsn, reserved = _counters(conn)
-        except sqlite3.Error as e:
-            conn.close()
-            raise _store_error(e, self._path, "opening") from e
-        except BaseException:
-            conn.close()
+        except BaseException as e:
+            _close(conn, self._path)
+            if isinstance(e, sqlite3.Error):
+                raise _store_error(e, self._path, "opening") from e
             raise
         self._rconn = conn
         return last_lsn, reserved
 
     def _close_reader(self) -> None:
-        if self._rconn is not None:
-            self._rconn.close()
-            self._rconn = None
+        conn, self._rconn = self._rconn, None
+        if conn is not None:
+            _close(conn, self._path)
 
     def _run_read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         conn = self._rconn
         assert conn is not None
         try:
-            return fn(conn)
+            result = fn(conn)
+        except BaseException as e:
+            # The read's own error is the one to report, not one from ending
+            # its snapshot (on a damaged file that fails too).
+            with contextlib.suppress(sqlite3.Error):
+                _end_read(conn)
+            if isinstance(e, sqlite3.Error):
+                raise _store_error(e, self._path, "reading") from e
+            raise
+        try:
+            _end_read(conn)
         except sqlite3.Error as e:
             raise _store_error(e, self._path, "reading") from e
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+        return result
 
     # -- the writer thread's side ------------------------------------------------------
 
@@ -747,7 +757,7 @@ class SqliteStore:
             self._post(_settle, ready, counters, None)
             self._serve(conn)
         finally:
-            conn.close()
+            _close(conn, self._path)
 
     def _open_writer(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
         try:
@@ -773,7 +783,7 @@ class SqliteStore:
             counters = _counters(conn)
         except BaseException as e:
             if conn is not None:
-                conn.close()
+                _close(conn, self._path)
             if isinstance(e, sqlite3.Error):
                 raise _store_error(e, self._path, "opening") from e
             raise
@@ -856,10 +866,7 @@ class SqliteStore:
                 conn.execute(_SET_RESERVED, (reserved,))
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                # The error that got us here is the one to report.
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
         self._transactions += 1
 
@@ -936,8 +943,7 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None
                     conn.execute(statement)
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
         app, version = _header(conn)
     if app != APPLICATION_ID:
@@ -966,8 +972,7 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None
             conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
         version += 1
 
@@ -1034,17 +1039,42 @@ def _store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
 
 
 def _read_many(
-    conn: sqlite3.Connection, fns: builtins.list[Callable[[sqlite3.Connection], Any]]
+    conn: sqlite3.Connection, fns: builtins.list[Callable[[sqlite3.Connection], Any]], path: Path
 ) -> builtins.list[Any]:
-    """Each read's result, or the NotFound it raised (a database error fails them all)."""
+    """Each read's result, or the error it raised: one read's damage is its own."""
     conn.execute("BEGIN")  # one snapshot for every query below
     results: builtins.list[Any] = []
     for fn in fns:
         try:
             results.append(fn(conn))
-        except NotFound as e:
+        except FuseeError as e:  # NotFound, CorruptRecord
             results.append(e)
+        except sqlite3.Error as e:
+            error = _store_error(e, path, "reading")
+            error.__cause__ = e
+            results.append(error)
     return results
+
+
+def _end_read(conn: sqlite3.Connection) -> None:
+    """Ends a read's snapshot (a read changes nothing: rolling back is ending)."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Rolls back a failed transaction; the error that got here is the one to report."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def _close(conn: sqlite3.Connection, path: Path) -> None:
+    """Closes a connection; a failure is logged, as nothing is left to tell."""
+    try:
+        conn.close()
+    except sqlite3.Error as e:
+        log.warning("closing %s failed: %s", path, e)
 
 
 def _load(conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int) -> _Loaded:

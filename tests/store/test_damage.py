@@ -1,0 +1,132 @@
+"""Damaged stores fail clearly, and one damaged run affects only itself.
+
+Each test makes its damage itself, on the file of a closed store: pages
+overwritten with garbage, rows changed behind the store's back with the
+sqlite3 module, files emptied, truncated or removed. What the store must do
+is the same every time: refuse with a `StoreError` (`CorruptRecord` for one
+run's row or journal) that names the file or the run and says what to do,
+never a raw `sqlite3` error, and never a silently emptied store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fusee.errors import StoreError
+from fusee.store import Entry, RunRow, SqliteStore
+from fusee.store.sqlite import FILENAME
+
+# What each run's records hold: a marker that finds its pages in the file.
+_PAYLOAD = b"journal of a: " + b"a" * 286
+
+
+def row(id: str, run: int = 1, status: str = "running", started_ms: int = 0) -> RunRow:
+    return RunRow(id, run, "checkout", status, started_ms)
+
+
+@contextlib.contextmanager
+def connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection to the closed store's file, to damage it with."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+async def made_store(directory: Path) -> Path:
+    """A closed store: run 'a' with 400 records over many pages, runs r1..r50 with one each."""
+    s = SqliteStore(directory, durability="none")
+    await s.open()
+    await s.append([Entry(n, "a", 1, _PAYLOAD) for n in range(1, 401)], [row("a")])
+    await s.append(
+        [Entry(400 + n, f"r{n}", 1, b"r") for n in range(1, 51)],
+        [row(f"r{n}", started_ms=n) for n in range(1, 51)],
+    )
+    await s.close()
+    return directory / FILENAME
+
+
+def overwrite_pages_holding(path: Path, marker: bytes, pages: int) -> None:
+    """Overwrites with garbage ``pages`` of the file's pages that hold ``marker``."""
+    data = bytearray(path.read_bytes())
+    size = int.from_bytes(data[16:18], "big") or 65536  # the header's page size
+    holding = [n for n in range(0, len(data), size) if marker in data[n : n + size]]
+    assert len(holding) > pages  # the damage leaves some of them alone
+    for n in holding[1 : 1 + pages]:
+        data[n : n + size] = b"\xa5" * size
+    path.write_bytes(bytes(data))
+
+
+# -- no raw errors -------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_a_damaged_page_fails_only_the_reads_that_meet_it_with_a_store_error(
+    tmp_path: Path,
+) -> None:
+    path = await made_store(tmp_path)
+    overwrite_pages_holding(path, _PAYLOAD, 2)
+
+    s = SqliteStore(tmp_path, durability="none")
+    await s.open()
+    try:
+        # One turn, so one batch: the damaged journal fails its own read only.
+        damaged, other, got = await asyncio.gather(
+            s.load("a"), s.load("r3"), s.get("a"), return_exceptions=True
+        )
+        assert isinstance(damaged, StoreError)
+        assert str(damaged).startswith(f"{path} is damaged")
+        assert "restore it from a backup" in str(damaged)
+        assert other == [(403, b"r")]
+        assert got == row("a")
+        with pytest.raises(StoreError, match=rf"^{path} is damaged"):
+            await s.load("a")  # alone too
+        assert len(await s.list()) == 51
+        await s.append([Entry(451, "b", 1, b"b")], [row("b")])
+        assert await s.load("b") == [(451, b"b")]
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "readonly", [pytest.param(False, id="writer"), pytest.param(True, id="readonly")]
+)
+async def test_a_damaged_page_of_the_run_rows_fails_listings_and_writes_with_a_store_error(
+    tmp_path: Path, readonly: bool
+) -> None:
+    s = SqliteStore(tmp_path, durability="none")
+    await s.open()
+    note = "rows: " + "r" * 300
+    await s.append(
+        [Entry(n, f"r{n}", 1, b"r") for n in range(1, 101)],
+        [
+            RunRow(f"r{n}", 1, "checkout", "running", n, attributes={"note": note})
+            for n in range(1, 101)
+        ],
+    )
+    await s.close()
+    path = tmp_path / FILENAME
+    overwrite_pages_holding(path, note.encode(), 1)
+
+    s = SqliteStore(tmp_path, durability="none", readonly=readonly)
+    await s.open()
+    try:
+        got = await asyncio.gather(*(s.get(f"r{n}") for n in range(1, 101)), return_exceptions=True)
+        assert {type(g) for g in got} == {RunRow, StoreError}
+        for read in (s.list, s.unfinished):
+            with pytest.raises(StoreError, match=rf"^{path} is damaged"):
+                await read()
+        if not readonly:
+            rewrite = [row(f"r{n}") for n in range(1, 101)]
+            with pytest.raises(StoreError, match=rf"^{path} is damaged"):
+                await s.append([Entry(101, "r1", 1, b"x")], rewrite)
+    finally:
+        await s.close()
