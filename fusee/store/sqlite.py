@@ -33,14 +33,17 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeAlias, TypeVar
 
-from fusee.errors import FuseeError, StoreError
+import msgpack
+
+from fusee.errors import CorruptRecord, FuseeError, StoreError
 from fusee.store import (
+    RUN_STATUSES,
     UNFINISHED_STATUSES,
     Entry,
     RunRow,
@@ -452,6 +455,12 @@ class SqliteStore:
     async def get(self, id: str) -> RunRow | None:
         """Returns the row of ``id`` (its latest run), or None.
 
+        Raises:
+            CorruptRecord: The row is damaged (a field fusee never writes, an
+                unknown status, attributes that do not decode); the message
+                names the run. Other runs' rows read as before.
+            StoreError: The file is damaged or unreadable where the row is.
+
         Example:
             >>> import asyncio, tempfile
             >>> async def demo(directory: str) -> RunRow | None:
@@ -472,7 +481,7 @@ class SqliteStore:
         # No write of this id is in flight, so the committed database already
         # has its latest row: no need to wait for the writer (unlike `_read`).
         self._check_open()
-        return await self._read_batched(lambda conn: _get(conn, id))
+        return await self._read_batched(lambda conn: _get(conn, id, self._path))
 
     async def list(
         self,
@@ -498,8 +507,14 @@ class SqliteStore:
             started_from_ms: Only rows started at or after this time.
             started_to_ms: Only rows started at or before this time.
 
+        A damaged row (one `get` refuses with `CorruptRecord`) is left out
+        and logged as a warning on the ``fusee`` logger naming its run, so
+        that one damaged run does not hide the others; `fusee check` reports
+        every damaged row.
+
         Raises:
             ValueError: An unknown status, or a negative limit.
+            StoreError: The file is damaged or unreadable where the rows are.
 
         Example:
             >>> import asyncio, tempfile
@@ -520,10 +535,15 @@ class SqliteStore:
         _check_list_args(status, limit, after)
         wanted = _normalize_filter(attributes)
         page = _Page(newest_first, after, started_from_ms, started_to_ms)
-        return await self._read(lambda conn: _list(conn, status, workflow, wanted, limit, page))
+        return await self._read(
+            lambda conn: _list(conn, status, workflow, wanted, limit, page, self._path)
+        )
 
     async def unfinished(self) -> builtins.list[RunRow]:
         """Returns the rows of runs that are running, suspended or paused.
+
+        A damaged row is left out and logged, as in `list`; `fusee check`
+        reports it.
 
         Example:
             >>> import asyncio, tempfile
@@ -538,7 +558,7 @@ class SqliteStore:
             ...     asyncio.run(demo(d))
             []
         """
-        return await self._read(_unfinished)
+        return await self._read(lambda conn: _unfinished(conn, self._path))
 
     async def next_run(self) -> int:
         """Returns a run number this store never gave out before (from 1 up).
@@ -1103,24 +1123,74 @@ def _load(conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int) ->
     return records
 
 
-def _row(values: _SqlRow) -> RunRow:
+def _row(values: _SqlRow, path: Path) -> RunRow:
+    """The `RunRow` of a ``runs`` row; raises `CorruptRecord` naming the run if it is damaged."""
     id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values
-    return RunRow(
-        id,
-        run,
-        workflow,
-        status,
-        started_ms,
-        finished_ms,
-        wake_ms,
-        _unpack_attributes(attributes),
-        parent,
+    problem = _row_problem(values)
+    if problem is None:
+        try:
+            return RunRow(
+                id,
+                run,
+                workflow,
+                status,
+                started_ms,
+                finished_ms,
+                wake_ms,
+                _unpack_attributes(attributes),
+                parent,
+            )
+        except (msgpack.UnpackException, ValueError, TypeError) as e:
+            problem = f"its search attributes do not decode ({type(e).__name__}: {e})"
+    raise CorruptRecord(
+        f"the row of run {id!r} (run {run!r}) in {path} is damaged: {problem}; the other runs "
+        f"are not affected (`fusee check` lists every damaged run): restore {path} from a "
+        "backup to read this one again"
     )
 
 
-def _get(conn: sqlite3.Connection, id: str) -> RunRow | None:
+# What each column of a `runs` row holds, in `_ROW_COLUMNS` order (None: may be NULL).
+_COLUMN_TYPES: Final = (
+    ("id", str, False),
+    ("run", int, False),
+    ("workflow", str, False),
+    ("status", str, False),
+    ("started_ms", int, False),
+    ("finished_ms", int, True),
+    ("wake_ms", int, True),
+    ("attributes", bytes, True),
+    ("parent", str, True),
+)
+
+
+def _row_problem(values: _SqlRow) -> str | None:
+    for (name, kind, nullable), value in zip(_COLUMN_TYPES, values, strict=True):
+        if type(value) is not kind and not (nullable and value is None):
+            return f"its {name} is {value!r}, which fusee never writes there"
+    status = values[3]
+    if status not in RUN_STATUSES:
+        return f"its status {status!r} is not one of {', '.join(sorted(RUN_STATUSES))}"
+    return None
+
+
+def _rows(
+    conn: sqlite3.Connection, sql: str, params: Sequence[object], path: Path
+) -> Iterator[RunRow]:
+    """The rows ``sql`` selects, without the damaged ones: a listing must not die of one row.
+
+    Each damaged row skipped is logged (a warning on the ``fusee`` logger,
+    naming the run); `fusee check` reports them all.
+    """
+    for values in conn.execute(sql, params):
+        try:
+            yield _row(values, path)
+        except CorruptRecord as e:
+            log.warning("skipped a damaged run row: %s", e)
+
+
+def _get(conn: sqlite3.Connection, id: str, path: Path) -> RunRow | None:
     found = conn.execute(f"SELECT {_ROW_COLUMNS} FROM runs WHERE id = ?", (id,)).fetchone()
-    return None if found is None else _row(found)
+    return None if found is None else _row(found, path)
 
 
 def _list(
@@ -1130,6 +1200,7 @@ def _list(
     attributes: Mapping[str, Any] | None,
     limit: int | None,
     page: _Page,
+    path: Path,
 ) -> builtins.list[RunRow]:
     where: builtins.list[str] = []
     params: builtins.list[object] = []
@@ -1152,18 +1223,14 @@ def _list(
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY started_ms DESC, id DESC" if page.newest_first else " ORDER BY started_ms, id"
-    if attributes is None:
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        return [_row(values) for values in conn.execute(sql, params)]
-    # Attributes are msgpack blobs SQLite cannot look into: filter here.
     rows: builtins.list[RunRow] = []
     if limit == 0:
         return rows
-    for values in conn.execute(sql, params):
-        row = _row(values)
-        if _matches(row, attributes):
+    # No LIMIT in the SQL: a damaged row skipped, or one the attributes (msgpack
+    # blobs SQLite cannot look into) do not match, does not count. The rows are
+    # stepped through lazily, so no more are read than the page needs.
+    for row in _rows(conn, sql, params, path):
+        if attributes is None or _matches(row, attributes):
             rows.append(row)
             if len(rows) == limit:
                 break
@@ -1180,7 +1247,7 @@ class _Page:
     started_to_ms: int | None
 
 
-def _unfinished(conn: sqlite3.Connection) -> builtins.list[RunRow]:
+def _unfinished(conn: sqlite3.Connection, path: Path) -> builtins.list[RunRow]:
     marks = ", ".join("?" * len(UNFINISHED_STATUSES))
     sql = f"SELECT {_ROW_COLUMNS} FROM runs WHERE status IN ({marks}) ORDER BY started_ms, id"
-    return [_row(values) for values in conn.execute(sql, sorted(UNFINISHED_STATUSES))]
+    return builtins.list(_rows(conn, sql, sorted(UNFINISHED_STATUSES), path))

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from fusee.errors import StoreError
+from fusee.errors import CorruptRecord, StoreError
 from fusee.store import Entry, RunRow, SqliteStore
 from fusee.store.sqlite import FILENAME
 
@@ -130,3 +131,75 @@ async def test_a_damaged_page_of_the_run_rows_fails_listings_and_writes_with_a_s
                 await s.append([Entry(101, "r1", 1, b"x")], rewrite)
     finally:
         await s.close()
+
+
+# -- one damaged row -----------------------------------------------------------------------
+
+_DAMAGED_ROWS = [
+    pytest.param("attributes = x'c1'", "its search attributes do not decode", id="attributes"),
+    pytest.param("attributes = x'93010203'", "its search attributes do not decode", id="not-a-map"),
+    pytest.param("attributes = 'text'", "its attributes is 'text'", id="attributes-text"),
+    pytest.param("started_ms = 'soon'", "its started_ms is 'soon'", id="started-text"),
+    pytest.param("status = 'exploded'", "its status 'exploded' is not one of", id="status"),
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("damage", "problem"), _DAMAGED_ROWS)
+async def test_a_damaged_row_fails_its_own_get_with_corrupt_record_naming_the_run(
+    tmp_path: Path, damage: str, problem: str
+) -> None:
+    path = await made_store(tmp_path)
+    with connect(path) as conn:
+        conn.execute(f"UPDATE runs SET {damage} WHERE id = 'r3'")
+
+    s = SqliteStore(tmp_path, durability="none")
+    await s.open()
+    try:
+        # One batch: the damaged row fails its own read only.
+        damaged, other, journal = await asyncio.gather(
+            s.get("r3"), s.get("r4"), s.load("r3"), return_exceptions=True
+        )
+        assert isinstance(damaged, CorruptRecord)
+        text = str(damaged)
+        assert text.startswith(f"the row of run 'r3' (run 1) in {path} is damaged: {problem}")
+        assert text.endswith(f"restore {path} from a backup to read this one again")
+        assert "fusee check" in text
+        assert other == row("r4", started_ms=4)
+        assert journal == [(403, b"r")]
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("damage", "problem"), _DAMAGED_ROWS)
+async def test_listings_skip_a_damaged_row_and_log_a_warning_naming_it(
+    tmp_path: Path, damage: str, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = await made_store(tmp_path)
+    with connect(path) as conn:
+        conn.execute(f"UPDATE runs SET {damage} WHERE id = 'r3'")
+
+    s = SqliteStore(tmp_path, durability="none", readonly=True)
+    await s.open()
+    try:
+        with caplog.at_level(logging.WARNING, logger="fusee"):
+            listed = [r.id for r in await s.list()]
+            unfinished = [r.id for r in await s.unfinished()]
+            page = [r.id for r in await s.list(limit=4, after=(1, "r1"))]
+    finally:
+        await s.close()
+
+    everyone = ["a", *(f"r{n}" for n in range(1, 51) if n != 3)]
+    assert listed == everyone
+    assert unfinished == everyone
+    # The damaged row does not count against the limit.
+    assert page == ["r2", "r4", "r5", "r6"]
+    # One per listing that met the row (those ordered by start time may stop
+    # before a damaged start time, and `unfinished` selects by status).
+    warnings = [r for r in caplog.records if r.name == "fusee"]
+    assert warnings
+    for warning in warnings:
+        assert warning.levelno == logging.WARNING
+        assert "the row of run 'r3'" in warning.getMessage()
+        assert problem in warning.getMessage()
