@@ -393,6 +393,8 @@ class SqliteStore:
 
         Raises:
             NotFound: No such id, or no records for that run of it.
+            CorruptRecord: The run has a row but no records (its journal is
+                lost), or a record that is not bytes; the message names the run.
             StoreError: The file is damaged or unreadable.
 
         Example:
@@ -411,7 +413,7 @@ class SqliteStore:
             [(2, b'y')]
         """
         await self._after_writes()
-        return await self._read_batched(lambda conn: _load(conn, id, run, after_lsn))
+        return await self._read_batched(lambda conn: _load(conn, id, run, after_lsn, self._path))
 
     def _read_batched(self, fn: Callable[[sqlite3.Connection], _T]) -> asyncio.Future[_T]:
         # Reads asked for in one turn of the loop (recovery, many runs woken
@@ -732,7 +734,7 @@ class SqliteStore:
         try:
             if self._readonly:
                 _check_format(conn, self._path, create=False)
-            last_lsn, reserved = _counters(conn)
+            last_lsn, reserved = _counters(conn, self._path)
         except BaseException as e:
             _close(conn, self._path)
             if isinstance(e, sqlite3.Error):
@@ -800,7 +802,7 @@ class SqliteStore:
             conn.execute(f"PRAGMA synchronous = {level}")
             self._synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
             _check_format(conn, self._path, create=True)
-            counters = _counters(conn)
+            counters = _counters(conn, self._path)
         except BaseException as e:
             if conn is not None:
                 _close(conn, self._path)
@@ -995,6 +997,15 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None
             _roll_back(conn)
             raise
         version += 1
+    tables = {
+        name for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
+    }
+    missing = [name for name in ("journal", "runs", "meta") if name not in tables]
+    if missing:
+        raise _damaged(
+            path,
+            f"its {' and '.join(missing)} table{'s are' if len(missing) > 1 else ' is'} missing",
+        )
 
 
 def _header(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -1010,11 +1021,34 @@ def _foreign(path: Path) -> StoreError:
     )
 
 
-def _counters(conn: sqlite3.Connection) -> tuple[int, int]:
+def _counters(conn: sqlite3.Connection, path: Path) -> tuple[int, int]:
     """Returns the highest LSN stored and the reserved run-number count."""
     last_lsn = conn.execute("SELECT coalesce(max(lsn), 0) FROM journal").fetchone()[0]
-    reserved = conn.execute("SELECT value FROM meta WHERE key = 'run_reserved'").fetchone()[0]
-    return int(last_lsn), int(reserved)
+    found = conn.execute("SELECT value FROM meta WHERE key = 'run_reserved'").fetchone()
+    if found is None or type(found[0]) is not int or type(last_lsn) is not int:
+        what = (
+            "its meta table has no 'run_reserved' row (the count of run numbers handed out)"
+            if found is None or type(found[0]) is not int
+            else f"its highest LSN reads as {last_lsn!r}"
+        )
+        raise _damaged(path, what)
+    return last_lsn, found[0]
+
+
+def _damaged(path: Path, what: str) -> StoreError:
+    """The error for a store file that must not be used as it is: no run may be lost silently."""
+    return StoreError(
+        f"{path} is damaged: {what}; restore it (with any {path.name}-wal beside it) from a "
+        "backup, or move them aside to start an empty store there"
+    )
+
+
+def _no_journal(id: str, run: int, path: Path) -> CorruptRecord:
+    return CorruptRecord(
+        f"run {id!r} (run {run}) has a row in {path} but no journal records: its journal is "
+        "lost or damaged; the other runs are not affected (`fusee check` lists every damaged "
+        f"run): restore {path} from a backup to read this one again"
+    )
 
 
 def _code(e: BaseException) -> int:
@@ -1097,7 +1131,9 @@ def _close(conn: sqlite3.Connection, path: Path) -> None:
         log.warning("closing %s failed: %s", path, e)
 
 
-def _load(conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int) -> _Loaded:
+def _load(
+    conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int, path: Path
+) -> _Loaded:
     found = conn.execute("SELECT run FROM runs WHERE id = ?", (id,)).fetchone()
     row_run: int | None = found[0] if found is not None else None
     if run is None:
@@ -1110,16 +1146,30 @@ def _load(conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int) ->
         "SELECT lsn, data FROM journal WHERE id = ? AND run = ? AND lsn > ? ORDER BY lsn",
         (id, run, after_lsn),
     ).fetchall()
-    if not records and run != row_run:
-        has_run = conn.execute(
-            "SELECT 1 FROM journal WHERE id = ? AND run = ? LIMIT 1", (id, run)
-        ).fetchone()
-        if has_run is None:
+    if not records:
+        # Nothing after ``after_lsn`` is an answer; nothing at all is not.
+        has_run = (
+            after_lsn > 0
+            and conn.execute(
+                "SELECT 1 FROM journal WHERE id = ? AND run = ? LIMIT 1", (id, run)
+            ).fetchone()
+        )
+        if not has_run:
+            if run == row_run:
+                raise _no_journal(id, run, path)
             known = (
                 row_run is not None
                 or conn.execute("SELECT 1 FROM journal WHERE id = ? LIMIT 1", (id,)).fetchone()
             )
             raise _not_found(id, run if known else None)
+    for lsn, data in records:
+        if type(data) is not bytes:
+            raise CorruptRecord(
+                f"the journal of run {id!r} (run {run}) in {path} has a damaged record at LSN "
+                f"{lsn}: it holds {type(data).__name__}, not bytes; the other runs are not "
+                f"affected (`fusee check` lists every damaged run): restore {path} from a "
+                "backup to read this one again"
+            )
     return records
 
 

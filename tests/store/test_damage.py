@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fusee.errors import CorruptRecord, StoreError
-from fusee.store import Entry, RunRow, SqliteStore
+from fusee.store import Entry, MemoryStore, RunRow, SqliteStore, Store
 from fusee.store.sqlite import FILENAME
 
 # What each run's records hold: a marker that finds its pages in the file.
@@ -203,3 +203,139 @@ async def test_listings_skip_a_damaged_row_and_log_a_warning_naming_it(
         assert warning.levelno == logging.WARNING
         assert "the row of run 'r3'" in warning.getMessage()
         assert problem in warning.getMessage()
+
+
+# -- clear errors instead of obscure ones --------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("damage", "what"),
+    [
+        pytest.param(
+            "DELETE FROM meta",
+            "its meta table has no 'run_reserved' row (the count of run numbers handed out)",
+            id="meta-row",
+        ),
+        pytest.param(
+            "UPDATE meta SET value = 'many'",
+            "its meta table has no 'run_reserved' row",
+            id="meta-value",
+        ),
+        pytest.param("DROP TABLE meta", "its meta table is missing", id="meta-table"),
+        pytest.param(
+            "DROP TABLE journal; DROP TABLE runs",
+            "its journal and runs tables are missing",
+            id="tables",
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    "readonly", [pytest.param(False, id="writer"), pytest.param(True, id="readonly")]
+)
+async def test_a_store_missing_part_of_its_schema_is_refused_saying_what_is_missing(
+    tmp_path: Path, damage: str, what: str, readonly: bool
+) -> None:
+    path = await made_store(tmp_path)
+    with connect(path) as conn:
+        conn.executescript(damage)
+
+    s = SqliteStore(tmp_path, durability="none", readonly=readonly)
+    with pytest.raises(StoreError) as raised:
+        await s.open()
+    text = str(raised.value)
+    assert text.startswith(f"{path} is damaged: {what}")
+    assert text.endswith(
+        f"restore it (with any {FILENAME}-wal beside it) from a backup, or move them aside "
+        "to start an empty store there"
+    )
+    await s.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "kind", [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
+)
+async def test_loading_a_run_that_has_a_row_but_no_records_raises_corrupt_record_naming_it(
+    tmp_path: Path, kind: str
+) -> None:
+    # The engine indexes a run's journal (its start, its end): a run is its
+    # records, and a row alone is a run whose journal is lost.
+    s: Store = MemoryStore() if kind == "memory" else SqliteStore(tmp_path, durability="none")
+    await s.open()
+    try:
+        await s.append([Entry(1, "b", 1, b"b")], [row("a"), row("b")])
+        for load in (s.load("a"), s.load("a", 1), s.load("a", after_lsn=1)):
+            with pytest.raises(
+                CorruptRecord, match=r"^run 'a' \(run 1\) has a row in .* but no journal records"
+            ):
+                await load
+        assert await s.load("b", after_lsn=1) == []  # nothing new is an answer
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_run_whose_journal_was_deleted_raises_corrupt_record_and_others_load(
+    tmp_path: Path,
+) -> None:
+    path = await made_store(tmp_path)
+    with connect(path) as conn:
+        conn.execute("DELETE FROM journal WHERE id = 'r3'")
+
+    s = SqliteStore(tmp_path, durability="none")
+    await s.open()
+    try:
+        lost, other = await asyncio.gather(s.load("r3"), s.load("r4"), return_exceptions=True)
+        assert isinstance(lost, CorruptRecord)
+        assert str(lost) == (
+            f"run 'r3' (run 1) has a row in {path} but no journal records: its journal is lost "
+            "or damaged; the other runs are not affected (`fusee check` lists every damaged "
+            f"run): restore {path} from a backup to read this one again"
+        )
+        assert other == [(404, b"r")]
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_record_that_is_not_bytes_raises_corrupt_record_naming_the_run_and_lsn(
+    tmp_path: Path,
+) -> None:
+    path = await made_store(tmp_path)
+    with connect(path) as conn:
+        conn.execute("UPDATE journal SET data = 'text' WHERE lsn = 3")
+
+    s = SqliteStore(tmp_path, durability="none")
+    await s.open()
+    try:
+        with pytest.raises(
+            CorruptRecord,
+            match=r"^the journal of run 'a' \(run 1\) in .* damaged record at LSN 3: it holds str",
+        ):
+            await s.load("a")
+        assert await s.load("a", after_lsn=3) == [(n, _PAYLOAD) for n in range(4, 401)]
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_row_with_an_unknown_status_raises_corrupt_record_naming_the_run_and_status(
+    tmp_path: Path,
+) -> None:
+    # Read as one of the known statuses, such a run would never be seen to end.
+    path = await made_store(tmp_path)
+    with connect(path) as conn:
+        conn.execute("UPDATE runs SET status = 'exploded' WHERE id = 'a'")
+
+    s = SqliteStore(tmp_path, durability="none")
+    await s.open()
+    try:
+        with pytest.raises(
+            CorruptRecord,
+            match=r"^the row of run 'a' \(run 1\) .* its status 'exploded' is not one of cancelled",
+        ):
+            await s.get("a")
+        assert "a" not in [r.id for r in await s.unfinished()]
+    finally:
+        await s.close()

@@ -336,13 +336,13 @@ async def test_run_numbers_handed_out_before_a_crash_are_not_reused(tmp_path: Pa
 async def test_a_reader_in_another_thread_sees_whole_batches_while_the_writer_appends(
     store: SqliteStore,
 ) -> None:
-    await store.append([], [row("a")])
+    batches, size = 40, 5
+    await store.append([Entry(n, "a", 1, b"%d" % n) for n in range(1, size + 1)], [row("a")])
     reader = SqliteStore(store.path.parent, readonly=True)
     await reader.open()
-    batches, size = 40, 5
 
     async def write() -> None:
-        for b in range(batches):
+        for b in range(1, batches):
             lsns = range(b * size + 1, (b + 1) * size + 1)
             await store.append([Entry(n, "a", 1, b"%d" % n) for n in lsns])
 
