@@ -15,6 +15,12 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
 blocks (`next_run` writes once per block, riding along with appends), and
 ``close`` writes back the exact count, so only a crash leaves a gap.
 
+A new store appears whole (built under a temporary name, then linked into
+place), so an empty ``fusee.db``, one without SQLite's header, one shorter
+than its header says with pages lost, or a ``-wal`` without its database is
+damage: `open` refuses it, changing nothing, instead of starting an empty
+store over the runs that were there.
+
 The rule: only the writer thread writes. Every change goes through its
 queue, in call order, so LSNs land in order and the appends queued while a
 commit runs go to disk together in the next transaction (one fsync). Reads
@@ -32,6 +38,8 @@ import logging
 import os
 import queue
 import sqlite3
+import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -178,6 +186,8 @@ class SqliteStore:
         self._durability = durability
         self._readonly = readonly
         self._lock_file: Any = None
+        # Whether the file is shorter than its header says (see `_inspect`).
+        self._suspect = False
         # How long a write waits for another process's lock before failing.
         self._busy_timeout_s = 5.0
         self._state = "new"  # -> opening -> open -> closing -> closed (-> opening again)
@@ -238,8 +248,10 @@ class SqliteStore:
 
         Raises:
             StoreError: The file is not a fusee store (or not a database), is
-                from a newer fusee, is locked by another process, or (read-only)
-                does not exist.
+                damaged (empty, truncated, a WAL without its database, part of
+                its schema missing: the message says how to restore it or move
+                it aside), is from a newer fusee, is locked by another process,
+                or (read-only) does not exist.
 
         Example:
             >>> import asyncio, tempfile
@@ -272,7 +284,11 @@ class SqliteStore:
             if self._readonly:
                 last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
             else:
-                self._lock_writer()
+                await loop.run_in_executor(self._reader, self._prepare_writer)
+                # Checked through a read-only connection before a writable one
+                # opens: refusing a damaged file then changes nothing in it (a
+                # writable connection's close would fold the WAL into it).
+                await loop.run_in_executor(self._reader, self._open_reader)
                 ready: asyncio.Future[tuple[int, int]] = loop.create_future()
                 self._writer = threading.Thread(
                     target=self._write_main,
@@ -283,7 +299,6 @@ class SqliteStore:
                 )
                 self._writer.start()
                 last_lsn, reserved = await ready
-                await loop.run_in_executor(self._reader, self._open_reader)
         except BaseException:
             await self._shut_down()
             self._state = "closed"
@@ -690,14 +705,33 @@ class SqliteStore:
             self._reader = None
             self._unlock_writer()
 
+    def _prepare_writer(self) -> None:
+        """Inspects the files, creates the store if there is none, and takes the writer's lock."""
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(
+                f"cannot create the store directory {self._directory}: {e.strerror}; "
+                "pass a directory you can write"
+            ) from e
+        suspect = _inspect(self._path)
+        if suspect is None:
+            _create(self._path, fsync=self._durability == "fsync")
+        self._suspect = bool(suspect)
+        self._lock_writer()
+
     def _lock_writer(self) -> None:
         # One writer per store: two engines writing one journal would run
-        # the same steps twice and collide on LSNs. An flock on the database
-        # file itself (Linux keeps flocks apart from the POSIX locks SQLite
-        # takes), so the store stays one file, and the kernel drops the lock
-        # when the process dies, even by SIGKILL.
-        self._directory.mkdir(parents=True, exist_ok=True)
-        f = self._path.open("ab")
+        # the same steps twice and collide on LSNs. A lock on the database
+        # file itself (an flock on POSIX, which Linux keeps apart from the
+        # POSIX locks SQLite takes), so the store stays one file, and the
+        # kernel drops the lock when the process dies, even by SIGKILL.
+        try:
+            f = self._path.open("rb")
+        except OSError as e:
+            raise StoreError(
+                f"cannot open {self._path}: {e.strerror}; check the path and its permissions"
+            ) from e
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -717,10 +751,15 @@ class SqliteStore:
     # -- the reader thread's side ------------------------------------------------------
 
     def _open_reader(self) -> tuple[int, int]:
-        if self._readonly and not self._path.is_file():
-            raise StoreError(
-                f"no fusee store in {self._directory}; start an engine there first or pass --data"
-            )
+        """Opens the read-only connection and checks the store; the writer's check first."""
+        if self._readonly:
+            suspect = _inspect(self._path)
+            if suspect is None:
+                raise StoreError(
+                    f"no fusee store in {self._directory}; start an engine there first or "
+                    "pass --data"
+                )
+            self._suspect = suspect
         try:
             conn = sqlite3.connect(
                 f"{self._path.resolve().as_uri()}?mode=ro",
@@ -732,16 +771,18 @@ class SqliteStore:
         except sqlite3.Error as e:
             raise _store_error(e, self._path, "opening") from e
         try:
-            if self._readonly:
-                _check_format(conn, self._path, create=False)
-            last_lsn, reserved = _counters(conn, self._path)
+            if self._suspect:
+                _check_pages(conn, self._path)
+            counters = (0, 0)
+            if _check_format(conn, self._path, writer=not self._readonly, change=False):
+                counters = _counters(conn, self._path)
         except BaseException as e:
             _close(conn, self._path)
             if isinstance(e, sqlite3.Error):
                 raise _store_error(e, self._path, "opening") from e
             raise
         self._rconn = conn
-        return last_lsn, reserved
+        return counters
 
     def _close_reader(self) -> None:
         conn, self._rconn = self._rconn, None
@@ -782,13 +823,6 @@ class SqliteStore:
             _close(conn, self._path)
 
     def _open_writer(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
-        try:
-            self._directory.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StoreError(
-                f"cannot create the store directory {self._directory}: {e.strerror}; "
-                "pass a directory you can write"
-            ) from e
         conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(self._path, timeout=self._busy_timeout_s, isolation_level=None)
@@ -801,7 +835,7 @@ class SqliteStore:
             level = "FULL" if self._durability == "fsync" else "OFF"
             conn.execute(f"PRAGMA synchronous = {level}")
             self._synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
-            _check_format(conn, self._path, create=True)
+            _check_format(conn, self._path, writer=True, change=True)
             counters = _counters(conn, self._path)
         except BaseException as e:
             if conn is not None:
@@ -943,24 +977,30 @@ def _settle(
         future.set_result(result)
 
 
-def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None:
-    """Checks that ``conn`` holds a fusee store of this format; creates or upgrades it."""
+def _check_format(conn: sqlite3.Connection, path: Path, *, writer: bool, change: bool) -> bool:
+    """Checks that ``conn`` holds a fusee store of this format, or one a writer makes so.
+
+    With ``change``, a writer creates the schema in an empty database and
+    upgrades an older format. Returns whether the store is ready: False when
+    a writer must create or upgrade it first (only for a writer, without
+    ``change``).
+    """
     app, version = _header(conn)
     if app == 0 and version == 0:
-        if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
-            raise _foreign(path)
-        if not create:
+        _check_empty(conn, path)
+        if not writer:
             raise StoreError(
                 f"{path} is not a fusee store (an empty database); start an engine "
                 "there first or pass --data"
             )
+        if not change:
+            return False
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Another process may have created it since we looked.
             app, version = _header(conn)
             if app == 0 and version == 0:
-                if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
-                    raise _foreign(path)
+                _check_empty(conn, path)
                 for statement in _SCHEMA:
                     conn.execute(statement)
             conn.execute("COMMIT")
@@ -975,11 +1015,13 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None
             f"store {path} has format {version}, newer than this fusee understands "
             f"({FORMAT}); upgrade fusee"
         )
-    if version < FORMAT and not create:
+    if version < FORMAT and not writer:
         raise StoreError(
             f"store {path} has format {version}, older than this fusee's ({FORMAT}); "
             "open it once with an engine (not read-only) to upgrade it"
         )
+    if version < FORMAT and not change:
+        return False
     while version < FORMAT:
         steps = _MIGRATIONS.get(version)
         if steps is None:
@@ -1006,6 +1048,147 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None
             path,
             f"its {' and '.join(missing)} table{'s are' if len(missing) > 1 else ' is'} missing",
         )
+    return True
+
+
+def _check_empty(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuses a database without fusee's marks that is not empty (another's, or damaged)."""
+    if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
+        raise _foreign(path)
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    if pages - free > 1:
+        # Pages in use that no table owns: not an empty database.
+        raise _damaged(path, f"{pages - free - 1} of its pages belong to no table")
+
+
+def _check_pages(conn: sqlite3.Connection, path: Path) -> None:
+    """Reads every page (SQLite's quick_check): for a file shorter than its header says."""
+    found = [text for (text,) in conn.execute("PRAGMA quick_check(3)")]
+    if found != ["ok"]:
+        # Its lines, without the heading SQLite gives them ("*** in database main ***").
+        lines = [line for text in found for line in str(text).splitlines()]
+        problems = "; ".join(line for line in lines if not line.startswith("***"))
+        raise _damaged(path, f"it is shorter than its header says, and pages are lost ({problems})")
+
+
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+
+
+def _inspect(path: Path) -> bool | None:
+    """Looks at the store's files before SQLite does; raises `StoreError` if they are damaged.
+
+    SQLite takes an empty file for a new database (and deletes a WAL beside
+    it), so every run would be gone without a word. What fusee leaves is
+    either no file at all or a whole database: `_create` makes it in one
+    step. So an empty file, one without SQLite's header, or a WAL without
+    its database is damage, refused here before SQLite opens anything.
+
+    Returns:
+        None when there is no database file (a new store), else whether the
+        file is shorter than its header says: after a crash during a
+        checkpoint that is repaired from the WAL, so its pages are checked.
+    """
+    wal = path.with_name(path.name + "-wal")
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        if _size(wal):
+            raise _damaged(
+                path,
+                f"the database file is missing, but its write-ahead log {wal.name} is there "
+                f"({_size(wal):,} bytes of recent writes)",
+            ) from None
+        return None
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}; check its permissions") from e
+    if size == 0:
+        beside = f", beside a write-ahead log of {_size(wal):,} bytes" if _size(wal) else ""
+        raise _damaged(path, f"it is empty (0 bytes){beside}")
+    try:
+        with path.open("rb") as f:
+            header = f.read(100)
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}; check its permissions") from e
+    if len(header) < 100 or not header.startswith(_SQLITE_HEADER):
+        raise _not_a_database(path)
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        raise _damaged(path, f"its header gives a page size of {page_size}")
+    pages = int.from_bytes(header[28:32], "big")
+    # The header's page count holds only when it was written with the change
+    # counter (bytes 24-27 equal bytes 92-95); SQLite then relies on it.
+    counted = header[24:28] == header[92:96] and pages > 0
+    return size % page_size != 0 or (counted and size < pages * page_size)
+
+
+def _size(path: Path) -> int:
+    """A file's size, 0 when it is missing."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _create(path: Path, *, fsync: bool) -> None:
+    """Creates a store at ``path`` in one step: a whole database appears, or nothing.
+
+    Built beside it under a temporary name, then linked into place, which
+    fails if another process made one meanwhile (that one is used). A crash
+    leaves no file, or a whole store: never an empty file, which `_inspect`
+    takes for damage.
+    """
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        try:
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'OFF'}")
+                conn.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute("COMMIT")
+                # Kept in the file's header: every later connection uses the WAL.
+                conn.execute("PRAGMA journal_mode = WAL")
+            finally:
+                conn.close()
+        except sqlite3.Error as e:
+            raise _store_error(e, path, "creating") from e
+        try:
+            if fsync:
+                with tmp.open("rb") as f:
+                    os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return  # made by another process meanwhile: that one is the store
+            if fsync and sys.platform != "win32":
+                # The new name is durable once its directory is (POSIX).
+                dir_fd = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+        except OSError as e:
+            raise StoreError(
+                f"cannot create {path}: {e.strerror}; check the directory's permissions and "
+                "that its file system supports hard links"
+            ) from e
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            with contextlib.suppress(OSError):
+                leftover.unlink(missing_ok=True)
+
+
+def _not_a_database(path: Path) -> StoreError:
+    return StoreError(
+        f"{path} is not an SQLite database (it does not start with SQLite's header): if it "
+        "was a fusee store it is damaged; restore it from a backup, or move it aside to "
+        "start an empty store there"
+    )
 
 
 def _header(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -1077,7 +1260,7 @@ def _store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
     elif code == _READONLY:
         text = f"{path} cannot be written (read-only file or file system); check its permissions"
     elif code == _NOTADB:
-        text = f"{path} is not an SQLite database; move it away or pass another directory"
+        return _not_a_database(path)
     elif code == _CORRUPT:
         text = f"{path} is damaged ({e}); restore it from a backup"
     elif code == _CONSTRAINT and "journal.lsn" in str(e):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
+import shutil
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -339,3 +341,152 @@ async def test_a_row_with_an_unknown_status_raises_corrupt_record_naming_the_run
         assert "a" not in [r.id for r in await s.unfinished()]
     finally:
         await s.close()
+
+
+# -- no silent reset -----------------------------------------------------------------------
+
+
+async def crashed_store(tmp_path: Path) -> Path:
+    """The files of a store copied while it is open, as a crash leaves them: with a WAL."""
+    await made_store(tmp_path / "live")
+    s = SqliteStore(tmp_path / "live", durability="none")
+    await s.open()
+    try:
+        await s.append([Entry(451, "late", 1, b"late")], [row("late")])
+        shutil.copytree(tmp_path / "live", tmp_path / "crashed")
+    finally:
+        await s.close()
+    wal = tmp_path / "crashed" / f"{FILENAME}-wal"
+    assert wal.stat().st_size > 0
+    return tmp_path / "crashed" / FILENAME
+
+
+def sizes(directory: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in directory.iterdir()}
+
+
+_READERS = [pytest.param(False, id="writer"), pytest.param(True, id="readonly")]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("readonly", _READERS)
+@pytest.mark.parametrize(
+    "crashed", [pytest.param(False, id="closed"), pytest.param(True, id="wal")]
+)
+async def test_an_emptied_database_is_refused_naming_it_and_left_as_it_was(
+    tmp_path: Path, readonly: bool, crashed: bool
+) -> None:
+    path = await crashed_store(tmp_path) if crashed else await made_store(tmp_path)
+    path.write_bytes(b"")
+    before = sizes(path.parent)
+
+    s = SqliteStore(path.parent, durability="none", readonly=readonly)
+    with pytest.raises(StoreError) as raised:
+        await s.open()
+    beside = r", beside a write-ahead log of [\d,]+ bytes" if crashed else ""
+    assert re.fullmatch(
+        rf"{re.escape(str(path))} is damaged: it is empty \(0 bytes\){beside}; restore it "
+        rf"\(with any {FILENAME}-wal beside it\) from a backup, or move them aside to start "
+        "an empty store there",
+        str(raised.value),
+    )
+    # SQLite would have taken it for a new database and deleted the WAL.
+    assert sizes(path.parent) == before
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("readonly", _READERS)
+async def test_a_database_truncated_beside_its_wal_is_refused_and_left_as_it_was(
+    tmp_path: Path, readonly: bool
+) -> None:
+    path = await crashed_store(tmp_path)
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    before = sizes(path.parent)
+
+    s = SqliteStore(path.parent, durability="none", readonly=readonly)
+    with pytest.raises(StoreError) as raised:
+        await s.open()
+    assert str(raised.value).startswith(
+        f"{path} is damaged: it is shorter than its header says, and pages are lost (Page "
+    )
+    assert "move them aside to start an empty store there" in str(raised.value)
+    # A writable connection's close would have folded the WAL into it.
+    assert sizes(path.parent) == before
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("readonly", _READERS)
+async def test_a_wal_without_its_database_is_refused_and_no_new_store_is_made(
+    tmp_path: Path, readonly: bool
+) -> None:
+    path = await crashed_store(tmp_path)
+    path.unlink()
+
+    s = SqliteStore(path.parent, durability="none", readonly=readonly)
+    with pytest.raises(StoreError) as raised:
+        await s.open()
+    assert re.fullmatch(
+        rf"{re.escape(str(path))} is damaged: the database file is missing, but its "
+        rf"write-ahead log {FILENAME}-wal is there \([\d,]+ bytes of recent writes\); restore "
+        "it .* or move them aside to start an empty store there",
+        str(raised.value),
+    )
+    assert not path.exists()
+
+
+@pytest.mark.asyncio
+async def test_a_database_whose_first_page_is_garbage_is_refused_as_not_a_database(
+    tmp_path: Path,
+) -> None:
+    path = await made_store(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(b"\xa5" * 4096 + data[4096:])
+
+    with pytest.raises(StoreError) as raised:
+        await SqliteStore(tmp_path, durability="none").open()
+    assert str(raised.value) == (
+        f"{path} is not an SQLite database (it does not start with SQLite's header): if it "
+        "was a fusee store it is damaged; restore it from a backup, or move it aside to "
+        "start an empty store there"
+    )
+    assert path.read_bytes()[4096:] == data[4096:]
+
+
+@pytest.mark.asyncio
+async def test_a_store_moved_aside_leaves_room_for_a_new_empty_one(tmp_path: Path) -> None:
+    path = await crashed_store(tmp_path)
+    path.write_bytes(b"")
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for name in (FILENAME, f"{FILENAME}-wal", f"{FILENAME}-shm"):
+        (path.parent / name).rename(aside / name)
+
+    s = SqliteStore(path.parent, durability="none")
+    await s.open()
+    try:
+        assert await s.list() == []
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
+async def test_a_new_store_appears_whole_and_a_crash_copy_of_it_opens(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    s = SqliteStore(live, durability="none")
+    await s.open()
+    try:
+        # Made whole under a temporary name: nothing of it is left beside the store.
+        assert sorted(sizes(live)) == [FILENAME, f"{FILENAME}-shm", f"{FILENAME}-wal"]
+        assert (live / FILENAME).stat().st_size > 0
+        await s.append([Entry(1, "a", 1, b"a")], [row("a")])
+        shutil.copytree(live, tmp_path / "crashed")
+    finally:
+        await s.close()
+
+    again = SqliteStore(tmp_path / "crashed", durability="none")
+    await again.open()
+    try:
+        assert await again.load("a") == [(1, b"a")]
+    finally:
+        await again.close()
