@@ -127,6 +127,7 @@ class _Write:
     rows: builtins.list[_SqlRow]
     run_reserved: int | None
     fail: Exception | None  # test hook: raised inside the transaction
+    setup: Callable[[sqlite3.Connection], object] | None  # test hook: run before it
     max_lsn: int  # 0 when there are no entries
     # The failures the caller had seen reported when it called (see `_write`).
     epoch: int
@@ -220,6 +221,7 @@ class SqliteStore:
         self._transactions = 0
         self._synchronous: int | None = None
         self._fail_next: Exception | None = None
+        self._setup_next: Callable[[sqlite3.Connection], object] | None = None
 
     @property
     def path(self) -> Path:
@@ -353,7 +355,13 @@ class SqliteStore:
             TypeError: Record data that is not bytes, or attributes msgpack
                 cannot encode.
             StoreError: The write failed (disk full, locked by another
-                process, read-only store, closed store).
+                process, read-only store, closed store). Nothing of the batch
+                is stored, and the store stays usable: an append called once
+                the failure was reported is tried afresh (after space is
+                freed, it succeeds). Those called before it was reported fail
+                too and store nothing; once they have all returned,
+                `last_lsn` is that of the last stored append, and the failed
+                batches may be appended again with the same LSNs.
 
         Example:
             >>> import asyncio, tempfile
@@ -388,7 +396,8 @@ class SqliteStore:
             for r, blob in zip(runs, packed, strict=True)
         ]
         fail, self._fail_next = self._fail_next, None
-        write = self._submit(entries, rows, None, fail, last if entries else 0)
+        setup, self._setup_next = self._setup_next, None
+        write = self._submit(entries, rows, None, fail, last if entries else 0, setup)
         pending = self._pending
         for r in runs:
             pending[r.id] = (r, write.done)
@@ -618,6 +627,13 @@ class SqliteStore:
         """Test hook: the next append raises ``exc`` inside its transaction."""
         self._fail_next = exc
 
+    def _before_next_append(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+        """Test hook: the writer thread calls ``fn`` on its connection before the next append.
+
+        For example ``PRAGMA max_page_count``, which makes SQLite's disk full.
+        """
+        self._setup_next = fn
+
     # -- the event loop's side ---------------------------------------------------------
 
     def _check_writable(self) -> None:
@@ -636,6 +652,7 @@ class SqliteStore:
         run_reserved: int | None,
         fail: Exception | None,
         max_lsn: int,
+        setup: Callable[[sqlite3.Connection], object] | None = None,
     ) -> _Write:
         loop = self._loop
         assert loop is not None
@@ -646,7 +663,7 @@ class SqliteStore:
         self._tail = done
         epoch = self._failures_reported
         write = _Write(
-            entries, rows, run_reserved, fail, max_lsn, epoch, done, loop.create_future()
+            entries, rows, run_reserved, fail, setup, max_lsn, epoch, done, loop.create_future()
         )
         self._queue.put(write)
         return write
@@ -907,6 +924,14 @@ class SqliteStore:
         return error
 
     def _commit(self, conn: sqlite3.Connection, writes: builtins.list[_Write]) -> None:
+        for w in writes:
+            if w.setup is not None:
+                w.setup(conn)
+        if conn.in_transaction:
+            # A failed write whose rollback failed too (a full or failing
+            # disk) left its transaction open: end it now, or no write would
+            # ever begin again on this connection.
+            conn.execute("ROLLBACK")
         conn.execute("BEGIN IMMEDIATE")
         try:
             entries = [(e.lsn, e.id, e.run, e.data) for w in writes for e in w.entries]
@@ -1256,7 +1281,10 @@ def _store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
             "timeout); stop that process, or give this one another directory"
         )
     elif code == _FULL:
-        text = f"the disk holding {path} is full; free some space and retry"
+        text = (
+            f"the disk holding {path} is full: nothing of this write was stored; free some "
+            "space (the store takes writes again as soon as there is room)"
+        )
     elif code == _READONLY:
         text = f"{path} cannot be written (read-only file or file system); check its permissions"
     elif code == _NOTADB:
