@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import fcntl
 import logging
 import os
 import queue
@@ -63,8 +62,9 @@ from fusee.store import (
     _not_found,
     _unpack_attributes,
 )
+from fusee.store._lock import try_lock, unlock
 
-__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "SqliteStore"]
+__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "PAGE_SIZE", "SqliteStore"]
 
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
@@ -74,6 +74,9 @@ FORMAT: Final = 1
 
 APPLICATION_ID: Final = 0x66757365
 """``PRAGMA application_id`` of a fusee store ("fuse"): tells it from other databases."""
+
+PAGE_SIZE: Final = 4096
+"""The page size of the stores fusee creates."""
 
 _SCHEMA: Final = (
     "CREATE TABLE journal (lsn INTEGER PRIMARY KEY, id TEXT NOT NULL,"
@@ -740,9 +743,10 @@ class SqliteStore:
     def _lock_writer(self) -> None:
         # One writer per store: two engines writing one journal would run
         # the same steps twice and collide on LSNs. A lock on the database
-        # file itself (an flock on POSIX, which Linux keeps apart from the
-        # POSIX locks SQLite takes), so the store stays one file, and the
-        # kernel drops the lock when the process dies, even by SIGKILL.
+        # file itself (`_lock`: an flock on POSIX, which Linux keeps apart
+        # from the POSIX locks SQLite takes; a byte past any page on
+        # Windows), so the store stays one file, and the OS drops the lock
+        # when the process dies, even by SIGKILL.
         try:
             f = self._path.open("rb")
         except OSError as e:
@@ -750,20 +754,28 @@ class SqliteStore:
                 f"cannot open {self._path}: {e.strerror}; check the path and its permissions"
             ) from e
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            taken = try_lock(f)
+        except OSError as e:
+            f.close()
+            raise StoreError(
+                f"cannot lock {self._path} ({e.strerror}); put the store on a local file system"
+            ) from e
+        if not taken:
             f.close()
             raise StoreError(
                 f"the store {self._path} is open for writing in another process; only one "
                 "engine may write a store: stop it first, or send it work through "
                 "`fusee signal/start/cancel/resume`"
-            ) from None
+            )
         self._lock_file = f
 
     def _unlock_writer(self) -> None:
         f, self._lock_file = self._lock_file, None
         if f is not None:
-            f.close()  # closing the file releases the flock
+            try:
+                unlock(f)
+            finally:
+                f.close()
 
     # -- the reader thread's side ------------------------------------------------------
 
@@ -1172,6 +1184,8 @@ def _create(path: Path, *, fsync: bool) -> None:
             conn = sqlite3.connect(tmp, isolation_level=None)
             try:
                 conn.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'OFF'}")
+                # The default, stated: `_lock` on Windows relies on pages this large.
+                conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 conn.execute("BEGIN IMMEDIATE")
                 for statement in _SCHEMA:
                     conn.execute(statement)

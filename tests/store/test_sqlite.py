@@ -24,7 +24,7 @@ import pytest_asyncio
 
 from fusee.errors import NotFound, StoreError
 from fusee.store import Entry, MemoryStore, RunRow, SqliteStore, open_store
-from fusee.store.sqlite import APPLICATION_ID, FILENAME, FORMAT
+from fusee.store.sqlite import APPLICATION_ID, FILENAME, FORMAT, PAGE_SIZE
 
 
 def row(id: str, run: int = 1, status: str = "running") -> RunRow:
@@ -75,6 +75,7 @@ async def test_a_store_is_one_file_in_a_directory_created_with_its_parents(
         assert conn.execute("PRAGMA user_version").fetchone() == (FORMAT,)
         assert conn.execute("PRAGMA application_id").fetchone() == (APPLICATION_ID,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("PRAGMA page_size").fetchone() == (PAGE_SIZE,)
 
 
 @pytest.mark.asyncio
