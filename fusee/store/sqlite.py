@@ -1416,7 +1416,8 @@ def _row(values: _SqlRow, path: Path) -> RunRow:
                 parent,
             )
         except (msgpack.UnpackException, ValueError, TypeError) as e:
-            problem = f"its search attributes do not decode ({type(e).__name__}: {e})"
+            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            problem = f"its search attributes do not decode ({why})"
     raise CorruptRecord(
         f"the row of run {id!r} (run {run!r}) in {path} is damaged: {problem}; the other runs "
         f"are not affected (`fusee check` lists every damaged run): restore {path} from a "
