@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-from fusee.errors import StoreError
+from fusee.errors import CorruptRecord, StoreError
 from fusee.store import (
     UNFINISHED_STATUSES,
     Entry,
@@ -184,6 +184,8 @@ class MemoryStore:
 
         Raises:
             NotFound: No such id, or no records for that run of it.
+            CorruptRecord: The run has a row but no records (a row appended
+                alone); the message names the run.
 
         Example:
             >>> import asyncio
@@ -205,7 +207,12 @@ class MemoryStore:
         journal = self._journals.get((id, run))
         if journal is None:
             if row is not None and row.run == run:
-                return []
+                # As in an SQLite store: a run is its journal, and a row
+                # without one is a run that cannot be replayed.
+                raise CorruptRecord(
+                    f"run {id!r} (run {run}) has a row in this memory store but no journal "
+                    "records; append a run's first record with its first row"
+                )
             known = row is not None or id in self._latest_run
             raise _not_found(id, run if known else None)
         if after_lsn <= 0:

@@ -15,6 +15,12 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
 blocks (`next_run` writes once per block, riding along with appends), and
 ``close`` writes back the exact count, so only a crash leaves a gap.
 
+A new store appears whole (built under a temporary name, then linked into
+place), so an empty ``fusee.db``, one without SQLite's header, one shorter
+than its header says with pages lost, or a ``-wal`` without its database is
+damage: `open` refuses it, changing nothing, instead of starting an empty
+store over the runs that were there.
+
 The rule: only the writer thread writes. Every change goes through its
 queue, in call order, so LSNs land in order and the appends queued while a
 commit runs go to disk together in the next transaction (one fsync). Reads
@@ -27,19 +33,24 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import fcntl
+import logging
 import os
 import queue
 import sqlite3
+import sys
+import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeAlias, TypeVar
 
-from fusee.errors import NotFound, StoreError
+import msgpack
+
+from fusee.errors import CorruptRecord, FuseeError, StoreError
 from fusee.store import (
+    RUN_STATUSES,
     UNFINISHED_STATUSES,
     Entry,
     RunRow,
@@ -51,8 +62,9 @@ from fusee.store import (
     _not_found,
     _unpack_attributes,
 )
+from fusee.store._lock import try_lock, unlock
 
-__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "SqliteStore"]
+__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "PAGE_SIZE", "SqliteStore"]
 
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
@@ -62,6 +74,9 @@ FORMAT: Final = 1
 
 APPLICATION_ID: Final = 0x66757365
 """``PRAGMA application_id`` of a fusee store ("fuse"): tells it from other databases."""
+
+PAGE_SIZE: Final = 4096
+"""The page size of the stores fusee creates."""
 
 _SCHEMA: Final = (
     "CREATE TABLE journal (lsn INTEGER PRIMARY KEY, id TEXT NOT NULL,"
@@ -104,6 +119,8 @@ _Loaded: TypeAlias = builtins.list[tuple[int, bytes]]
 _BatchedRead: TypeAlias = tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]
 _T = TypeVar("_T")
 
+log = logging.getLogger("fusee")
+
 
 @dataclass(slots=True)
 class _Write:
@@ -113,6 +130,7 @@ class _Write:
     rows: builtins.list[_SqlRow]
     run_reserved: int | None
     fail: Exception | None  # test hook: raised inside the transaction
+    setup: Callable[[sqlite3.Connection], object] | None  # test hook: run before it
     max_lsn: int  # 0 when there are no entries
     # The failures the caller had seen reported when it called (see `_write`).
     epoch: int
@@ -172,6 +190,8 @@ class SqliteStore:
         self._durability = durability
         self._readonly = readonly
         self._lock_file: Any = None
+        # Whether the file is shorter than its header says (see `_inspect`).
+        self._suspect = False
         # How long a write waits for another process's lock before failing.
         self._busy_timeout_s = 5.0
         self._state = "new"  # -> opening -> open -> closing -> closed (-> opening again)
@@ -204,6 +224,7 @@ class SqliteStore:
         self._transactions = 0
         self._synchronous: int | None = None
         self._fail_next: Exception | None = None
+        self._setup_next: Callable[[sqlite3.Connection], object] | None = None
 
     @property
     def path(self) -> Path:
@@ -232,8 +253,10 @@ class SqliteStore:
 
         Raises:
             StoreError: The file is not a fusee store (or not a database), is
-                from a newer fusee, is locked by another process, or (read-only)
-                does not exist.
+                damaged (empty, truncated, a WAL without its database, part of
+                its schema missing: the message says how to restore it or move
+                it aside), is from a newer fusee, is locked by another process,
+                or (read-only) does not exist.
 
         Example:
             >>> import asyncio, tempfile
@@ -266,7 +289,11 @@ class SqliteStore:
             if self._readonly:
                 last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
             else:
-                self._lock_writer()
+                await loop.run_in_executor(self._reader, self._prepare_writer)
+                # Checked through a read-only connection before a writable one
+                # opens: refusing a damaged file then changes nothing in it (a
+                # writable connection's close would fold the WAL into it).
+                await loop.run_in_executor(self._reader, self._open_reader)
                 ready: asyncio.Future[tuple[int, int]] = loop.create_future()
                 self._writer = threading.Thread(
                     target=self._write_main,
@@ -277,7 +304,6 @@ class SqliteStore:
                 )
                 self._writer.start()
                 last_lsn, reserved = await ready
-                await loop.run_in_executor(self._reader, self._open_reader)
         except BaseException:
             await self._shut_down()
             self._state = "closed"
@@ -332,7 +358,13 @@ class SqliteStore:
             TypeError: Record data that is not bytes, or attributes msgpack
                 cannot encode.
             StoreError: The write failed (disk full, locked by another
-                process, read-only store, closed store).
+                process, read-only store, closed store). Nothing of the batch
+                is stored, and the store stays usable: an append called once
+                the failure was reported is tried afresh (after space is
+                freed, it succeeds). Those called before it was reported fail
+                too and store nothing; once they have all returned,
+                `last_lsn` is that of the last stored append, and the failed
+                batches may be appended again with the same LSNs.
 
         Example:
             >>> import asyncio, tempfile
@@ -367,7 +399,8 @@ class SqliteStore:
             for r, blob in zip(runs, packed, strict=True)
         ]
         fail, self._fail_next = self._fail_next, None
-        write = self._submit(entries, rows, None, fail, last if entries else 0)
+        setup, self._setup_next = self._setup_next, None
+        write = self._submit(entries, rows, None, fail, last if entries else 0, setup)
         pending = self._pending
         for r in runs:
             pending[r.id] = (r, write.done)
@@ -387,6 +420,8 @@ class SqliteStore:
 
         Raises:
             NotFound: No such id, or no records for that run of it.
+            CorruptRecord: The run has a row but no records (its journal is
+                lost), or a record that is not bytes; the message names the run.
             StoreError: The file is damaged or unreadable.
 
         Example:
@@ -405,7 +440,7 @@ class SqliteStore:
             [(2, b'y')]
         """
         await self._after_writes()
-        return await self._read_batched(lambda conn: _load(conn, id, run, after_lsn))
+        return await self._read_batched(lambda conn: _load(conn, id, run, after_lsn, self._path))
 
     def _read_batched(self, fn: Callable[[sqlite3.Connection], _T]) -> asyncio.Future[_T]:
         # Reads asked for in one turn of the loop (recovery, many runs woken
@@ -439,7 +474,7 @@ class SqliteStore:
         try:
             self._check_open()
             reading = self._loop.run_in_executor(
-                self._reader, self._run_read, lambda conn: _read_many(conn, fns)
+                self._reader, self._run_read, lambda conn: _read_many(conn, fns, self._path)
             )
         except (StoreError, RuntimeError) as e:  # closed meanwhile
             reading = self._loop.create_future()
@@ -448,6 +483,12 @@ class SqliteStore:
 
     async def get(self, id: str) -> RunRow | None:
         """Returns the row of ``id`` (its latest run), or None.
+
+        Raises:
+            CorruptRecord: The row is damaged (a field fusee never writes, an
+                unknown status, attributes that do not decode); the message
+                names the run. Other runs' rows read as before.
+            StoreError: The file is damaged or unreadable where the row is.
 
         Example:
             >>> import asyncio, tempfile
@@ -469,7 +510,7 @@ class SqliteStore:
         # No write of this id is in flight, so the committed database already
         # has its latest row: no need to wait for the writer (unlike `_read`).
         self._check_open()
-        return await self._read_batched(lambda conn: _get(conn, id))
+        return await self._read_batched(lambda conn: _get(conn, id, self._path))
 
     async def list(
         self,
@@ -495,8 +536,14 @@ class SqliteStore:
             started_from_ms: Only rows started at or after this time.
             started_to_ms: Only rows started at or before this time.
 
+        A damaged row (one `get` refuses with `CorruptRecord`) is left out
+        and logged as a warning on the ``fusee`` logger naming its run, so
+        that one damaged run does not hide the others; `fusee check` reports
+        every damaged row.
+
         Raises:
             ValueError: An unknown status, or a negative limit.
+            StoreError: The file is damaged or unreadable where the rows are.
 
         Example:
             >>> import asyncio, tempfile
@@ -517,10 +564,15 @@ class SqliteStore:
         _check_list_args(status, limit, after)
         wanted = _normalize_filter(attributes)
         page = _Page(newest_first, after, started_from_ms, started_to_ms)
-        return await self._read(lambda conn: _list(conn, status, workflow, wanted, limit, page))
+        return await self._read(
+            lambda conn: _list(conn, status, workflow, wanted, limit, page, self._path)
+        )
 
     async def unfinished(self) -> builtins.list[RunRow]:
         """Returns the rows of runs that are running, suspended or paused.
+
+        A damaged row is left out and logged, as in `list`; `fusee check`
+        reports it.
 
         Example:
             >>> import asyncio, tempfile
@@ -535,7 +587,7 @@ class SqliteStore:
             ...     asyncio.run(demo(d))
             []
         """
-        return await self._read(_unfinished)
+        return await self._read(lambda conn: _unfinished(conn, self._path))
 
     async def next_run(self) -> int:
         """Returns a run number this store never gave out before (from 1 up).
@@ -578,6 +630,13 @@ class SqliteStore:
         """Test hook: the next append raises ``exc`` inside its transaction."""
         self._fail_next = exc
 
+    def _before_next_append(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+        """Test hook: the writer thread calls ``fn`` on its connection before the next append.
+
+        For example ``PRAGMA max_page_count``, which makes SQLite's disk full.
+        """
+        self._setup_next = fn
+
     # -- the event loop's side ---------------------------------------------------------
 
     def _check_writable(self) -> None:
@@ -596,6 +655,7 @@ class SqliteStore:
         run_reserved: int | None,
         fail: Exception | None,
         max_lsn: int,
+        setup: Callable[[sqlite3.Connection], object] | None = None,
     ) -> _Write:
         loop = self._loop
         assert loop is not None
@@ -606,7 +666,7 @@ class SqliteStore:
         self._tail = done
         epoch = self._failures_reported
         write = _Write(
-            entries, rows, run_reserved, fail, max_lsn, epoch, done, loop.create_future()
+            entries, rows, run_reserved, fail, setup, max_lsn, epoch, done, loop.create_future()
         )
         self._queue.put(write)
         return write
@@ -665,37 +725,70 @@ class SqliteStore:
             self._reader = None
             self._unlock_writer()
 
+    def _prepare_writer(self) -> None:
+        """Inspects the files, creates the store if there is none, and takes the writer's lock."""
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(
+                f"cannot create the store directory {self._directory}: {e.strerror}; "
+                "pass a directory you can write"
+            ) from e
+        suspect = _inspect(self._path)
+        if suspect is None:
+            _create(self._path, fsync=self._durability == "fsync")
+        self._suspect = bool(suspect)
+        self._lock_writer()
+
     def _lock_writer(self) -> None:
         # One writer per store: two engines writing one journal would run
-        # the same steps twice and collide on LSNs. An flock on the database
-        # file itself (Linux keeps flocks apart from the POSIX locks SQLite
-        # takes), so the store stays one file, and the kernel drops the lock
+        # the same steps twice and collide on LSNs. A lock on the database
+        # file itself (`_lock`: an flock on POSIX, which Linux keeps apart
+        # from the POSIX locks SQLite takes; a byte past any page on
+        # Windows), so the store stays one file, and the OS drops the lock
         # when the process dies, even by SIGKILL.
-        self._directory.mkdir(parents=True, exist_ok=True)
-        f = self._path.open("ab")
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            f = self._path.open("rb")
+        except OSError as e:
+            raise StoreError(
+                f"cannot open {self._path}: {e.strerror}; check the path and its permissions"
+            ) from e
+        try:
+            taken = try_lock(f)
+        except OSError as e:
+            f.close()
+            raise StoreError(
+                f"cannot lock {self._path} ({e.strerror}); put the store on a local file system"
+            ) from e
+        if not taken:
             f.close()
             raise StoreError(
                 f"the store {self._path} is open for writing in another process; only one "
                 "engine may write a store: stop it first, or send it work through "
                 "`fusee signal/start/cancel/resume`"
-            ) from None
+            )
         self._lock_file = f
 
     def _unlock_writer(self) -> None:
         f, self._lock_file = self._lock_file, None
         if f is not None:
-            f.close()  # closing the file releases the flock
+            try:
+                unlock(f)
+            finally:
+                f.close()
 
     # -- the reader thread's side ------------------------------------------------------
 
     def _open_reader(self) -> tuple[int, int]:
-        if self._readonly and not self._path.is_file():
-            raise StoreError(
-                f"no fusee store in {self._directory}; start an engine there first or pass --data"
-            )
+        """Opens the read-only connection and checks the store; the writer's check first."""
+        if self._readonly:
+            suspect = _inspect(self._path)
+            if suspect is None:
+                raise StoreError(
+                    f"no fusee store in {self._directory}; start an engine there first or "
+                    "pass --data"
+                )
+            self._suspect = suspect
         try:
             conn = sqlite3.connect(
                 f"{self._path.resolve().as_uri()}?mode=ro",
@@ -707,33 +800,42 @@ class SqliteStore:
         except sqlite3.Error as e:
             raise _store_error(e, self._path, "opening") from e
         try:
-            if self._readonly:
-                _check_format(conn, self._path, create=False)
-            last_lsn, reserved = _counters(conn)
-        except sqlite3.Error as e:
-            conn.close()
-            raise _store_error(e, self._path, "opening") from e
-        except BaseException:
-            conn.close()
+            if self._suspect:
+                _check_pages(conn, self._path)
+            counters = (0, 0)
+            if _check_format(conn, self._path, writer=not self._readonly, change=False):
+                counters = _counters(conn, self._path)
+        except BaseException as e:
+            _close(conn, self._path)
+            if isinstance(e, sqlite3.Error):
+                raise _store_error(e, self._path, "opening") from e
             raise
         self._rconn = conn
-        return last_lsn, reserved
+        return counters
 
     def _close_reader(self) -> None:
-        if self._rconn is not None:
-            self._rconn.close()
-            self._rconn = None
+        conn, self._rconn = self._rconn, None
+        if conn is not None:
+            _close(conn, self._path)
 
     def _run_read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         conn = self._rconn
         assert conn is not None
         try:
-            return fn(conn)
+            result = fn(conn)
+        except BaseException as e:
+            # The read's own error is the one to report, not one from ending
+            # its snapshot (on a damaged file that fails too).
+            with contextlib.suppress(sqlite3.Error):
+                _end_read(conn)
+            if isinstance(e, sqlite3.Error):
+                raise _store_error(e, self._path, "reading") from e
+            raise
+        try:
+            _end_read(conn)
         except sqlite3.Error as e:
             raise _store_error(e, self._path, "reading") from e
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+        return result
 
     # -- the writer thread's side ------------------------------------------------------
 
@@ -747,16 +849,9 @@ class SqliteStore:
             self._post(_settle, ready, counters, None)
             self._serve(conn)
         finally:
-            conn.close()
+            _close(conn, self._path)
 
     def _open_writer(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
-        try:
-            self._directory.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StoreError(
-                f"cannot create the store directory {self._directory}: {e.strerror}; "
-                "pass a directory you can write"
-            ) from e
         conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(self._path, timeout=self._busy_timeout_s, isolation_level=None)
@@ -769,11 +864,11 @@ class SqliteStore:
             level = "FULL" if self._durability == "fsync" else "OFF"
             conn.execute(f"PRAGMA synchronous = {level}")
             self._synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
-            _check_format(conn, self._path, create=True)
-            counters = _counters(conn)
+            _check_format(conn, self._path, writer=True, change=True)
+            counters = _counters(conn, self._path)
         except BaseException as e:
             if conn is not None:
-                conn.close()
+                _close(conn, self._path)
             if isinstance(e, sqlite3.Error):
                 raise _store_error(e, self._path, "opening") from e
             raise
@@ -841,6 +936,14 @@ class SqliteStore:
         return error
 
     def _commit(self, conn: sqlite3.Connection, writes: builtins.list[_Write]) -> None:
+        for w in writes:
+            if w.setup is not None:
+                w.setup(conn)
+        if conn.in_transaction:
+            # A failed write whose rollback failed too (a full or failing
+            # disk) left its transaction open: end it now, or no write would
+            # ever begin again on this connection.
+            conn.execute("ROLLBACK")
         conn.execute("BEGIN IMMEDIATE")
         try:
             entries = [(e.lsn, e.id, e.run, e.data) for w in writes for e in w.entries]
@@ -856,10 +959,7 @@ class SqliteStore:
                 conn.execute(_SET_RESERVED, (reserved,))
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                # The error that got us here is the one to report.
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
         self._transactions += 1
 
@@ -914,30 +1014,35 @@ def _settle(
         future.set_result(result)
 
 
-def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None:
-    """Checks that ``conn`` holds a fusee store of this format; creates or upgrades it."""
+def _check_format(conn: sqlite3.Connection, path: Path, *, writer: bool, change: bool) -> bool:
+    """Checks that ``conn`` holds a fusee store of this format, or one a writer makes so.
+
+    With ``change``, a writer creates the schema in an empty database and
+    upgrades an older format. Returns whether the store is ready: False when
+    a writer must create or upgrade it first (only for a writer, without
+    ``change``).
+    """
     app, version = _header(conn)
     if app == 0 and version == 0:
-        if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
-            raise _foreign(path)
-        if not create:
+        _check_empty(conn, path)
+        if not writer:
             raise StoreError(
                 f"{path} is not a fusee store (an empty database); start an engine "
                 "there first or pass --data"
             )
+        if not change:
+            return False
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Another process may have created it since we looked.
             app, version = _header(conn)
             if app == 0 and version == 0:
-                if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
-                    raise _foreign(path)
+                _check_empty(conn, path)
                 for statement in _SCHEMA:
                     conn.execute(statement)
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
         app, version = _header(conn)
     if app != APPLICATION_ID:
@@ -947,11 +1052,13 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None
             f"store {path} has format {version}, newer than this fusee understands "
             f"({FORMAT}); upgrade fusee"
         )
-    if version < FORMAT and not create:
+    if version < FORMAT and not writer:
         raise StoreError(
             f"store {path} has format {version}, older than this fusee's ({FORMAT}); "
             "open it once with an engine (not read-only) to upgrade it"
         )
+    if version < FORMAT and not change:
+        return False
     while version < FORMAT:
         steps = _MIGRATIONS.get(version)
         if steps is None:
@@ -966,10 +1073,161 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, create: bool) -> None
             conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
         version += 1
+    tables = {
+        name for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
+    }
+    missing = [name for name in ("journal", "runs", "meta") if name not in tables]
+    if missing:
+        raise _damaged(
+            path,
+            f"its {' and '.join(missing)} table{'s are' if len(missing) > 1 else ' is'} missing",
+        )
+    return True
+
+
+def _check_empty(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuses a database without fusee's marks that is not empty (another's, or damaged)."""
+    if conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]:
+        raise _foreign(path)
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    if pages - free > 1:
+        # Pages in use that no table owns: not an empty database.
+        raise _damaged(path, f"{pages - free - 1} of its pages belong to no table")
+
+
+def _check_pages(conn: sqlite3.Connection, path: Path) -> None:
+    """Reads every page (SQLite's quick_check): for a file shorter than its header says."""
+    found = [text for (text,) in conn.execute("PRAGMA quick_check(3)")]
+    if found != ["ok"]:
+        # Its lines, without the heading SQLite gives them ("*** in database main ***").
+        lines = [line for text in found for line in str(text).splitlines()]
+        problems = "; ".join(line for line in lines if not line.startswith("***"))
+        raise _damaged(path, f"it is shorter than its header says, and pages are lost ({problems})")
+
+
+_SQLITE_HEADER: Final = b"SQLite format 3\x00"
+
+
+def _inspect(path: Path) -> bool | None:
+    """Looks at the store's files before SQLite does; raises `StoreError` if they are damaged.
+
+    SQLite takes an empty file for a new database (and deletes a WAL beside
+    it), so every run would be gone without a word. What fusee leaves is
+    either no file at all or a whole database: `_create` makes it in one
+    step. So an empty file, one without SQLite's header, or a WAL without
+    its database is damage, refused here before SQLite opens anything.
+
+    Returns:
+        None when there is no database file (a new store), else whether the
+        file is shorter than its header says: after a crash during a
+        checkpoint that is repaired from the WAL, so its pages are checked.
+    """
+    wal = path.with_name(path.name + "-wal")
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        if _size(wal):
+            raise _damaged(
+                path,
+                f"the database file is missing, but its write-ahead log {wal.name} is there "
+                f"({_size(wal):,} bytes of recent writes)",
+            ) from None
+        return None
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}; check its permissions") from e
+    if size == 0:
+        beside = f", beside a write-ahead log of {_size(wal):,} bytes" if _size(wal) else ""
+        raise _damaged(path, f"it is empty (0 bytes){beside}")
+    try:
+        with path.open("rb") as f:
+            header = f.read(100)
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}; check its permissions") from e
+    if len(header) < 100 or not header.startswith(_SQLITE_HEADER):
+        raise _not_a_database(path)
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        raise _damaged(path, f"its header gives a page size of {page_size}")
+    pages = int.from_bytes(header[28:32], "big")
+    # The header's page count holds only when it was written with the change
+    # counter (bytes 24-27 equal bytes 92-95); SQLite then relies on it.
+    counted = header[24:28] == header[92:96] and pages > 0
+    return size % page_size != 0 or (counted and size < pages * page_size)
+
+
+def _size(path: Path) -> int:
+    """A file's size, 0 when it is missing."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _create(path: Path, *, fsync: bool) -> None:
+    """Creates a store at ``path`` in one step: a whole database appears, or nothing.
+
+    Built beside it under a temporary name, then linked into place, which
+    fails if another process made one meanwhile (that one is used). A crash
+    leaves no file, or a whole store: never an empty file, which `_inspect`
+    takes for damage.
+    """
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        try:
+            conn = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                conn.execute(f"PRAGMA synchronous = {'FULL' if fsync else 'OFF'}")
+                # The default, stated: `_lock` on Windows relies on pages this large.
+                conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+                conn.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute("COMMIT")
+                # Kept in the file's header: every later connection uses the WAL.
+                conn.execute("PRAGMA journal_mode = WAL")
+            finally:
+                conn.close()
+        except sqlite3.Error as e:
+            raise _store_error(e, path, "creating") from e
+        try:
+            if fsync:
+                with tmp.open("rb") as f:
+                    os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return  # made by another process meanwhile: that one is the store
+            if fsync and sys.platform != "win32":
+                # The new name is durable once its directory is (POSIX).
+                dir_fd = os.open(path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+        except OSError as e:
+            raise StoreError(
+                f"cannot create {path}: {e.strerror}; check the directory's permissions and "
+                "that its file system supports hard links"
+            ) from e
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            with contextlib.suppress(OSError):
+                leftover.unlink(missing_ok=True)
+
+
+def _not_a_database(path: Path) -> StoreError:
+    return StoreError(
+        f"{path} is not an SQLite database (it does not start with SQLite's header): if it "
+        "was a fusee store it is damaged; restore it from a backup, or move it aside to "
+        "start an empty store there"
+    )
 
 
 def _header(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -985,11 +1243,34 @@ def _foreign(path: Path) -> StoreError:
     )
 
 
-def _counters(conn: sqlite3.Connection) -> tuple[int, int]:
+def _counters(conn: sqlite3.Connection, path: Path) -> tuple[int, int]:
     """Returns the highest LSN stored and the reserved run-number count."""
     last_lsn = conn.execute("SELECT coalesce(max(lsn), 0) FROM journal").fetchone()[0]
-    reserved = conn.execute("SELECT value FROM meta WHERE key = 'run_reserved'").fetchone()[0]
-    return int(last_lsn), int(reserved)
+    found = conn.execute("SELECT value FROM meta WHERE key = 'run_reserved'").fetchone()
+    if found is None or type(found[0]) is not int or type(last_lsn) is not int:
+        what = (
+            "its meta table has no 'run_reserved' row (the count of run numbers handed out)"
+            if found is None or type(found[0]) is not int
+            else f"its highest LSN reads as {last_lsn!r}"
+        )
+        raise _damaged(path, what)
+    return last_lsn, found[0]
+
+
+def _damaged(path: Path, what: str) -> StoreError:
+    """The error for a store file that must not be used as it is: no run may be lost silently."""
+    return StoreError(
+        f"{path} is damaged: {what}; restore it (with any {path.name}-wal beside it) from a "
+        "backup, or move them aside to start an empty store there"
+    )
+
+
+def _no_journal(id: str, run: int, path: Path) -> CorruptRecord:
+    return CorruptRecord(
+        f"run {id!r} (run {run}) has a row in {path} but no journal records: its journal is "
+        "lost or damaged; the other runs are not affected (`fusee check` lists every damaged "
+        f"run): restore {path} from a backup to read this one again"
+    )
 
 
 def _code(e: BaseException) -> int:
@@ -1014,11 +1295,14 @@ def _store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
             "timeout); stop that process, or give this one another directory"
         )
     elif code == _FULL:
-        text = f"the disk holding {path} is full; free some space and retry"
+        text = (
+            f"the disk holding {path} is full: nothing of this write was stored; free some "
+            "space (the store takes writes again as soon as there is room)"
+        )
     elif code == _READONLY:
         text = f"{path} cannot be written (read-only file or file system); check its permissions"
     elif code == _NOTADB:
-        text = f"{path} is not an SQLite database; move it away or pass another directory"
+        return _not_a_database(path)
     elif code == _CORRUPT:
         text = f"{path} is damaged ({e}); restore it from a backup"
     elif code == _CONSTRAINT and "journal.lsn" in str(e):
@@ -1034,20 +1318,47 @@ def _store_error(e: sqlite3.Error, path: Path, doing: str) -> StoreError:
 
 
 def _read_many(
-    conn: sqlite3.Connection, fns: builtins.list[Callable[[sqlite3.Connection], Any]]
+    conn: sqlite3.Connection, fns: builtins.list[Callable[[sqlite3.Connection], Any]], path: Path
 ) -> builtins.list[Any]:
-    """Each read's result, or the NotFound it raised (a database error fails them all)."""
+    """Each read's result, or the error it raised: one read's damage is its own."""
     conn.execute("BEGIN")  # one snapshot for every query below
     results: builtins.list[Any] = []
     for fn in fns:
         try:
             results.append(fn(conn))
-        except NotFound as e:
+        except FuseeError as e:  # NotFound, CorruptRecord
             results.append(e)
+        except sqlite3.Error as e:
+            error = _store_error(e, path, "reading")
+            error.__cause__ = e
+            results.append(error)
     return results
 
 
-def _load(conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int) -> _Loaded:
+def _end_read(conn: sqlite3.Connection) -> None:
+    """Ends a read's snapshot (a read changes nothing: rolling back is ending)."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Rolls back a failed transaction; the error that got here is the one to report."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+def _close(conn: sqlite3.Connection, path: Path) -> None:
+    """Closes a connection; a failure is logged, as nothing is left to tell."""
+    try:
+        conn.close()
+    except sqlite3.Error as e:
+        log.warning("closing %s failed: %s", path, e)
+
+
+def _load(
+    conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int, path: Path
+) -> _Loaded:
     found = conn.execute("SELECT run FROM runs WHERE id = ?", (id,)).fetchone()
     row_run: int | None = found[0] if found is not None else None
     if run is None:
@@ -1060,37 +1371,102 @@ def _load(conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int) ->
         "SELECT lsn, data FROM journal WHERE id = ? AND run = ? AND lsn > ? ORDER BY lsn",
         (id, run, after_lsn),
     ).fetchall()
-    if not records and run != row_run:
-        has_run = conn.execute(
-            "SELECT 1 FROM journal WHERE id = ? AND run = ? LIMIT 1", (id, run)
-        ).fetchone()
-        if has_run is None:
+    if not records:
+        # Nothing after ``after_lsn`` is an answer; nothing at all is not.
+        has_run = (
+            after_lsn > 0
+            and conn.execute(
+                "SELECT 1 FROM journal WHERE id = ? AND run = ? LIMIT 1", (id, run)
+            ).fetchone()
+        )
+        if not has_run:
+            if run == row_run:
+                raise _no_journal(id, run, path)
             known = (
                 row_run is not None
                 or conn.execute("SELECT 1 FROM journal WHERE id = ? LIMIT 1", (id,)).fetchone()
             )
             raise _not_found(id, run if known else None)
+    for lsn, data in records:
+        if type(data) is not bytes:
+            raise CorruptRecord(
+                f"the journal of run {id!r} (run {run}) in {path} has a damaged record at LSN "
+                f"{lsn}: it holds {type(data).__name__}, not bytes; the other runs are not "
+                f"affected (`fusee check` lists every damaged run): restore {path} from a "
+                "backup to read this one again"
+            )
     return records
 
 
-def _row(values: _SqlRow) -> RunRow:
+def _row(values: _SqlRow, path: Path) -> RunRow:
+    """The `RunRow` of a ``runs`` row; raises `CorruptRecord` naming the run if it is damaged."""
     id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values
-    return RunRow(
-        id,
-        run,
-        workflow,
-        status,
-        started_ms,
-        finished_ms,
-        wake_ms,
-        _unpack_attributes(attributes),
-        parent,
+    problem = _row_problem(values)
+    if problem is None:
+        try:
+            return RunRow(
+                id,
+                run,
+                workflow,
+                status,
+                started_ms,
+                finished_ms,
+                wake_ms,
+                _unpack_attributes(attributes),
+                parent,
+            )
+        except (msgpack.UnpackException, ValueError, TypeError) as e:
+            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            problem = f"its search attributes do not decode ({why})"
+    raise CorruptRecord(
+        f"the row of run {id!r} (run {run!r}) in {path} is damaged: {problem}; the other runs "
+        f"are not affected (`fusee check` lists every damaged run): restore {path} from a "
+        "backup to read this one again"
     )
 
 
-def _get(conn: sqlite3.Connection, id: str) -> RunRow | None:
+# What each column of a `runs` row holds, in `_ROW_COLUMNS` order (None: may be NULL).
+_COLUMN_TYPES: Final = (
+    ("id", str, False),
+    ("run", int, False),
+    ("workflow", str, False),
+    ("status", str, False),
+    ("started_ms", int, False),
+    ("finished_ms", int, True),
+    ("wake_ms", int, True),
+    ("attributes", bytes, True),
+    ("parent", str, True),
+)
+
+
+def _row_problem(values: _SqlRow) -> str | None:
+    for (name, kind, nullable), value in zip(_COLUMN_TYPES, values, strict=True):
+        if type(value) is not kind and not (nullable and value is None):
+            return f"its {name} is {value!r}, which fusee never writes there"
+    status = values[3]
+    if status not in RUN_STATUSES:
+        return f"its status {status!r} is not one of {', '.join(sorted(RUN_STATUSES))}"
+    return None
+
+
+def _rows(
+    conn: sqlite3.Connection, sql: str, params: Sequence[object], path: Path
+) -> Iterator[RunRow]:
+    """The rows ``sql`` selects, without the damaged ones: a listing must not die of one row.
+
+    Each damaged row skipped is logged (a warning on the ``fusee`` logger,
+    naming the run); `fusee check` reports them all.
+    """
+    for values in conn.execute(sql, params):
+        try:
+            yield _row(values, path)
+        except CorruptRecord as e:
+            log.warning("skipped a damaged run row: %s", e)
+
+
+def _get(conn: sqlite3.Connection, id: str, path: Path) -> RunRow | None:
     found = conn.execute(f"SELECT {_ROW_COLUMNS} FROM runs WHERE id = ?", (id,)).fetchone()
-    return None if found is None else _row(found)
+    return None if found is None else _row(found, path)
 
 
 def _list(
@@ -1100,6 +1476,7 @@ def _list(
     attributes: Mapping[str, Any] | None,
     limit: int | None,
     page: _Page,
+    path: Path,
 ) -> builtins.list[RunRow]:
     where: builtins.list[str] = []
     params: builtins.list[object] = []
@@ -1122,18 +1499,14 @@ def _list(
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY started_ms DESC, id DESC" if page.newest_first else " ORDER BY started_ms, id"
-    if attributes is None:
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        return [_row(values) for values in conn.execute(sql, params)]
-    # Attributes are msgpack blobs SQLite cannot look into: filter here.
     rows: builtins.list[RunRow] = []
     if limit == 0:
         return rows
-    for values in conn.execute(sql, params):
-        row = _row(values)
-        if _matches(row, attributes):
+    # No LIMIT in the SQL: a damaged row skipped, or one the attributes (msgpack
+    # blobs SQLite cannot look into) do not match, does not count. The rows are
+    # stepped through lazily, so no more are read than the page needs.
+    for row in _rows(conn, sql, params, path):
+        if attributes is None or _matches(row, attributes):
             rows.append(row)
             if len(rows) == limit:
                 break
@@ -1150,7 +1523,7 @@ class _Page:
     started_to_ms: int | None
 
 
-def _unfinished(conn: sqlite3.Connection) -> builtins.list[RunRow]:
+def _unfinished(conn: sqlite3.Connection, path: Path) -> builtins.list[RunRow]:
     marks = ", ".join("?" * len(UNFINISHED_STATUSES))
     sql = f"SELECT {_ROW_COLUMNS} FROM runs WHERE status IN ({marks}) ORDER BY started_ms, id"
-    return [_row(values) for values in conn.execute(sql, sorted(UNFINISHED_STATUSES))]
+    return builtins.list(_rows(conn, sql, sorted(UNFINISHED_STATUSES), path))

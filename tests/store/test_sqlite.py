@@ -24,7 +24,7 @@ import pytest_asyncio
 
 from fusee.errors import NotFound, StoreError
 from fusee.store import Entry, MemoryStore, RunRow, SqliteStore, open_store
-from fusee.store.sqlite import APPLICATION_ID, FILENAME, FORMAT
+from fusee.store.sqlite import APPLICATION_ID, FILENAME, FORMAT, PAGE_SIZE
 
 
 def row(id: str, run: int = 1, status: str = "running") -> RunRow:
@@ -75,6 +75,7 @@ async def test_a_store_is_one_file_in_a_directory_created_with_its_parents(
         assert conn.execute("PRAGMA user_version").fetchone() == (FORMAT,)
         assert conn.execute("PRAGMA application_id").fetchone() == (APPLICATION_ID,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("PRAGMA page_size").fetchone() == (PAGE_SIZE,)
 
 
 @pytest.mark.asyncio
@@ -336,13 +337,13 @@ async def test_run_numbers_handed_out_before_a_crash_are_not_reused(tmp_path: Pa
 async def test_a_reader_in_another_thread_sees_whole_batches_while_the_writer_appends(
     store: SqliteStore,
 ) -> None:
-    await store.append([], [row("a")])
+    batches, size = 40, 5
+    await store.append([Entry(n, "a", 1, b"%d" % n) for n in range(1, size + 1)], [row("a")])
     reader = SqliteStore(store.path.parent, readonly=True)
     await reader.open()
-    batches, size = 40, 5
 
     async def write() -> None:
-        for b in range(batches):
+        for b in range(1, batches):
             lsns = range(b * size + 1, (b + 1) * size + 1)
             await store.append([Entry(n, "a", 1, b"%d" % n) for n in lsns])
 
@@ -515,3 +516,97 @@ async def test_reads_asked_in_one_turn_share_one_trip_to_the_reader(
     assert isinstance(got[3], NotFound)  # one read's error is its own
     assert got[4] == [(1, b"1")]
     assert len(trips) == 1
+
+
+# -- a full disk ---------------------------------------------------------------------------
+
+
+def fill_disk(store: SqliteStore) -> None:
+    """The next append finds the disk full: SQLite may not grow the file (SQLITE_FULL)."""
+
+    def full(conn: sqlite3.Connection) -> None:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + 1}")
+
+    store._before_next_append(full)
+
+
+def free_space(store: SqliteStore) -> None:
+    store._before_next_append(lambda conn: conn.execute("PRAGMA max_page_count = 1073741823"))
+
+
+def big_batch(first: int, id: str) -> list[Entry]:
+    return [Entry(n, id, 1, b"%d" % n * 500) for n in range(first, first + 40)]
+
+
+@pytest.mark.asyncio
+async def test_a_full_disk_fails_the_append_storing_nothing_and_the_same_store_then_appends(
+    tmp_path: Path,
+) -> None:
+    s = SqliteStore(tmp_path, durability="fsync")
+    await s.open()
+    try:
+        await s.append([Entry(1, "a", 1, b"a")], [row("a")])
+        fill_disk(s)
+        with pytest.raises(StoreError) as raised:
+            await s.append(big_batch(2, "a"), [row("a", status="suspended")])
+        assert str(raised.value) == (
+            f"the disk holding {s.path} is full: nothing of this write was stored; free some "
+            "space (the store takes writes again as soon as there is room)"
+        )
+        with pytest.raises(StoreError, match="is full"):  # still full
+            await s.append(big_batch(2, "a"), [row("a", status="suspended")])
+        assert await s.load("a") == [(1, b"a")]
+        assert await s.get("a") == row("a")
+        assert s.last_lsn == 1
+
+        free_space(s)
+        # The same batch again, on the same store object: no reopening.
+        await s.append(big_batch(2, "a"), [row("a", status="suspended")])
+        assert [lsn for lsn, _ in await s.load("a")] == list(range(1, 42))
+        assert await s.get("a") == row("a", status="suspended")
+        assert s.last_lsn == 41
+    finally:
+        await s.close()
+
+    again = SqliteStore(tmp_path)
+    await again.open()
+    try:
+        assert [lsn for lsn, _ in await again.load("a")] == list(range(1, 42))
+    finally:
+        await again.close()
+
+
+@pytest.mark.asyncio
+async def test_after_a_full_disk_appends_called_behind_it_fail_and_can_all_be_appended_again(
+    store: SqliteStore,
+) -> None:
+    """What an engine's committer retries: every batch from the failed one on, in order."""
+    await store.append([Entry(1, "a", 1, b"a")], [row("a")])
+    fill_disk(store)
+    batches = [big_batch(2, "a"), [Entry(42, "b", 1, b"b")], [Entry(43, "c", 1, b"c")]]
+    results = await asyncio.gather(
+        *(store.append(b, [row(b[0].id)]) for b in batches), return_exceptions=True
+    )
+    assert [type(r) for r in results] == [StoreError] * 3
+    assert "is full" in str(results[0])
+    assert "not written: an append called before this one failed" in str(results[1])
+    assert store.last_lsn == 1
+    assert [r.id for r in await store.list()] == ["a"]
+
+    free_space(store)
+    for b in batches:
+        await store.append(b, [row(b[0].id)])
+    assert store.last_lsn == 43
+    assert [r.id for r in await store.list()] == ["a", "b", "c"]
+
+
+@pytest.mark.asyncio
+async def test_a_write_transaction_a_failed_rollback_left_open_does_not_block_later_appends(
+    store: SqliteStore,
+) -> None:
+    # A rollback that fails too (the disk still failing) leaves the writer's
+    # connection inside the transaction: the next append must still begin.
+    store._before_next_append(lambda conn: conn.execute("BEGIN"))
+    await store.append([Entry(1, "a", 1, b"a")], [row("a")])
+    assert await store.load("a") == [(1, b"a")]
