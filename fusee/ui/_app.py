@@ -425,6 +425,7 @@ async def _info(request: Request) -> Response:
             "version": __version__,
             "target": request.app.state.target,
             "actions": ["signal", "cancel", "resume"] if actions is not None else [],
+            "statuses": sorted(RUN_STATUSES),
         }
     )
 

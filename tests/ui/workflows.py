@@ -115,13 +115,38 @@ async def _more(data: Path, ids: list[str]) -> None:
 
 def add_greets(data: Path, *ids: str) -> None:
     """Opens an engine on ``data`` (in a thread of its own) and runs more greets."""
+    in_thread(_more, data, list(ids))
+
+
+async def _start_waiting(data: Path, id: str) -> None:
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        await engine.start(gated, id, Order(id, 7))
+        while not await _waits(engine, id):
+            await asyncio.sleep(0.01)
+
+
+async def _waits(engine: fusee.Engine, id: str) -> bool:
+    from fusee.record import Wait, decode
+
+    return any(isinstance(decode(d), Wait) for _, d in await engine.store.load(id))
+
+
+async def _release(data: Path, id: str) -> None:
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        run = engine.get(id)
+        await run.signal(go, True)
+        await run.result()
+
+
+def in_thread(fn: Any, *args: Any) -> None:
+    """Runs ``asyncio.run(fn(*args))`` in a thread of its own (an engine beside the test)."""
     import threading
 
     errors: list[BaseException] = []
 
     def work() -> None:
         try:
-            asyncio.run(_more(data, list(ids)))
+            asyncio.run(fn(*args))
         except BaseException as e:
             errors.append(e)
 
@@ -130,3 +155,13 @@ def add_greets(data: Path, *ids: str) -> None:
     t.join(60)
     assert not t.is_alive()
     assert not errors, errors
+
+
+def start_waiting(data: Path, id: str) -> None:
+    """Starts a `gated` run ``id`` and stops its engine once the run waits for `go`."""
+    in_thread(_start_waiting, data, id)
+
+
+def release(data: Path, id: str) -> None:
+    """Signals `go` to a waiting `gated` run and lets it finish (ship, stream, done)."""
+    in_thread(_release, data, id)
