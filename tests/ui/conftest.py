@@ -10,9 +10,33 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from playwright.sync_api import Browser, Playwright
 from starlette.types import ASGIApp
 
 from .workflows import make_store
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def launch(playwright: Playwright) -> Browser:
+    """Debian's Chromium, headless; a clear failure where it is missing."""
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"the UI's browser tests need Chromium at {CHROMIUM}; run scripts/system-deps.sh "
+            "(as root: it installs Debian's chromium package)",
+            pytrace=False,
+        )
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +56,7 @@ def served(app: ASGIApp) -> Iterator[str]:
         app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1, ws="none"
     )
     server = uvicorn.Server(config)
-    started = threading.Event()
+    pause = threading.Event()
 
     def run() -> None:
         # uvicorn sets `started` once it listens; the thread ends when it stops.
@@ -43,7 +67,7 @@ def served(app: ASGIApp) -> Iterator[str]:
     for _ in range(500):
         if server.started or not thread.is_alive():
             break
-        started.wait(0.01)
+        pause.wait(0.01)
     assert server.started, "the test server did not start"
     try:
         yield f"http://127.0.0.1:{port}"

@@ -103,7 +103,7 @@ async def _waiting(engine: fusee.Engine) -> bool:
 
 def make_store(data: Path) -> Path:
     """Fills ``data`` with runs: 23 greets, a gated order (retry, timer, signal, child), ..."""
-    asyncio.run(_fill(data))
+    in_thread(_fill, data)
     return data
 
 
@@ -139,7 +139,11 @@ async def _release(data: Path, id: str) -> None:
 
 
 def in_thread(fn: Any, *args: Any) -> None:
-    """Runs ``asyncio.run(fn(*args))`` in a thread of its own (an engine beside the test)."""
+    """Runs ``asyncio.run(fn(*args))`` in a thread of its own.
+
+    An engine beside the test: the test's thread may have a loop running
+    already (Playwright's sync API keeps one).
+    """
     import threading
 
     errors: list[BaseException] = []
