@@ -1,0 +1,483 @@
+// fusee ui: the runs page and the run page, over the JSON API of this server.
+// Plain JavaScript, no build step and nothing from another site. Every text
+// from the store goes into the page as text (textContent), never as HTML.
+"use strict";
+
+const STATUSES_FALLBACK = ["cancelled", "completed", "continued", "failed", "paused", "running", "suspended"];
+
+// --- small helpers ---------------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "style") node.setAttribute("style", v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+async function api(path) {
+  const r = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+  const body = await r.json().catch(() => ({ error: r.statusText }));
+  if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
+  return body;
+}
+
+function fmtTime(ms) {
+  if (ms === null || ms === undefined) return "";
+  const d = new Date(ms);
+  const pad = (n, w = 2) => String(n).padStart(w, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
+}
+
+function fmtDur(ms) {
+  if (ms === null || ms === undefined || !isFinite(ms)) return "";
+  if (ms < 1) return `${Math.round(ms * 1000)} µs`;
+  if (ms < 1000) return `${Math.round(ms * 10) / 10} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${Math.round(s * 100) / 100} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m} min ${Math.round(s % 60)} s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${h} h ${m % 60} min`;
+  return `${Math.floor(h / 24)} d ${h % 24} h`;
+}
+
+function badge(status) {
+  return el("span", { class: `badge status-${String(status).replace(/\s+/g, "-")}`, text: status });
+}
+
+function json(value) {
+  return el("pre", { class: "json", text: JSON.stringify(value, null, 2) });
+}
+
+function jsonView(label, value, open) {
+  if (value === null || value === undefined) return null;
+  return el("details", { class: "json-view", open: !!open }, el("summary", { text: label }), json(value));
+}
+
+function errorText(error) {
+  if (!error) return "";
+  return error.type ? `${error.type}: ${error.message}` : String(error.message ?? error);
+}
+
+function runLink(id, text) {
+  return el("a", { href: `/runs/${encodeURIComponent(id)}`, class: "run-link", text: text ?? id });
+}
+
+const live = {
+  source: null,
+  open(url, handlers) {
+    this.close();
+    const dot = document.getElementById("live");
+    const source = new EventSource(url, { withCredentials: true });
+    source.onopen = () => dot.classList.add("on");
+    source.onerror = () => dot.classList.remove("on");
+    for (const [kind, fn] of Object.entries(handlers)) {
+      source.addEventListener(kind, (e) => fn(JSON.parse(e.data)));
+    }
+    this.source = source;
+  },
+  close() {
+    if (this.source) this.source.close();
+    this.source = null;
+    document.getElementById("live").classList.remove("on");
+  },
+};
+
+function showError(main, message) {
+  main.replaceChildren(el("div", { class: "error-box" }, el("strong", { text: "Error: " }), message));
+}
+
+// --- the runs page ---------------------------------------------------------------------
+
+const FILTERS = ["status", "workflow", "attr", "since", "until"];
+
+function apiQuery(params) {
+  // The page's address keeps what the person typed; the API takes times in ms.
+  const q = new URLSearchParams();
+  for (const key of FILTERS) {
+    const v = params.get(key);
+    if (!v) continue;
+    if (key === "since" || key === "until") {
+      const ms = new Date(v).getTime();
+      if (!isNaN(ms)) q.set(key, String(ms));
+    } else {
+      q.set(key, v);
+    }
+  }
+  return q;
+}
+
+async function runsPage(main, info) {
+  document.title = "runs · fusee";
+  const params = new URLSearchParams(location.search);
+  const status = el("select", { name: "status", id: "f-status" }, el("option", { value: "", text: "any status" }),
+    (info.statuses || STATUSES_FALLBACK).map((s) => el("option", { value: s, text: s, selected: params.get("status") === s })));
+  const form = el("form", { class: "filters", id: "filters", onsubmit: (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    for (const [k, v] of new FormData(form)) if (v) q.set(k, v);
+    history.pushState(null, "", `/?${q}`);
+    route();
+  } },
+    el("label", {}, "Status ", status),
+    el("label", {}, "Workflow ", el("input", { name: "workflow", id: "f-workflow", value: params.get("workflow") || "", placeholder: "checkout" })),
+    el("label", {}, "Attribute ", el("input", { name: "attr", id: "f-attr", value: params.get("attr") || "", placeholder: "customer=ada" })),
+    el("label", {}, "Started from ", el("input", { type: "datetime-local", step: "1", name: "since", id: "f-since", value: params.get("since") || "" })),
+    el("label", {}, "to ", el("input", { type: "datetime-local", step: "1", name: "until", id: "f-until", value: params.get("until") || "" })),
+    el("button", { type: "submit", id: "f-apply", text: "Apply" }),
+    el("a", { href: "/", class: "clear", text: "clear" }));
+  const tbody = el("tbody");
+  const table = el("table", { class: "runs", id: "runs" },
+    el("thead", {}, el("tr", {}, ["id", "workflow", "status", "run", "started", "finished", "took", "attributes", "parent"].map((h) => el("th", { text: h })))),
+    tbody);
+  const pager = el("nav", { class: "pager" });
+  const count = el("span", { class: "muted", id: "count" });
+  main.replaceChildren(el("h1", { text: "Runs" }), form, el("div", { class: "table-wrap" }, table), el("div", { class: "under" }, count, pager));
+
+  const q = apiQuery(params);
+  q.set("limit", params.get("limit") || "50");
+  if (params.get("after")) q.set("after", params.get("after"));
+  let page;
+  try {
+    page = await api(`/api/runs?${q}`);
+  } catch (e) {
+    showError(main, e.message);
+    return;
+  }
+  const rows = new Map();
+  const render = (run) => {
+    const took = run.finished_ms !== null ? fmtDur(run.finished_ms - run.started_ms) : "";
+    const attrs = Object.keys(run.attributes).length ? JSON.stringify(run.attributes) : "";
+    return el("tr", { "data-id": run.id, "data-started": run.started_ms },
+      el("td", {}, runLink(run.id)), el("td", { text: run.workflow }), el("td", {}, badge(run.status)),
+      el("td", { text: run.run }), el("td", { text: fmtTime(run.started_ms) }), el("td", { text: fmtTime(run.finished_ms) }),
+      el("td", { text: took }), el("td", { class: "attrs", text: attrs }), el("td", {}, run.parent ? runLink(run.parent) : ""));
+  };
+  for (const run of page.runs) {
+    const tr = render(run);
+    rows.set(run.id, tr);
+    tbody.append(tr);
+  }
+  const firstPage = !params.get("after");
+  const setCount = () => { count.textContent = rows.size ? `${rows.size} run${rows.size === 1 ? "" : "s"} on this page` : "no runs match"; };
+  setCount();
+  if (!firstPage) {
+    const first = new URLSearchParams(params);
+    first.delete("after");
+    pager.append(el("a", { href: `/?${first}`, id: "first-page", text: "← first page" }));
+  }
+  if (page.next) {
+    const next = new URLSearchParams(params);
+    next.set("after", page.next);
+    pager.append(el("a", { href: `/?${next}`, id: "next-page", text: "next page →" }));
+  }
+
+  const events = apiQuery(params);
+  events.set("limit", q.get("limit"));
+  events.set("ids", [...rows.keys()].join(","));
+  live.open(`/api/runs/events?${events}`, {
+    runs: (data) => {
+      for (const run of data.runs) {
+        const old = rows.get(run.id);
+        const tr = render(run);
+        if (old) {
+          if (old.textContent !== tr.textContent) {
+            old.replaceWith(tr);
+            rows.set(run.id, tr);
+            tr.classList.add("flash");
+          }
+        } else if (firstPage) {
+          // Newest first: before the first row that started earlier.
+          const after = [...tbody.children].find((r) =>
+            Number(r.dataset.started) < run.started_ms ||
+            (Number(r.dataset.started) === run.started_ms && r.dataset.id < run.id));
+          tbody.insertBefore(tr, after || null);
+          rows.set(run.id, tr);
+          tr.classList.add("flash");
+        }
+      }
+      setCount();
+    },
+  });
+}
+
+// --- the run page ----------------------------------------------------------------------
+
+const KIND_LABEL = { step: "step", timer: "timer", wait: "wait", child: "child", send: "send", value: "value",
+  attributes: "attributes", completion: "completion" };
+
+function mergeByKey(list, items) {
+  for (const item of items || []) {
+    const i = list.findIndex((x) => x.key === item.key);
+    if (i >= 0) list[i] = item; else list.push(item);
+  }
+}
+
+function applyChanges(detail, changes) {
+  for (const k of ["start", "outcome", "cancel", "records", "last_lsn"]) if (k in changes) detail[k] = changes[k];
+  if ("run" in changes) { detail.run = changes.run; detail.divergence = changes.divergence; }
+  if ("children" in changes) detail.children = changes.children;
+  for (const k of ["operations", "signals", "updates", "streams", "patches", "corrupt"]) mergeByKey(detail[k], changes[k]);
+  detail.operations.sort((a, b) => a.seq - b.seq);
+  detail.anchors.push(...(changes.anchors || []));
+}
+
+// Where each record lies in time: the times the records carry (anchors), and
+// in between, records placed by their log position.
+function clockOf(detail) {
+  const anchors = detail.anchors.slice();
+  const t0 = anchors.length ? anchors[0][1] : detail.run.started_ms;
+  let end;
+  if (detail.outcome) end = Math.max(detail.outcome.finished_ms, anchors.length ? anchors[anchors.length - 1][1] : t0);
+  else {
+    end = Math.max(Date.now(), anchors.length ? anchors[anchors.length - 1][1] : t0);
+    anchors.push([detail.last_lsn + 1, end]);
+  }
+  if (!anchors.length) anchors.push([0, t0]);
+  const at = (lsn) => {
+    if (lsn === null || lsn === undefined) return end;
+    if (lsn <= anchors[0][0]) return anchors[0][1];
+    for (let i = 1; i < anchors.length; i++) {
+      const [l2, m2] = anchors[i];
+      if (lsn <= l2) {
+        const [l1, m1] = anchors[i - 1];
+        return l2 === l1 ? m2 : m1 + (m2 - m1) * (lsn - l1) / (l2 - l1);
+      }
+    }
+    return end;
+  };
+  const span = Math.max(end - t0, 1);
+  const pct = (ms) => Math.min(100, Math.max(0, (ms - t0) / span * 100));
+  return { t0, end, span, at, pct };
+}
+
+function bar(clock, from, to, cls, title) {
+  const left = clock.pct(from);
+  const width = Math.max(clock.pct(to) - left, 0.5);
+  return el("div", { class: `bar ${cls}`, style: `left:${left}%;width:${width}%`, title });
+}
+
+function opBars(op, clock, detail) {
+  const bars = [];
+  const ended = op.end_lsn !== null;
+  const endMs = ended ? clock.at(op.end_lsn) : clock.end;
+  if (op.kind === "step") {
+    for (const a of op.attempts) {
+      let from = a.due_ms ?? clock.at(a.after_lsn);
+      let to = a.lsn !== null ? clock.at(a.lsn) : clock.end;
+      if (a.started_ms !== null && a.run_ms !== null) {
+        if (a.due_ms !== null && a.started_ms > a.due_ms) bars.push(bar(clock, a.due_ms, a.started_ms, "queue", `attempt ${a.attempt} queued ${fmtDur(a.queue_ms)}`));
+        from = a.started_ms;
+        to = a.started_ms + a.run_ms;
+      }
+      const cls = a.status === "ok" ? "ok" : a.status === "running" ? "running" : a.status === "cancelled" ? "cancelled" : "failed";
+      const title = `attempt ${a.attempt}: ${a.status}${a.error ? ` (${errorText(a.error)})` : ""}`;
+      bars.push(bar(clock, from, to, `attempt ${cls}`, title));
+      if (a.paused) bars.push(bar(clock, to, a.resumed_lsn ? clock.at(a.resumed_lsn) : clock.end, "paused", "paused: waiting for a resume"));
+      else if (a.retry_at_ms !== null) bars.push(bar(clock, to, Math.max(to, a.retry_at_ms), "backoff", `retry at ${fmtTime(a.retry_at_ms)}`));
+    }
+    if (!op.attempts.length) bars.push(bar(clock, clock.at(op.begin_lsn), endMs, "running", "running"));
+  } else if (["value", "attributes", "send"].includes(op.kind)) {
+    const t = clock.at(op.first_lsn);
+    bars.push(el("div", { class: "mark point", style: `left:${clock.pct(t)}%`, title: `${op.kind} at ${fmtTime(t)}` }));
+  } else {
+    const from = clock.at(op.first_lsn);
+    let to = endMs;
+    if (op.kind === "timer" && !ended && op.fire_at_ms) to = Math.max(op.fire_at_ms, from);
+    const cls = `${op.kind} ${ended ? "" : "open"} ${op.error ? "failed" : ""}`;
+    bars.push(bar(clock, from, Math.min(to, Math.max(clock.end, to)), cls, `${op.kind} ${op.name}: ${op.status}`));
+  }
+  return bars;
+}
+
+function opDetails(op) {
+  const rows = [];
+  const fact = (k, v) => (v === null || v === undefined || v === "" ? null : el("div", { class: "fact" }, el("span", { class: "k", text: k }), el("span", { class: "v" }, v)));
+  rows.push(fact("position", `seq ${op.seq} (log ${op.first_lsn}–${op.last_lsn})`));
+  if (op.kind === "timer") rows.push(fact("fires at", fmtTime(op.fire_at_ms)));
+  if (op.kind === "wait") {
+    rows.push(fact("signal", op.signal));
+    rows.push(fact("deadline", op.deadline_ms ? fmtTime(op.deadline_ms) : "none"));
+  }
+  if (op.kind === "child" && op.child) rows.push(fact("child run", runLink(op.child.id)), fact("detached", op.child.detached ? "yes" : "no"));
+  if (op.kind === "send") rows.push(fact("to", runLink(op.target)));
+  if (op.progress !== undefined && op.progress !== null) rows.push(fact("progress", JSON.stringify(op.progress)));
+  if (op.attempts.length && op.kind === "step") {
+    rows.push(el("table", { class: "attempts" },
+      el("thead", {}, el("tr", {}, ["attempt", "status", "error", "queue delay", "run time", "retry at", "progress"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, op.attempts.map((a) => el("tr", { class: `attempt-row ${a.status}` },
+        el("td", { text: a.attempt }), el("td", {}, badge(a.paused ? "paused" : a.status)),
+        el("td", { class: "attempt-error", text: errorText(a.error) }),
+        el("td", { text: a.queue_ms !== null ? fmtDur(a.queue_ms) : "—" }),
+        el("td", { text: a.run_ms !== null ? fmtDur(a.run_ms) : "—" }),
+        el("td", { text: a.paused ? "after a resume" : fmtTime(a.retry_at_ms) }),
+        el("td", { text: a.progress !== null ? `${JSON.stringify(a.progress)} (${a.heartbeats} heartbeats)` : "" }))))));
+    if (op.attempts.some((a) => a.run_ms === null)) {
+      rows.push(el("p", { class: "muted small", text: "Queue delay and run time show where the journal records them (a step's time)." }));
+    }
+  }
+  if (op.kind === "completion" && op.attempts.length) rows.push(fact("attempts", op.attempts.map((a) => `#${a.attempt} ${a.status}`).join(", ")));
+  rows.push(jsonView("input", op.input, false));
+  rows.push(jsonView("result", op.result, true));
+  if (op.error) rows.push(el("div", { class: "error-box" }, errorText(op.error)));
+  return el("div", { class: "op-details" }, rows);
+}
+
+function waterfall(detail, expanded, rerender) {
+  const clock = clockOf(detail);
+  const ticks = el("div", { class: "axis" }, [0, 25, 50, 75, 100].map((p) =>
+    el("span", { class: "tick", style: `left:${p}%`, text: p === 0 ? fmtTime(clock.t0).slice(11) : `+${fmtDur(clock.span * p / 100)}` })));
+  const head = el("div", { class: "wf-row wf-head" }, el("span", { class: "c-seq", text: "seq" }), el("span", { class: "c-kind", text: "kind" }),
+    el("span", { class: "c-name", text: "name" }), el("span", { class: "c-status", text: "status" }), el("div", { class: "track" }, ticks));
+  const runMarks = [bar(clock, clock.t0, clock.end, `run ${detail.outcome ? detail.outcome.status : "open"}`, "the run")];
+  for (const s of detail.signals) {
+    runMarks.push(el("div", { class: "mark signal", style: `left:${clock.pct(clock.at(s.lsn))}%`, title: `signal ${s.name}` }));
+  }
+  if (detail.cancel) runMarks.push(el("div", { class: "mark cancel", style: `left:${clock.pct(clock.at(detail.cancel.lsn))}%`, title: "cancelled" }));
+  const rows = [head, el("div", { class: "wf-row run-row" }, el("span", { class: "c-seq" }), el("span", { class: "c-kind", text: "run" }),
+    el("span", { class: "c-name", text: detail.run.workflow }), el("span", { class: "c-status" }, badge(detail.outcome ? detail.outcome.status : detail.run.status)),
+    el("div", { class: "track" }, runMarks))];
+  for (const op of detail.operations) {
+    const open = expanded.has(op.seq);
+    const retries = op.attempts.filter((a) => a.status === "failed").length;
+    const row = el("div", { class: `wf-row op-row kind-${op.kind}${open ? " open" : ""}`, "data-seq": op.seq, tabindex: "0",
+      onclick: () => { if (open) expanded.delete(op.seq); else expanded.add(op.seq); rerender(); } },
+    el("span", { class: "c-seq", text: op.seq }), el("span", { class: "c-kind", text: KIND_LABEL[op.kind] || op.kind }),
+    el("span", { class: "c-name op-name", text: op.kind === "child" && op.child ? `${op.name} ${op.child.id}` : op.name }),
+    el("span", { class: "c-status" }, badge(op.status), retries && op.kind === "step" ? el("span", { class: "retries", text: ` ${retries} failed` }) : null),
+    el("div", { class: "track" }, opBars(op, clock, detail)));
+    rows.push(row);
+    const lastError = [...op.attempts].reverse().find((a) => a.error);
+    if (lastError && !open) rows.push(el("div", { class: "wf-note attempt-error", text: `attempt ${lastError.attempt}: ${errorText(lastError.error)}` }));
+    if (open) rows.push(opDetails(op));
+  }
+  return el("section", { class: "waterfall", id: "timeline" },
+    el("h2", { text: "Timeline" }),
+    el("p", { class: "muted small", text: "One row per operation, by position. Bars are placed by the times the journal records; a record without one sits between the times around it. Click a row for its attempts and payloads." }),
+    el("div", { class: "legend" }, ["ok", "failed", "running", "backoff", "paused", "timer", "wait", "child"].map((c) => el("span", {}, el("i", { class: `swatch ${c}` }), c))),
+    rows);
+}
+
+function tree(nodes) {
+  if (!nodes.length) return null;
+  return el("ul", { class: "tree" }, nodes.map((n) => el("li", { "data-id": n.id },
+    runLink(n.id), " ", el("span", { class: "muted", text: n.workflow }), " ", badge(n.status),
+    n.detached ? el("span", { class: "muted", text: " detached" }) : null,
+    n.more ? el("span", { class: "muted", text: " (its children: on its page)" }) : null,
+    tree(n.children))));
+}
+
+function runView(detail, expanded, rerender) {
+  const r = detail.run;
+  const title = el("h1", {}, el("span", { class: "run-id", text: r.id }), " ", badge(r.status));
+  const facts = el("dl", { class: "facts" },
+    [["workflow", r.workflow], ["run", detail.journal_run !== r.run ? `${detail.journal_run} (latest: ${r.run})` : r.run],
+      ["started", fmtTime(r.started_ms)], ["finished", fmtTime(r.finished_ms)],
+      ["took", r.finished_ms !== null ? fmtDur(r.finished_ms - r.started_ms) : ""],
+      ["wakes", fmtTime(r.wake_ms)], ["parent", r.parent ? runLink(r.parent) : ""],
+      ["attributes", Object.keys(r.attributes).length ? JSON.stringify(r.attributes) : ""],
+      ["records", detail.records]]
+      .filter(([, v]) => v !== "" && v !== null && v !== undefined)
+      .map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)]));
+  const parts = [el("p", {}, el("a", { href: "/", text: "← runs" })), title, facts];
+  if (detail.divergence) {
+    parts.push(el("div", { class: "error-box divergence", id: "divergence" }, el("strong", { text: "Determinism error. " }),
+      detail.divergence.error || el("span", { class: "muted", text: detail.divergence.note })));
+  }
+  if (detail.outcome) {
+    const o = detail.outcome;
+    if (o.error) {
+      parts.push(el("div", { class: "error-box", id: "outcome" }, el("strong", { text: `${o.status}: ` }), errorText(o.error),
+        o.error.traceback ? el("pre", { class: "traceback", text: o.error.traceback }) : null));
+    } else {
+      parts.push(el("div", { class: "outcome", id: "outcome" }, el("strong", { text: `${o.status}` }), jsonView("result", o.result, true)));
+    }
+  }
+  if (detail.cancel) parts.push(el("div", { class: "note-box" }, "Cancelled: ", JSON.stringify(detail.cancel.reason)));
+  if (detail.start) parts.push(jsonView("input", detail.start.input, false));
+  parts.push(waterfall(detail, expanded, rerender));
+  if (detail.children.length) parts.push(el("section", { id: "children" }, el("h2", { text: "Children" }), tree(detail.children)));
+  if (detail.signals.length) {
+    parts.push(el("section", { id: "signals" }, el("h2", { text: "Signals" }), el("table", { class: "small-table" },
+      el("thead", {}, el("tr", {}, ["#", "name", "payload", "taken by"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, detail.signals.map((s) => el("tr", {}, el("td", { text: s.ordinal }), el("td", { text: s.name }),
+        el("td", {}, json(s.payload)), el("td", { text: s.consumed_by !== null ? `seq ${s.consumed_by}` : "buffered" })))))));
+  }
+  if (detail.updates.length) {
+    parts.push(el("section", { id: "updates" }, el("h2", { text: "Updates" }), el("table", { class: "small-table" },
+      el("thead", {}, el("tr", {}, ["#", "name", "id", "payload", "status", "result"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, detail.updates.map((u) => el("tr", {}, el("td", { text: u.ordinal }), el("td", { text: u.name }), el("td", { text: u.id }),
+        el("td", {}, json(u.payload)), el("td", {}, badge(u.status)), el("td", {}, u.error ? errorText(u.error) : json(u.result))))))));
+  }
+  if (detail.streams.length) {
+    parts.push(el("section", { id: "streams" }, el("h2", { text: "Streams" }), detail.streams.map((s) =>
+      el("div", { class: "stream" }, el("h3", {}, s.name, " ", badge(s.status), el("span", { class: "muted", text: ` ${s.chunks} chunk${s.chunks === 1 ? "" : "s"}${s.seq !== null ? `, written by seq ${s.seq}` : ""}` })),
+        el("ol", { class: "chunks", start: s.tail.length ? s.tail[0].offset : 0 }, s.tail.map((c) => el("li", {}, el("code", { text: typeof c.payload === "string" ? c.payload : JSON.stringify(c.payload) }))))))));
+  }
+  if (detail.patches.length) parts.push(el("section", {}, el("h2", { text: "Patches" }), el("ul", {}, detail.patches.map((p) => el("li", { text: `${p.id} at position ${p.at}` })))));
+  if (detail.corrupt.length) parts.push(el("section", {}, el("h2", { text: "Unreadable records" }), detail.corrupt.map((c) => el("div", { class: "error-box", text: `log ${c.lsn}: ${c.error}` }))));
+  return parts;
+}
+
+async function runPage(main, id) {
+  document.title = `${id} · fusee`;
+  const params = new URLSearchParams(location.search);
+  const runParam = params.get("run");
+  const base = `/api/runs/${encodeURIComponent(id)}`;
+  let detail;
+  try {
+    detail = await api(runParam ? `${base}?run=${encodeURIComponent(runParam)}` : base);
+  } catch (e) {
+    showError(main, e.message);
+    return;
+  }
+  const expanded = new Set();
+  const rerender = () => {
+    const y = window.scrollY;
+    main.replaceChildren(...runView(detail, expanded, rerender));
+    window.scrollTo(0, y);
+  };
+  rerender();
+  const q = new URLSearchParams({ after: String(detail.last_lsn) });
+  if (runParam) q.set("run", runParam);
+  live.open(`${base}/events?${q}`, {
+    run: (changes) => { applyChanges(detail, changes); rerender(); },
+    reset: () => { route(); },
+    gone: () => { showError(main, `run ${id} is no longer in the store`); live.close(); },
+  });
+}
+
+// --- routing ---------------------------------------------------------------------------
+
+let info = null;
+
+async function route() {
+  const main = document.getElementById("main");
+  if (info === null) {
+    try {
+      info = await api("/api/info");
+      document.getElementById("target").textContent = info.target;
+    } catch (e) {
+      showError(main, e.message);
+      return;
+    }
+  }
+  const path = location.pathname;
+  if (path === "/") await runsPage(main, info);
+  else if (path.startsWith("/runs/")) await runPage(main, decodeURIComponent(path.slice("/runs/".length)));
+  else showError(main, `no page ${path}`);
+}
+
+window.addEventListener("popstate", route);
+window.addEventListener("DOMContentLoaded", route);

@@ -1,0 +1,150 @@
+"""The UI's pages in a real headless Chromium (Debian's), driven by Playwright.
+
+One browser for the module. Playwright's own browser download cannot work
+here: it drives ``/usr/bin/chromium``, which ``scripts/system-deps.sh``
+installs (``make pytest`` runs it first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
+
+from fusee.ui import create_app
+
+from .conftest import launch, served
+from .workflows import GREETED, add_greets, make_store, release, start_waiting
+
+VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = launch(p)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
+def url(data: Path) -> Iterator[str]:
+    with served(create_app(str(data))) as base:
+        yield base
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport=VIEWPORT)
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.set_default_timeout(10_000)
+    try:
+        yield p
+    finally:
+        context.close()
+    assert errors == [], errors
+
+
+def row_ids(page: Page) -> list[str]:
+    ids: list[str] = page.eval_on_selector_all(
+        "#runs tbody tr", "rows => rows.map(r => r.dataset.id)"
+    )
+    return ids
+
+
+def test_the_runs_page_lists_the_runs(page: Page, url: str, tmp_path: Path) -> None:
+    page.goto(f"{url}/")
+    expect(page.locator("#runs tbody tr")).to_have_count(len(GREETED) + 4)
+    ids = row_ids(page)
+    assert ids[:4] == ["boom-1", "flaky-1", "ship-o1", "order-1"]
+    assert set(ids[4:]) == set(GREETED)
+    expect(page.locator('tr[data-id="flaky-1"] .badge')).to_have_text("paused")
+    expect(page.locator('tr[data-id="ship-o1"]')).to_contain_text("order-1")
+    expect(page.locator("#live")).to_have_class("live on")
+    page.screenshot(path=str(tmp_path / "runs.png"))
+    assert (tmp_path / "runs.png").stat().st_size > 10_000
+
+
+def test_a_filter_narrows_the_list(page: Page, url: str) -> None:
+    page.goto(f"{url}/")
+    expect(page.locator("#runs tbody tr")).to_have_count(len(GREETED) + 4)
+    page.select_option("#f-status", "paused")
+    page.click("#f-apply")
+    expect(page.locator("#runs tbody tr")).to_have_count(1)
+    assert row_ids(page) == ["flaky-1"]
+    assert "status=paused" in page.url
+    page.goto(f"{url}/")
+    page.fill("#f-workflow", "greet")
+    page.fill("#f-attr", "customer=bo")
+    page.click("#f-apply")
+    expect(page.locator("#runs tbody tr")).to_have_count(len(GREETED[1::2]))
+    assert set(row_ids(page)) == set(GREETED[1::2])
+
+
+def test_the_next_page_continues_the_list(page: Page, url: str) -> None:
+    page.goto(f"{url}/?limit=10")
+    expect(page.locator("#runs tbody tr")).to_have_count(10)
+    first = row_ids(page)
+    page.click("#next-page")
+    expect(page.locator("#first-page")).to_be_visible()
+    expect(page.locator("#runs tbody tr")).to_have_count(10)
+    second = row_ids(page)
+    assert not set(first) & set(second)
+    assert first[-1] == "g-17"
+    assert second[0] == "g-16"
+
+
+def test_a_runs_page_shows_its_timeline(page: Page, url: str, tmp_path: Path) -> None:
+    page.goto(f"{url}/runs/order-1")
+    names = page.locator("#timeline .op-row .op-name")
+    expect(names).to_have_text(["set_attributes", "charge", "cool-off", "go", "ship ship-o1"])
+    # The retry's error is on the timeline without a click.
+    expect(page.locator("#timeline .wf-note")).to_have_text(
+        "attempt 1: ConnectionError: card network unreachable"
+    )
+    page.click('.op-row[data-seq="1"]')
+    attempts = page.locator(".attempts .attempt-row")
+    expect(attempts).to_have_count(2)
+    expect(attempts.nth(0)).to_contain_text("failed")
+    expect(attempts.nth(0).locator(".attempt-error")).to_have_text(
+        "ConnectionError: card network unreachable"
+    )
+    expect(page.locator(".op-row[data-seq='1'] .bar.attempt")).to_have_count(2)
+    expect(page.locator("#outcome")).to_contain_text("shipped FR-o1")
+    expect(page.locator("#signals")).to_contain_text("go")
+    expect(page.locator("#streams")).to_contain_text("shipped FR-o1")
+    page.screenshot(path=str(tmp_path / "run.png"), full_page=True)
+    # The children's tree links to the child's page, which links back.
+    page.click('#children a[href="/runs/ship-o1"]')
+    expect(page.locator("h1 .run-id")).to_have_text("ship-o1")
+    expect(page.locator(".facts")).to_contain_text("order-1")
+    expect(page.locator("#timeline .op-name")).to_have_text(["label"])
+
+
+def test_pages_update_live(browser: Browser, page: Page, tmp_path: Path) -> None:
+    data = make_store(tmp_path / "data")
+    start_waiting(data, "order-2")
+    with served(create_app(str(data))) as base:
+        page.goto(f"{base}/")
+        expect(page.locator("#live")).to_have_class("live on")
+        expect(page.locator('tr[data-id="order-2"]')).to_be_visible()
+        add_greets(data, "g-live")
+        expect(page.locator('tr[data-id="g-live"]')).to_be_visible()
+        assert row_ids(page)[0] == "g-live"
+
+        run_page = page.context.new_page()
+        run_page.goto(f"{base}/runs/order-2")
+        expect(run_page.locator('.op-row[data-seq="3"] .badge')).to_have_text("waiting")
+        expect(run_page.locator("#live")).to_have_class("live on")
+        release(data, "order-2")
+        expect(run_page.locator("#outcome")).to_contain_text("shipped FR-order-2")
+        expect(run_page.locator('.op-row[data-seq="3"] .badge')).to_have_text("signalled")
+        expect(run_page.locator("#children")).to_contain_text("ship-order-2")
+        # The list page, still open, saw order-2 finish.
+        expect(page.locator('tr[data-id="order-2"] .badge')).to_have_text("completed")

@@ -1,0 +1,102 @@
+"""`fusee.ui._timeline.Timeline`: records folded into what the run page shows."""
+
+from __future__ import annotations
+
+from fusee import _codec
+from fusee.record import (
+    PAUSED,
+    Attempt,
+    Done,
+    Heartbeat,
+    Record,
+    Resume,
+    Start,
+    Status,
+    Step,
+    StepTime,
+    Update,
+    UpdateDone,
+    encode,
+)
+from fusee.ui._timeline import Timeline
+
+
+def fold(*records: Record) -> Timeline:
+    t = Timeline()
+    for lsn, rec in enumerate(records, 1):
+        t.add(lsn, encode(rec))
+    return t
+
+
+def err(message: str) -> bytes:
+    return _codec.encode(["TimeoutError", message])
+
+
+def test_queue_delay_and_run_time_come_from_a_steps_recorded_time() -> None:
+    t = fold(
+        Start(run=1, id="a", wtype="wf", started_ms=1_000),
+        Attempt(1, 0, "fetch", 1, 2_000, err("slow")),
+        Step(1, 0, "fetch", 2, Status.OK, _codec.encode("page"), StepTime(2_250, 40_000)),
+    )
+    [op] = t.json()["operations"]
+    first, second = op["attempts"]
+    assert first["retry_at_ms"] == 2_000
+    assert (second["due_ms"], second["started_ms"]) == (2_000, 2_250)
+    assert second["queue_ms"] == 250
+    assert second["run_ms"] == 40.0
+    # The step's end is a time the journal carries.
+    assert t.anchors[-1] == [3, 2_290]
+
+
+def test_heartbeats_and_a_resume_after_a_pause_are_kept_per_attempt() -> None:
+    t = fold(
+        Start(run=1, id="a", wtype="wf", started_ms=0),
+        Heartbeat(1, 0, 1, _codec.encode({"pct": 40})),
+        Heartbeat(1, 0, 1, _codec.encode({"pct": 80})),
+        Attempt(1, 0, "load", 1, PAUSED, err("gave up")),
+        Resume(1, 0, 1),
+    )
+    [op] = t.json()["operations"]
+    [attempt] = op["attempts"]
+    assert (attempt["progress"], attempt["heartbeats"]) == ({"pct": 80}, 2)
+    assert attempt["paused"] is True
+    assert attempt["resumed_lsn"] == 5
+    assert op["status"] == "running"
+    assert op["progress"] == {"pct": 80}
+
+
+def test_updates_get_their_result_by_ordinal() -> None:
+    t = fold(
+        Start(run=1, id="a", wtype="wf"),
+        Update(1, "bump", "u-1", _codec.encode(3)),
+        UpdateDone(1, 0, 0, Status.OK, _codec.encode(4)),
+    )
+    [update] = t.json()["updates"]
+    assert (update["name"], update["id"], update["payload"]) == ("bump", "u-1", 3)
+    assert (update["status"], update["result"]) == ("ok", 4)
+
+
+def test_changes_hold_only_what_changed_since_the_last_call() -> None:
+    t = fold(
+        Start(run=1, id="a", wtype="wf", started_ms=5),
+        Step(1, 0, "one", 1, Status.OK, _codec.encode(1)),
+    )
+    t.json()
+    assert t.changes() is None
+    t.add(3, encode(Step(1, 1, "two", 1, Status.OK, _codec.encode(2))))
+    t.add(4, encode(Done(1, Status.OK, 99, _codec.encode("done"))))
+    changes = t.changes()
+    assert changes is not None
+    assert [op["name"] for op in changes["operations"]] == ["two"]
+    assert changes["outcome"]["result"] == "done"
+    assert changes["anchors"] == [[4, 99]]
+    assert t.changes() is None
+
+
+def test_a_record_that_does_not_decode_is_shown_as_corrupt() -> None:
+    t = Timeline()
+    t.add(1, encode(Start(run=1, id="a", wtype="wf")))
+    t.add(2, b"\x01garbage")
+    [corrupt] = t.json()["corrupt"]
+    assert corrupt["lsn"] == 2
+    assert "journal record" in corrupt["error"]

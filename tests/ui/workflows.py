@@ -1,0 +1,171 @@
+"""Workflows the UI's tests run, and a store made of their runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import fusee
+
+go = fusee.signal("go", bool)
+
+# A step of `flaky` fails while this is False (it is, in these tests): the run pauses.
+FLAKY_OK = {"ok": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class Order:
+    id: str
+    amount: int
+
+
+@fusee.workflow("greet")
+async def greet(ctx: fusee.Ctx, name: str) -> str:
+    ctx.set_attributes({"customer": name})
+    return await ctx.step("greet", lambda: f"hello {name}")
+
+
+@fusee.workflow("ship")
+async def ship(ctx: fusee.Ctx, order: Order) -> str:
+    return await ctx.step("label", lambda: f"FR-{order.id}")
+
+
+@fusee.workflow("gated")
+async def gated(ctx: fusee.Ctx, order: Order) -> str:
+    """A retried step, a timer, a signal, a child and a stream."""
+    ctx.set_attributes({"customer": "ada", "amount": order.amount})
+    tries = {"n": 0}
+
+    def charge() -> int:
+        tries["n"] += 1
+        if tries["n"] == 1:
+            raise ConnectionError("card network unreachable")
+        return order.amount
+
+    await ctx.step("charge", charge, retry=fusee.Retry(attempts=3, initial="10ms"))
+    await ctx.sleep("cool-off", "20ms")
+    if not await ctx.wait_for(go, timeout="1h"):
+        return "rejected"
+    label = await ctx.child(ship, f"ship-{order.id}", order)
+    async with ctx.stream("log") as out:
+        await out.append(f"shipped {label}")
+    return f"shipped {label}"
+
+
+@fusee.workflow("flaky")
+async def flaky(ctx: fusee.Ctx) -> str:
+    def call() -> str:
+        if not FLAKY_OK["ok"]:
+            raise ConnectionError("still down")
+        return "up"
+
+    return await ctx.step("call", call, retry=fusee.Retry(attempts=1, initial="10ms"))
+
+
+@fusee.workflow("boom")
+async def boom(ctx: fusee.Ctx) -> None:
+    await ctx.step("ok", lambda: 1)
+    raise KeyError("sku")
+
+
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [greet, ship, gated, flaky, boom]
+
+GREETED = [f"g-{n:02d}" for n in range(23)]
+"""The ids of the `greet` runs in `make_store`'s store (customers ana and bo, by turns)."""
+
+
+async def _fill(data: Path) -> None:
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        for n, id in enumerate(GREETED):
+            await engine.execute(greet, id, "ana" if n % 2 == 0 else "bo")
+        run = await engine.start(gated, "order-1", Order("o1", 42))
+        while (await run.describe()).status != "suspended" or not await _waiting(engine):
+            await asyncio.sleep(0.01)
+        await run.signal(go, True)
+        assert await run.result() == "shipped FR-o1"
+        # Paused: its one attempt failed; it stays so.
+        paused = await engine.start(flaky, "flaky-1")
+        while (await paused.describe()).status != "paused":
+            await asyncio.sleep(0.01)
+        with contextlib.suppress(fusee.WorkflowFailed):
+            await engine.execute(boom, "boom-1")
+
+
+async def _waiting(engine: fusee.Engine) -> bool:
+    """Whether order-1 waits for its signal (its timer fired)."""
+    from fusee.record import Wait, decode
+
+    return any(isinstance(decode(d), Wait) for _, d in await engine.store.load("order-1"))
+
+
+def make_store(data: Path) -> Path:
+    """Fills ``data`` with runs: 23 greets, a gated order (retry, timer, signal, child), ..."""
+    in_thread(_fill, data)
+    return data
+
+
+async def _more(data: Path, ids: list[str]) -> None:
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        for id in ids:
+            await engine.execute(greet, id, "cy")
+
+
+def add_greets(data: Path, *ids: str) -> None:
+    """Opens an engine on ``data`` (in a thread of its own) and runs more greets."""
+    in_thread(_more, data, list(ids))
+
+
+async def _start_waiting(data: Path, id: str) -> None:
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        await engine.start(gated, id, Order(id, 7))
+        while not await _waits(engine, id):
+            await asyncio.sleep(0.01)
+
+
+async def _waits(engine: fusee.Engine, id: str) -> bool:
+    from fusee.record import Wait, decode
+
+    return any(isinstance(decode(d), Wait) for _, d in await engine.store.load(id))
+
+
+async def _release(data: Path, id: str) -> None:
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        run = engine.get(id)
+        await run.signal(go, True)
+        await run.result()
+
+
+def in_thread(fn: Any, *args: Any) -> None:
+    """Runs ``asyncio.run(fn(*args))`` in a thread of its own.
+
+    An engine beside the test: the test's thread may have a loop running
+    already (Playwright's sync API keeps one).
+    """
+    import threading
+
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            asyncio.run(fn(*args))
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    assert not errors, errors
+
+
+def start_waiting(data: Path, id: str) -> None:
+    """Starts a `gated` run ``id`` and stops its engine once the run waits for `go`."""
+    in_thread(_start_waiting, data, id)
+
+
+def release(data: Path, id: str) -> None:
+    """Signals `go` to a waiting `gated` run and lets it finish (ship, stream, done)."""
+    in_thread(_release, data, id)
