@@ -37,6 +37,7 @@ from fusee._definitions import (
 )
 from fusee._loop import as_completed, select, wait
 from fusee._status import RunStatus
+from fusee._version import __version__ as __version__
 from fusee.context import Ctx, StepCtx, WorkflowInfo, WorkflowStream, current_step
 from fusee.engine import Engine, IdPolicy, Run, RunInfo
 from fusee.errors import (
@@ -56,8 +57,6 @@ from fusee.errors import (
     WatchdogError,
     WorkflowFailed,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExists",

@@ -21,6 +21,7 @@ from pathlib import Path
 RANKS: Mapping[str, int] = {
     "fusee.errors": 0,
     "fusee._status": 0,
+    "fusee._version": 0,
     "fusee._durations": 0,
     "fusee._frozen": 0,
     "fusee._codegen": 0,

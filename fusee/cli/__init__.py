@@ -243,7 +243,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from fusee import __version__
+    from fusee._version import __version__
 
     return __version__
 

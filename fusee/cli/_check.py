@@ -14,12 +14,13 @@ error it raises becomes a finding.
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from fusee.cli._output import Output, iso
 from fusee.cli._reading import FINISHED, reading, store_target
-from fusee.errors import FuseeError, NotFound, StoreError
+from fusee.errors import CorruptRecord, FuseeError, NotFound, StoreError
 from fusee.record import Done, Start, decode
 from fusee.store import RunRow, Store
 
@@ -47,8 +48,37 @@ class Finding:
     lsn: int | None = None
 
 
+class _SkippedRows(logging.Handler):
+    """Collects the rows a store skipped while listing (it logs each, naming the run)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.problems: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == _SKIPPED and record.args:
+            self.problems.append(str(record.args[0]))
+
+
+# How the stores log a damaged row they leave out of a listing.
+_SKIPPED: Final = "skipped a damaged run row: %s"
+
+
 async def _rows(store: Store) -> tuple[list[RunRow], list[Finding]]:
-    """Every row the store can read, and a finding for each stretch it cannot."""
+    """Every row the store can read, and a finding for each row or stretch it cannot."""
+    skipped = _SkippedRows()
+    logger = logging.getLogger("fusee")
+    logger.addHandler(skipped)
+    try:
+        rows, findings = await _listed(store)
+    finally:
+        logger.removeHandler(skipped)
+    for problem in dict.fromkeys(skipped.problems):
+        findings.append(Finding(None, None, None, f"a run row cannot be read: {problem}"))
+    return rows, findings
+
+
+async def _listed(store: Store) -> tuple[list[RunRow], list[Finding]]:
     rows: list[RunRow] = []
     after: tuple[int, str] | None = None
     try:
@@ -132,6 +162,8 @@ async def _check_run(store: Store, row: RunRow) -> tuple[int, list[Finding]]:
         entries = await store.load(row.id, row.run)
     except NotFound:
         return 0, [finding("its row is there but its journal is missing (no records)")]
+    except CorruptRecord as e:
+        return 0, [finding(f"its journal is missing or damaged: {e}")]
     except _UNREADABLE as e:
         return 0, [finding(f"its journal cannot be read: {e}")]
     if not entries:

@@ -418,7 +418,7 @@ async def _index(request: Request) -> Response:
 
 async def _info(request: Request) -> Response:
     actions = request.app.state.actions
-    from fusee import __version__
+    from fusee._version import __version__
 
     return JSONResponse(
         {

@@ -165,11 +165,15 @@ async def test_load_of_an_id_without_a_row_reads_its_highest_run(store: Store) -
 
 
 @pytest.mark.asyncio
-async def test_a_run_with_a_row_and_no_records_loads_empty(store: Store) -> None:
+async def test_a_run_with_a_row_and_no_records_is_a_corrupt_record_naming_it(
+    store: Store,
+) -> None:
     await store.append([], [row("a", 4)])
 
-    assert await store.load("a") == []
-    assert await store.load("a", 4) == []
+    with pytest.raises(CorruptRecord, match="'a'"):
+        await store.load("a")
+    with pytest.raises(CorruptRecord, match="'a'"):
+        await store.load("a", 4)
 
 
 @pytest.mark.asyncio
