@@ -13,7 +13,8 @@ FuseeError
 ├── PayloadError          a value the codec cannot encode, or bytes it cannot
 │                         decode to the annotated type
 ├── StoreError            storage unusable (newer format, locked, full)
-│   └── CorruptRecord     a journal record that does not decode
+│   ├── CorruptRecord     a journal record that does not decode
+│   └── StaleLease        a write under a shard lease no longer held
 ├── WatchdogError         workflow code that did not yield
 └── NondeterministicCall  workflow code called what replay cannot repeat
                           (threads, sockets, executors): do it in ctx.step
@@ -27,6 +28,7 @@ Every message says what happened and what to do about it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 __all__ = [
     "AlreadyExists",
@@ -39,6 +41,7 @@ __all__ = [
     "NondeterministicCall",
     "NotFound",
     "PayloadError",
+    "StaleLease",
     "StepFailed",
     "StoreError",
     "UnknownWorkflow",
@@ -225,6 +228,32 @@ class CorruptRecord(StoreError):
         ...     print("refused")
         refused
     """
+
+
+class StaleLease(StoreError):
+    """A write under a shard lease that another worker has taken over since.
+
+    Nothing of the write is stored. The worker no longer owns those shards:
+    it drops their runs at once (their new owner recovers them).
+
+    Attributes:
+        shards: The shards whose lease epoch no longer matched, sorted.
+
+    Example:
+        >>> e = StaleLease([7, 3])
+        >>> (e.shards, str(e))  # doctest: +NORMALIZE_WHITESPACE
+        ((3, 7), 'this worker no longer holds shards 3, 7 (another worker took their
+        leases over, or they were released); nothing was written: drop the runs of those shards')
+    """
+
+    def __init__(self, shards: Iterable[int]) -> None:
+        self.shards: tuple[int, ...] = tuple(sorted(shards))
+        names = ", ".join(str(s) for s in self.shards)
+        super().__init__(
+            f"this worker no longer holds shards {names} (another worker took their "
+            "leases over, or they were released); nothing was written: drop the runs of "
+            "those shards"
+        )
 
 
 class WatchdogError(FuseeError):
