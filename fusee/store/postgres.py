@@ -189,9 +189,10 @@ class PostgresStore:
         connect_timeout_s: float = 10.0,
     ) -> None:
         _check_durability(durability)
-        if not _SCHEMA_NAME.fullmatch(schema):
+        if not _SCHEMA_NAME.fullmatch(schema) or schema.lower().startswith("pg_"):
             raise ValueError(
-                f"schema must be a plain SQL name (letters, digits, _; at most 63), not {schema!r}"
+                "schema must be a plain SQL name (letters, digits, _; at most 63; not "
+                f"starting with pg_, which Postgres keeps for itself), not {schema!r}"
             )
         if shards is not None and shards < 1:
             raise ValueError(f"shards must be 1 or more, not {shards}")
