@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
 
+import asyncpg
+
 from fusee.store.postgres import PostgresStore
 
-__all__ = ["Cluster", "find_bin_dir"]
+__all__ = ["Cluster", "fail_next_append", "find_bin_dir", "flip_a_byte"]
 
 _PROGRAMS: Final = ("initdb", "pg_ctl", "postgres")
 # The superuser the tests connect as; its password is made per cluster so
@@ -235,6 +237,23 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+async def flip_a_byte(store: PostgresStore, lsn: int) -> None:
+    """Damages the last byte of the record at ``lsn``, as a bad disk would (for engine tests)."""
+    conn = await asyncpg.connect(store._dsn)
+    try:
+        table = f'"{store.schema}".journal'
+        data: bytes = await conn.fetchval(f"SELECT data FROM {table} WHERE lsn = $1", lsn)
+        damaged = data[:-1] + bytes([data[-1] ^ 0x40])
+        await conn.execute(f"UPDATE {table} SET data = $1 WHERE lsn = $2", damaged, lsn)
+    finally:
+        await conn.close()
+
+
+def fail_next_append(store: PostgresStore) -> None:
+    """The store's next append fails inside its transaction, as a full disk would."""
+    store._fail_next_append(asyncpg.DiskFullError("injected: disk full"))
 
 
 def _clean_env() -> dict[str, str]:

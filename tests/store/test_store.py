@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
+import _postgres
 import pytest
 import pytest_asyncio
 from _postgres import Cluster
@@ -73,7 +73,7 @@ class Opener:
             store.fail_next_append(StoreError("injected: disk full"))
         elif isinstance(store, PostgresStore):
             # Raised inside the transaction, after the rows went in.
-            store._fail_next_append(asyncpg.DiskFullError("injected: disk full"))
+            _postgres.fail_next_append(store)
         else:
             assert isinstance(store, SqliteStore)
             # Raised inside the transaction, after the rows went in: the
