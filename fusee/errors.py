@@ -10,10 +10,15 @@ FuseeError
 ├── NotFound              no run with that id
 ├── AlreadyExists         a run with that id exists (see fusee.IdPolicy)
 ├── UnknownWorkflow       a workflow name the engine was not given
+├── RunFinished           a signal, update or cancel sent to a run that has ended
+├── UpdateRejected        the update's validator refused it (nothing recorded)
+├── UpdateFailed          the update's handler raised (type, message)
+├── QueryFailed           the query's handler raised (type, message)
 ├── PayloadError          a value the codec cannot encode, or bytes it cannot
 │                         decode to the annotated type
 ├── StoreError            storage unusable (newer format, locked, full)
-│   └── CorruptRecord     a journal record that does not decode
+│   ├── CorruptRecord     a journal record that does not decode
+│   └── StaleLease        a write under a shard lease no longer held
 ├── WatchdogError         workflow code that did not yield
 └── NondeterministicCall  workflow code called what replay cannot repeat
                           (threads, sockets, executors): do it in ctx.step
@@ -27,6 +32,7 @@ Every message says what happened and what to do about it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 __all__ = [
     "AlreadyExists",
@@ -39,9 +45,14 @@ __all__ = [
     "NondeterministicCall",
     "NotFound",
     "PayloadError",
+    "QueryFailed",
+    "RunFinished",
+    "StaleLease",
     "StepFailed",
     "StoreError",
     "UnknownWorkflow",
+    "UpdateFailed",
+    "UpdateRejected",
     "WatchdogError",
     "WorkflowFailed",
 ]
@@ -196,6 +207,77 @@ class UnknownWorkflow(FuseeError):
     """
 
 
+class RunFinished(FuseeError):
+    """A signal, update or cancel was sent to a run that has ended; nothing was recorded.
+
+    Example:
+        >>> e = RunFinished("order-1", "completed", "signal 'approval'")
+        >>> (e.id, e.status)
+        ('order-1', 'completed')
+    """
+
+    def __init__(self, id: str, status: str, what: str) -> None:
+        self.id = id
+        self.status = status
+        self.what = what
+        super().__init__(
+            f"run '{id}' has finished ({status}); {what} was not delivered: "
+            "messages go to runs that have not ended (start a new run to go on)"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.id, self.status, self.what))
+
+
+class _HandlerError(FuseeError):
+    """A query's or update's handler (or validator) raised: its type and message."""
+
+    _verb = ""
+
+    def __init__(self, name: str, id: str, type: str, message: str) -> None:
+        self.name = name
+        self.id = id
+        self.type = type
+        self.message = message
+        super().__init__(f"{self._verb.format(name=name, id=id)}: {type}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.name, self.id, self.type, self.message))
+
+
+class UpdateRejected(_HandlerError):
+    """The update's validator refused it; nothing was recorded and the run goes on.
+
+    Example:
+        >>> UpdateRejected("bump", "c-1", "ValueError", "must be positive").type
+        'ValueError'
+    """
+
+    _verb = "update '{name}' of run '{id}' was rejected by its validator"
+
+
+class UpdateFailed(_HandlerError):
+    """The update's handler raised (or was cancelled); the failure is recorded.
+
+    Example:
+        >>> str(UpdateFailed("bump", "c-1", "KeyError", "'x'"))
+        "update 'bump' of run 'c-1' failed: KeyError: 'x'"
+    """
+
+    _verb = "update '{name}' of run '{id}' failed"
+
+
+class QueryFailed(_HandlerError):
+    """The query's handler raised; the run is not affected.
+
+    Example:
+        >>> QueryFailed("status", "c-1", "ZeroDivisionError", "division by zero").name
+        'status'
+    """
+
+    _verb = "query '{name}' of run '{id}' failed"
+
+
 class PayloadError(FuseeError):
     """A value the codec cannot encode, or bytes it cannot decode to the type.
 
@@ -225,6 +307,32 @@ class CorruptRecord(StoreError):
         ...     print("refused")
         refused
     """
+
+
+class StaleLease(StoreError):
+    """A write under a shard lease that another worker has taken over since.
+
+    Nothing of the write is stored. The worker no longer owns those shards:
+    it drops their runs at once (their new owner recovers them).
+
+    Attributes:
+        shards: The shards whose lease epoch no longer matched, sorted.
+
+    Example:
+        >>> e = StaleLease([7, 3])
+        >>> (e.shards, str(e))  # doctest: +NORMALIZE_WHITESPACE
+        ((3, 7), 'this worker no longer holds shards 3, 7 (another worker took their
+        leases over, or they were released); nothing was written: drop the runs of those shards')
+    """
+
+    def __init__(self, shards: Iterable[int]) -> None:
+        self.shards: tuple[int, ...] = tuple(sorted(shards))
+        names = ", ".join(str(s) for s in self.shards)
+        super().__init__(
+            f"this worker no longer holds shards {names} (another worker took their "
+            "leases over, or they were released); nothing was written: drop the runs of "
+            "those shards"
+        )
 
 
 class WatchdogError(FuseeError):

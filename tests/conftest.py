@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 # Imported here, at the top of the stack: CPython 3.11.7 raises a spurious
 # "AST constructor recursion depth mismatch" when pytest's assertion
 # rewriter compiles hypothesis's modules deep inside a plugin hook, which is
 # where the hypothesis plugin imports it when no test module did.
 import hypothesis
+import pytest
+from _postgres import Cluster
 
 hypothesis.settings.register_profile("fusee", deadline=None, print_blob=True)
 hypothesis.settings.load_profile("fusee")
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """One throwaway PostgreSQL server for the whole session, started when first asked for.
+
+    Tests get fresh stores from it with ``postgres_cluster.new_store()`` (a
+    schema each); it is stopped and removed when the session ends.
+    """
+    with Cluster() as cluster:
+        yield cluster

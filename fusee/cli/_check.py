@@ -56,7 +56,7 @@ class _SkippedRows(logging.Handler):
         self.problems: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.msg == _SKIPPED and record.args:
+        if record.msg == _SKIPPED and isinstance(record.args, tuple) and record.args:
             self.problems.append(str(record.args[0]))
 
 

@@ -3,8 +3,9 @@
 A store keeps, durably, each run's journal (encoded records, as opaque bytes
 in log-sequence order) and one `RunRow` per workflow id (its latest run: for
 listing, describing and recovery). The engine talks to storage only through
-`Store`; `MemoryStore` (tests, ``"memory"``) and `SqliteStore` (a directory)
-implement it.
+`Store`; `MemoryStore` (tests, ``"memory"``), `SqliteStore` (a directory) and
+`PostgresStore` (a ``postgresql://`` URL) implement it. Each backend's module
+is imported when first named, so ``import fusee`` never imports asyncpg.
 
 The rule: a store never alters, reorders or interprets record bytes, and an
 append is all or nothing. Decoding is the engine's job (`fusee.record`), so a
@@ -27,6 +28,7 @@ from fusee.errors import NotFound, StoreError
 
 if TYPE_CHECKING:
     from fusee.store.memory import MemoryStore
+    from fusee.store.postgres import PostgresStore
     from fusee.store.sqlite import SqliteStore
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "UNFINISHED_STATUSES",
     "Entry",
     "MemoryStore",
+    "PostgresStore",
     "RunRow",
     "SqliteStore",
     "Store",
@@ -227,8 +230,10 @@ def open_store(
 
     Args:
         target: A directory path (a `SqliteStore` keeping ``fusee.db`` there),
-            or ``"memory"`` (a `MemoryStore`, which keeps nothing after the
-            process ends).
+            ``"memory"`` (a `MemoryStore`, which keeps nothing after the
+            process ends), or a ``postgresql://`` (or ``postgres://``) URL (a
+            `PostgresStore` in that database's ``fusee`` schema; needs the
+            ``postgres`` extra).
         durability: ``"fsync"`` (each append is on disk when it returns) or
             ``"none"`` (the OS writes when it likes: for tests and demos).
         readonly: Open an existing store to read only (the CLI's way, while an
@@ -239,15 +244,17 @@ def open_store(
 
     Raises:
         ValueError: ``durability`` is not one the store knows.
-        StoreError: The target is a URL (Postgres is not supported yet), or
-            ``"memory"`` with ``readonly=True``.
+        StoreError: The target is a URL of another kind, or ``"memory"`` with
+            ``readonly=True``.
 
     Example:
         >>> type(open_store("memory")).__name__
         'MemoryStore'
-        >>> open_store("postgresql://db/fusee")
+        >>> open_store("postgresql://app:secret@db/fusee")
+        PostgresStore('postgresql://app:***@db/fusee', schema='fusee')
+        >>> open_store("mysql://db/fusee")
         Traceback (most recent call last):
-        fusee.errors.StoreError: Postgres stores are not supported yet ...
+        fusee.errors.StoreError: 'mysql' stores are not supported; pass a directory path ...
     """
     _check_durability(durability)
     if isinstance(target, str) and target == "memory":
@@ -261,11 +268,12 @@ def open_store(
     if isinstance(target, str) and "://" in target:
         scheme = target.split("://", 1)[0]
         if scheme in {"postgres", "postgresql"}:
-            what = "Postgres stores are not supported yet"
-        else:
-            what = f"{scheme!r} stores are not supported"
+            from fusee.store.postgres import PostgresStore
+
+            return PostgresStore(target, durability=durability, readonly=readonly)
         raise StoreError(
-            f"{what} ({target!r}); pass a directory path (an SQLite store, the default) or 'memory'"
+            f"{scheme!r} stores are not supported; pass a directory path (an SQLite store, "
+            "the default), a postgresql:// URL or 'memory'"
         )
     from fusee.store.sqlite import SqliteStore
 
@@ -394,18 +402,21 @@ def _not_found(id: str, run: int | None = None) -> NotFound:
     )
 
 
-# Backends by name, imported when first used: each builds on the names
-# above, and one a program does not use (asyncpg's, say) is never imported.
 _BACKENDS: Final = {
     "MemoryStore": "fusee.store.memory",
     "SqliteStore": "fusee.store.sqlite",
+    "PostgresStore": "fusee.store.postgres",
 }
 
 
 def __getattr__(name: str) -> Any:
+    # Backends load when first named (they build on the names above, and
+    # the Postgres one must not cost its users' neighbours an import).
     module = _BACKENDS.get(name)
     if module is None:
-        raise AttributeError(f"module 'fusee.store' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -51,7 +51,9 @@ def test_errors_are_one_line_on_stderr(tmp_path: Path, argv: list[str], message:
     [
         pytest.param(["list"], "no fusee store in", id="no-store"),
         pytest.param(["list", "--store", "memory"], "keeps nothing", id="memory"),
-        pytest.param(["list", "--store", "postgresql://db/x"], "not supported yet", id="postgres"),
+        pytest.param(
+            ["list", "--store", "postgresql://127.0.0.1:1/x"], "cannot reach", id="postgres"
+        ),
         pytest.param(["list", "--store", "x", "--data", "y"], "not both", id="both"),
         pytest.param(["signal", "a", "b"], "no fusee store in", id="signal-no-store"),
         pytest.param(["disk-check", "/nonexistent/dir"], "no directory", id="disk-no-dir"),

@@ -1,8 +1,9 @@
-"""Fixtures of the engine tests: each runs on the memory store and on SQLite.
+"""Fixtures of the engine tests: each runs on the memory store, SQLite and Postgres.
 
 `host` makes a `TestEngine` (virtual clock, dev profile) on a fresh store of
 the kind under test; on SQLite, `crash()` abandons the engine and opens a new
-`SqliteStore` on the same directory, as a restarted process would.
+`SqliteStore` on the same directory, as a restarted process would. Postgres
+stores are schemas of the session's throwaway server (tests/_postgres.py).
 """
 
 from __future__ import annotations
@@ -15,25 +16,34 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
+from _postgres import Cluster
 
 from fusee.pytest_plugin import EngineFactory
 from fusee.store import Entry, MemoryStore, RunRow, SqliteStore, Store
 from fusee.testing import TestEngine
 
-STORES = [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
+STORES = [
+    pytest.param("memory", id="memory"),
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres"),
+]
 
 
 class Stores:
     """Fresh stores of one kind; each SQLite store in its own directory."""
 
-    def __init__(self, kind: str, directory: Path) -> None:
+    def __init__(self, kind: str, directory: Path, postgres: Cluster | None = None) -> None:
         self.kind = kind
         self.directory = directory
+        self.postgres = postgres
         self._n = itertools.count(1)
 
     def new(self) -> Store:
         if self.kind == "memory":
             return MemoryStore()
+        if self.kind == "postgres":
+            assert self.postgres is not None
+            return self.postgres.new_store()
         return SqliteStore(self.directory / f"store-{next(self._n)}", durability="none")
 
 
@@ -48,8 +58,9 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def stores(store_kind: str, tmp_path: Path) -> Stores:
-    return Stores(store_kind, tmp_path)
+def stores(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Stores:
+    postgres = request.getfixturevalue("postgres_cluster") if store_kind == "postgres" else None
+    return Stores(store_kind, tmp_path, postgres)
 
 
 @pytest.fixture

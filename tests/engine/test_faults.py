@@ -10,10 +10,12 @@ import dataclasses
 import sqlite3
 from pathlib import Path
 
+import _postgres
 import pytest
 
 import fusee
 from fusee.store import MemoryStore, SqliteStore, Store
+from fusee.store.postgres import PostgresStore
 
 from .conftest import Host, assert_steps_ran_once
 
@@ -149,6 +151,8 @@ async def test_a_run_of_a_workflow_this_engine_lacks_raises_unknown_workflow(hos
 def _fail_next_write(store: Store) -> None:
     if isinstance(store, MemoryStore):
         store.fail_next_append(fusee.StoreError("injected: disk full"))
+    elif isinstance(store, PostgresStore):
+        _postgres.fail_next_append(store)
     else:
         assert isinstance(store, SqliteStore)
         store._fail_next_append(sqlite3.OperationalError("injected: disk I/O error"))
@@ -182,6 +186,9 @@ async def test_a_failed_write_fails_the_waiters_and_loses_nothing_acknowledged(
 
 async def _flip_a_byte(store: Store, lsn: int) -> None:
     """Damages one journal record as a bad disk would (the store is closed)."""
+    if isinstance(store, PostgresStore):
+        await _postgres.flip_a_byte(store, lsn)
+        return
     if isinstance(store, MemoryStore):
         for journal in store._journals.values():
             for i, (at, data) in enumerate(journal):

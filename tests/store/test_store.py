@@ -1,10 +1,11 @@
-"""Behaviour every store shares: run on `MemoryStore` and on `SqliteStore`.
+"""Behaviour every store shares: run on `MemoryStore`, `SqliteStore` and `PostgresStore`.
 
 The rule under test is the store module's: a store gives back exactly the
 bytes it was given, in LSN order, and an append is all or nothing. Reopening
 is what the engine does after a crash: the memory store reopens the same
 object (as the test host does); SQLite opens a new store object on the same
-directory.
+directory, Postgres one on the same schema (each test has a schema of its
+own in the session's throwaway cluster).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import _postgres
 import pytest
 import pytest_asyncio
+from _postgres import Cluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +31,7 @@ from fusee.store import (
     UNFINISHED_STATUSES,
     Entry,
     MemoryStore,
+    PostgresStore,
     RunRow,
     SqliteStore,
     Store,
@@ -40,13 +44,20 @@ class Opener:
 
     kind: str
     directory: Path
+    postgres: Cluster | None = None
     memory: MemoryStore = dataclasses.field(default_factory=MemoryStore)
     opened: list[Store] = dataclasses.field(default_factory=list)
+    schema: str = ""
 
     async def open(self) -> Store:
         store: Store
         if self.kind == "memory":
             store = self.memory
+        elif self.kind == "postgres":
+            assert self.postgres is not None
+            if not self.schema:
+                self.schema = self.postgres.new_name("store_")
+            store = PostgresStore(self.postgres.dsn, schema=self.schema, durability="none")
         else:
             store = SqliteStore(self.directory, durability="none")
         await store.open()
@@ -60,6 +71,9 @@ class Opener:
     def fail_next_append(self, store: Store) -> None:
         if isinstance(store, MemoryStore):
             store.fail_next_append(StoreError("injected: disk full"))
+        elif isinstance(store, PostgresStore):
+            # Raised inside the transaction, after the rows went in.
+            _postgres.fail_next_append(store)
         else:
             assert isinstance(store, SqliteStore)
             # Raised inside the transaction, after the rows went in: the
@@ -67,11 +81,18 @@ class Opener:
             store._fail_next_append(sqlite3.OperationalError("injected: disk I/O error"))
 
 
-@pytest_asyncio.fixture(
-    params=[pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
-)
+STORES = [
+    pytest.param("memory", id="memory"),
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres"),
+]
+
+
+@pytest_asyncio.fixture(params=STORES)
 async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
-    o = Opener(request.param, tmp_path / "store")
+    # The cluster starts (once per session) only when a Postgres test runs.
+    cluster = request.getfixturevalue("postgres_cluster") if request.param == "postgres" else None
+    o = Opener(request.param, tmp_path / "store", cluster)
     try:
         yield o
     finally:
@@ -493,6 +514,7 @@ async def test_close_waits_for_appends_in_flight(opener: Opener, store: Store) -
 def test_stores_satisfy_the_protocol(tmp_path: Path) -> None:
     assert isinstance(MemoryStore(), Store)
     assert isinstance(SqliteStore(tmp_path), Store)
+    assert isinstance(PostgresStore("postgresql://db/fusee"), Store)
 
 
 # -- a property: whatever the batches, each run loads exactly what was appended ------------
@@ -528,16 +550,22 @@ async def _round_trip(store: Store, batches: list[list[tuple[str, int, bytes]]])
         await store.close()
 
 
-@pytest.mark.parametrize(
-    "kind", [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
+@pytest.mark.parametrize("kind", STORES)
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=_batches)
 def test_each_run_loads_exactly_its_appended_records(
-    kind: str, batches: list[list[tuple[str, int, bytes]]]
+    kind: str, batches: list[list[tuple[str, int, bytes]]], request: pytest.FixtureRequest
 ) -> None:
     if kind == "memory":
         asyncio.run(_round_trip(MemoryStore(), batches))
+        return
+    if kind == "postgres":
+        cluster: Cluster = request.getfixturevalue("postgres_cluster")
+        asyncio.run(_round_trip(cluster.new_store(), batches))
         return
     with tempfile.TemporaryDirectory() as directory:
         asyncio.run(_round_trip(SqliteStore(directory, durability="none"), batches))

@@ -1,0 +1,1283 @@
+"""The Postgres store: journals and run rows in a PostgreSQL schema, on asyncpg.
+
+Schema, format 1, in one schema of the database (``fusee`` by default; the
+store creates it, and upgrades an older format, on open)::
+
+    meta(key TEXT PRIMARY KEY, value BIGINT)
+        'format': FORMAT; 'shards': the shard count, fixed at creation;
+        'run_reserved': run numbers up to it may have been handed out
+    journal(shard INT, lsn BIGINT, id TEXT, run BIGINT, data BYTEA,
+            PRIMARY KEY (shard, lsn))             -- a second guard against two writers
+        index (id, run, lsn)                      -- load(), by run then LSN
+    runs(id TEXT PRIMARY KEY, shard, run, workflow, status, started_ms,
+         finished_ms, wake_ms, attributes BYTEA, parent)
+        index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id),
+        (shard) of unfinished runs                -- recovery of the shards a worker holds
+    shard_leases(shard INT PRIMARY KEY, owner TEXT, epoch BIGINT, lease_until TIMESTAMPTZ)
+
+A run's shard is ``zlib.crc32(id.encode()) % shards`` (`shard_of`), the
+engine's rule. Ids sort by code point (``COLLATE "C"``), as Python sorts
+them, so listings and their cursors agree with the other stores. Leases are
+timed by the database's clock (``now()``), never this process's.
+
+The rule: only the writer task writes journals and rows, one transaction per
+group of appends, in call order; a fenced append's transaction locks the
+lease rows of its shards (``FOR SHARE``), so a takeover, which updates them,
+waits for it or makes it fail with `StaleLease`. Reads are plain snapshot
+reads on other connections: they never lock a table nor wait for a writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import re
+import zlib
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from fusee.errors import CorruptRecord, NotFound, StaleLease, StoreError
+from fusee.store import (
+    UNFINISHED_STATUSES,
+    Entry,
+    RunRow,
+    _check_batch,
+    _check_durability,
+    _check_list_args,
+    _matches,
+    _normalize_filter,
+    _not_found,
+    _unpack_attributes,
+)
+
+if TYPE_CHECKING:
+    import asyncpg
+    from asyncpg.pool import PoolConnectionProxy
+
+    # What the pool hands out; every query runs on one.
+    _Conn: TypeAlias = PoolConnectionProxy[asyncpg.Record]
+
+__all__ = ["DEFAULT_SHARDS", "FORMAT", "PostgresStore", "shard_of"]
+
+FORMAT: Final = 1
+"""The schema format this fusee writes; an older one is upgraded on open."""
+
+DEFAULT_SHARDS: Final = 64
+"""The shard count of a new store.
+
+Far more shards than workers: a shard moves between workers whole, so with
+64 shards 2 to 16 workers each hold an even share within one shard (under
+7% apart at 16), and a dead worker's runs spread over all the others rather
+than landing on one. A lease costs one row renewed per interval, so 64 are
+cheap; the count is fixed when the store is created.
+"""
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+# Run numbers reserved per meta write: a crash wastes at most this many.
+_RUN_BLOCK: Final = 128
+
+# Rows per read trip of a listing that filters attributes here (msgpack
+# blobs Postgres cannot look into).
+_PREFETCH: Final = 512
+
+_ROW_COLUMNS: Final = (
+    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
+)
+
+_T = TypeVar("_T")
+
+
+def shard_of(id: str, shards: int) -> int:
+    """The shard of workflow ``id`` in a store of ``shards`` shards (the engine's rule).
+
+    Example:
+        >>> shard_of("order-1", 64)
+        47
+    """
+    return zlib.crc32(id.encode()) % shards
+
+
+def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
+    unfinished = ", ".join(f"'{status}'" for status in sorted(UNFINISHED_STATUSES))
+    return (
+        f"CREATE TABLE {s}.meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+        f"CREATE TABLE {s}.journal (shard INT NOT NULL, lsn BIGINT NOT NULL,"
+        ' id TEXT COLLATE "C" NOT NULL, run BIGINT NOT NULL, data BYTEA NOT NULL,'
+        " PRIMARY KEY (shard, lsn))",
+        f"CREATE INDEX journal_by_run ON {s}.journal (id, run, lsn)",
+        f'CREATE TABLE {s}.runs (id TEXT COLLATE "C" PRIMARY KEY, shard INT NOT NULL,'
+        " run BIGINT NOT NULL, workflow TEXT NOT NULL, status TEXT NOT NULL,"
+        " started_ms BIGINT NOT NULL, finished_ms BIGINT, wake_ms BIGINT,"
+        " attributes BYTEA, parent TEXT)",
+        f"CREATE INDEX runs_by_start ON {s}.runs (started_ms, id)",
+        f"CREATE INDEX runs_by_status ON {s}.runs (status, started_ms, id)",
+        f"CREATE INDEX runs_by_workflow ON {s}.runs (workflow, started_ms, id)",
+        f"CREATE INDEX runs_unfinished ON {s}.runs (shard) WHERE status IN ({unfinished})",
+        f"CREATE TABLE {s}.shard_leases (shard INT PRIMARY KEY, owner TEXT,"
+        " epoch BIGINT NOT NULL, lease_until TIMESTAMPTZ NOT NULL)",
+        f"INSERT INTO {s}.shard_leases SELECT n, NULL, 0, '-infinity'"
+        f" FROM generate_series(0, {shards - 1}) AS n",
+        f"INSERT INTO {s}.meta VALUES ('format', {FORMAT}), ('shards', {shards}),"
+        " ('run_reserved', 0)",
+    )
+
+
+# Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
+# schema). Format 1 is the first, so there is nothing to upgrade yet.
+_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {}
+
+
+@dataclass(slots=True)
+class _Write:
+    """One caller's append, queued for the writer task."""
+
+    entries: tuple[Entry, ...]
+    rows: builtins.list[tuple[Any, ...]]
+    fence: tuple[tuple[int, int], ...]  # (shard, epoch), sorted
+    fail: BaseException | None  # test hook: raised inside the transaction
+    max_lsn: int  # 0 when there are no entries
+    # The failures the caller had seen reported when it called (see `_serve`).
+    epoch: int
+    # Resolves with None or the error; never cancelled, so reads wait on it.
+    done: asyncio.Future[StoreError | None]
+    # The same answer for the caller: cancelling the caller cancels this one only.
+    answer: asyncio.Future[StoreError | None]
+
+
+class PostgresStore:
+    """A `fusee.store.Store` in a PostgreSQL database (asyncpg, the ``postgres`` extra).
+
+    Args:
+        dsn: A ``postgresql://user:password@host:port/database`` URL (libpq's
+            form; ``postgres://`` too). The password never appears in an
+            error or in this object's ``repr``.
+        schema: The schema holding the store's tables, created if missing: one
+            database can hold several stores.
+        shards: The shard count of a new store (`DEFAULT_SHARDS` when None);
+            an existing store keeps its own, and a different count given
+            here is refused.
+        durability: ``"fsync"`` (an append is on the server's disk when it
+            returns) or ``"none"`` (``synchronous_commit=off``: a server
+            crash may lose the last appends; for tests and demos).
+        readonly: Read an existing store only (the CLI does).
+        pool_size: At most this many connections (one writes at a time).
+        connect_timeout_s: How long connecting to the server may take.
+
+    Raises:
+        ValueError: An unknown ``durability``, a bad schema name, a shard
+            count below 1, or a pool of fewer than 2 connections.
+
+    Example:
+        >>> store = PostgresStore("postgresql://app:secret@db.internal/app")
+        >>> store
+        PostgresStore('postgresql://app:***@db.internal/app', schema='fusee')
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "fusee",
+        shards: int | None = None,
+        durability: str = "fsync",
+        readonly: bool = False,
+        pool_size: int = 4,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        _check_durability(durability)
+        if not _SCHEMA_NAME.fullmatch(schema) or schema.lower().startswith("pg_"):
+            raise ValueError(
+                "schema must be a plain SQL name (letters, digits, _; at most 63; not "
+                f"starting with pg_, which Postgres keeps for itself), not {schema!r}"
+            )
+        if shards is not None and shards < 1:
+            raise ValueError(f"shards must be 1 or more, not {shards}")
+        if pool_size < 2:
+            raise ValueError(
+                f"pool_size must be 2 or more (a writer and a reader), not {pool_size}"
+            )
+        self._dsn = dsn
+        self._shown = _redact(dsn)
+        self._secrets = _secrets_of(dsn)
+        self._schema = schema
+        self._q = f'"{schema}"'
+        self._shards_wanted = shards
+        self._shards = 0
+        self._durability = durability
+        self._readonly = readonly
+        self._pool_size = pool_size
+        self._connect_timeout_s = connect_timeout_s
+        self._pool: asyncpg.Pool | None = None
+        self._state = "new"  # -> opening -> open -> closing -> closed (-> opening again)
+        self._closing: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: builtins.list[_Write] = []
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._stop = False
+        self._last_lsn = 0
+        # Above every LSN stored or queued: what the next append must exceed.
+        self._accepted_lsn = 0
+        self._inflight = 0
+        self._tail: asyncio.Future[StoreError | None] | None = None
+        self._failures = 0
+        self._last_failure: StoreError | None = None
+        # The latest row of each id in a write not finished yet (see `get`).
+        self._pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]] = {}
+        self._run_next = 1
+        self._run_reserved = 0
+        self._run_lock = asyncio.Lock()
+        self._fail_next: BaseException | None = None
+        self._transactions = 0  # for tests: committed write transactions
+        self._sql = _Sql(self._q)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._shown!r}, schema={self._schema!r})"
+
+    @property
+    def dsn(self) -> str:
+        """The DSN with its password replaced by ``***`` (for messages and logs).
+
+        Example:
+            >>> PostgresStore("postgresql://u:pw@h/db").dsn
+            'postgresql://u:***@h/db'
+        """
+        return self._shown
+
+    @property
+    def schema(self) -> str:
+        """The schema holding the store's tables.
+
+        Example:
+            >>> PostgresStore("postgresql://h/db", schema="billing").schema
+            'billing'
+        """
+        return self._schema
+
+    @property
+    def shards(self) -> int:
+        """The store's shard count (valid after `open`; 0 before).
+
+        Example:
+            >>> PostgresStore("postgresql://h/db").shards
+            0
+        """
+        return self._shards
+
+    @property
+    def last_lsn(self) -> int:
+        """The highest LSN stored, 0 when empty (for a read-only store: at open).
+
+        Example:
+            >>> PostgresStore("postgresql://h/db").last_lsn
+            0
+        """
+        return self._last_lsn
+
+    # -- opening and closing -----------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connects, creates the schema or checks (and upgrades) the one there.
+
+        Opening an open store does nothing; a closed one may be opened again.
+
+        Raises:
+            StoreError: asyncpg is not installed, the DSN is malformed, the
+                server cannot be reached or refuses the credentials, the
+                tables are not a fusee store, its format is newer than this
+                fusee's, or (read-only) there is no store there.
+
+        Example:
+            >>> import asyncio
+            >>> store = PostgresStore("postgresql://u:pw@127.0.0.1:1/db")
+            >>> asyncio.run(store.open())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: cannot reach the Postgres server at 127.0.0.1:1 ...
+        """
+        if self._state == "open":
+            return
+        if self._state == "opening":
+            raise StoreError(f"the store {self._shown} is being opened already; await that open()")
+        if self._state == "closing":
+            await self.close()
+        driver = _import_asyncpg()
+        self._loop = asyncio.get_running_loop()
+        self._queue = []
+        self._wake = asyncio.Event()
+        self._stop = False
+        self._tail = None
+        self._pending = {}
+        self._inflight = 0
+        self._failures = 0
+        self._run_lock = asyncio.Lock()
+        self._state = "opening"
+        try:
+            self._pool = await self._connect(driver)
+            async with self._pool.acquire() as conn:
+                self._shards, last_lsn, reserved = await self._check_format(conn)
+        except BaseException:
+            await self._close_pool()
+            self._state = "closed"
+            raise
+        self._last_lsn = self._accepted_lsn = last_lsn
+        self._run_reserved = reserved
+        self._run_next = reserved + 1
+        if not self._readonly:
+            self._writer = asyncio.create_task(self._serve(), name=f"fusee-store-write {self}")
+        self._state = "open"
+
+    async def _connect(self, driver: Any) -> asyncpg.Pool:
+        settings = {"application_name": "fusee"}
+        if self._durability == "none":
+            settings["synchronous_commit"] = "off"
+        if self._readonly:
+            settings["default_transaction_read_only"] = "on"
+        try:
+            pool = await driver.create_pool(
+                self._dsn,
+                min_size=1,
+                max_size=self._pool_size,
+                timeout=self._connect_timeout_s,
+                server_settings=settings,
+                # The store keeps no session state (no SET, LISTEN or session
+                # locks), so a connection goes back to the pool as it is:
+                # the default reset would cost a round trip per read.
+                reset=_no_reset,
+            )
+        except Exception as e:
+            raise self._connect_error(e, driver) from None
+        return cast("asyncpg.Pool", pool)
+
+    def _connect_error(self, e: Exception, driver: Any) -> StoreError:
+        where = self._where()
+        cause = self._scrub(f"{type(e).__name__}: {e}")
+        if isinstance(e, driver.InvalidPasswordError):
+            text = (
+                f"the Postgres server at {where} refused the password ({cause}); "
+                f"check the user and password in the DSN {self._shown}"
+            )
+        elif isinstance(e, driver.InvalidAuthorizationSpecificationError):
+            text = (
+                f"the Postgres server at {where} refused the connection ({cause}); "
+                f"check the user in the DSN {self._shown} and the server's pg_hba.conf"
+            )
+        elif isinstance(e, driver.InvalidCatalogNameError):
+            text = (
+                f"the Postgres server at {where} has no such database ({cause}); "
+                f"create it (createdb) or fix the database in the DSN {self._shown}"
+            )
+        elif isinstance(e, OSError | asyncio.TimeoutError | TimeoutError):
+            text = (
+                f"cannot reach the Postgres server at {where} ({cause}); check that it "
+                f"runs and the host and port in the DSN {self._shown}"
+            )
+        elif isinstance(e, ValueError | driver.ClientConfigurationError | UnicodeError):
+            text = (
+                f"the DSN {self._shown} is not a valid Postgres URL ({cause}); write it as "
+                "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
+            )
+        else:
+            text = f"connecting to the Postgres server at {where} failed ({cause})"
+        return StoreError(text)
+
+    async def _check_format(self, conn: _Conn) -> tuple[int, int, int]:
+        """Creates or checks the schema; returns (shards, last LSN, reserved runs)."""
+        q = self._q
+        try:
+            async with conn.transaction():
+                if not self._readonly:
+                    # Two engines opening a new database at once create it once.
+                    await conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext('fusee.create'), hashtext($1))",
+                        self._schema,
+                    )
+                meta = await conn.fetchval("SELECT to_regclass($1)", f"{q}.meta")
+                if meta is None:
+                    await self._create(conn)
+                values: dict[str, int] = {
+                    r[0]: r[1] for r in await conn.fetch(f"SELECT key, value FROM {q}.meta")
+                }
+                if "format" not in values or "shards" not in values:
+                    raise self._foreign()
+                version, shards = int(values["format"]), int(values["shards"])
+                if version > FORMAT:
+                    raise StoreError(
+                        f"the store in schema {self._schema!r} of {self._shown} has format "
+                        f"{version}, newer than this fusee understands ({FORMAT}); upgrade fusee"
+                    )
+                if version < FORMAT:
+                    await self._migrate(conn, version)
+                if self._shards_wanted is not None and self._shards_wanted != shards:
+                    raise StoreError(
+                        f"the store in schema {self._schema!r} of {self._shown} has {shards} "
+                        f"shards, not {self._shards_wanted}: the count is fixed when a store "
+                        "is created; omit shards= or pass another schema"
+                    )
+                last_lsn = await conn.fetchval(self._sql.last_lsn, shards)
+                return shards, int(last_lsn), int(values.get("run_reserved", 0))
+        except StoreError:
+            raise
+        except Exception as e:
+            raise self._error(e, "opening") from None
+
+    async def _create(self, conn: _Conn) -> None:
+        where = f"schema {self._schema!r} of {self._shown}"
+        if self._readonly:
+            raise StoreError(
+                f"no fusee store in {where}; start an engine on it first, or pass the "
+                "schema it uses"
+            )
+        found = await conn.fetchval(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename = ANY($2)",
+            self._schema,
+            ["journal", "runs", "shard_leases"],
+        )
+        if found:
+            raise self._foreign()
+        exists = await conn.fetchval("SELECT 1 FROM pg_namespace WHERE nspname = $1", self._schema)
+        if not exists:
+            await conn.execute(f"CREATE SCHEMA {self._q}")
+        shards = self._shards_wanted or DEFAULT_SHARDS
+        for statement in _schema_sql(self._q, shards):
+            await conn.execute(statement)
+
+    async def _migrate(self, conn: _Conn, version: int) -> None:
+        if self._readonly:
+            raise StoreError(
+                f"the store in schema {self._schema!r} of {self._shown} has format {version}, "
+                f"older than this fusee's ({FORMAT}); open it once with an engine (not "
+                "read-only) to upgrade it"
+            )
+        while version < FORMAT:
+            steps = _MIGRATIONS.get(version)
+            if steps is None:
+                raise StoreError(
+                    f"the store in schema {self._schema!r} of {self._shown} has format "
+                    f"{version}, which this fusee cannot upgrade; restore it from a backup"
+                )
+            for statement in steps(self._q):
+                await conn.execute(statement)
+            version += 1
+            await conn.execute(
+                f"UPDATE {self._q}.meta SET value = $1 WHERE key = 'format'", version
+            )
+
+    def _foreign(self) -> StoreError:
+        return StoreError(
+            f"schema {self._schema!r} of {self._shown} holds tables that are not a fusee "
+            "store; pass another schema (schema=...)"
+        )
+
+    async def close(self) -> None:
+        """Waits for the appends queued so far, then closes; closing twice is harmless.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").close())
+        """
+        if self._state in ("new", "opening", "closed"):
+            return
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            return
+        loop = asyncio.get_running_loop()
+        closing = self._closing = loop.create_future()
+        self._state = "closing"
+        try:
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                self._stop = True
+                self._wake.set()
+                await writer
+            await self._close_pool()
+        finally:
+            self._state = "closed"
+            self._closing = None
+            closing.set_result(None)
+
+    async def _close_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), self._connect_timeout_s)
+            except Exception:
+                pool.terminate()
+
+    # -- appending ---------------------------------------------------------------------
+
+    async def append(
+        self,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow] = (),
+        *,
+        fence: Mapping[int, int] | None = None,
+    ) -> None:
+        """Stores ``entries`` and ``runs`` in one transaction, or nothing when it raises.
+
+        Appends queued while the writer commits go to the server together in
+        its next transaction. Cancelling the caller does not cancel the
+        write. When one fails, those called before its failure was reported
+        fail too (a journal never has a hole); a `StaleLease` fails only the
+        appends fenced by the lost shards, as every later append of those
+        shards carries the same stale epoch.
+
+        Args:
+            entries: Records with increasing LSNs above every LSN appended before.
+            runs: Rows that replace the rows of their ids, in order.
+            fence: Shard to lease epoch (from `acquire_shards`): the write
+                commits only while every one of those shards still has that
+                epoch.
+
+        Raises:
+            ValueError: LSNs that do not increase past those appended before.
+            TypeError: Record data that is not bytes, or attributes msgpack
+                cannot encode.
+            StaleLease: A fenced shard's lease was taken over; nothing is stored.
+            StoreError: The write failed (connection lost, disk full, another
+                writer's LSN, read-only or closed store).
+
+        Example:
+            >>> import asyncio
+            >>> store = PostgresStore("postgresql://h/db")
+            >>> asyncio.run(store.append([Entry(1, "a", 1, b"x")]))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        entries = tuple(entries)
+        last, packed = _check_batch(entries, runs, self._accepted_lsn)
+        if not entries and not runs:
+            return
+        shards = self._shards
+        rows = [
+            (
+                r.id,
+                shard_of(r.id, shards),
+                r.run,
+                r.workflow,
+                r.status,
+                r.started_ms,
+                r.finished_ms,
+                r.wake_ms,
+                blob,
+                r.parent,
+            )
+            for r, blob in zip(runs, packed, strict=True)
+        ]
+        fenced = tuple(sorted(fence.items())) if fence else ()
+        fail, self._fail_next = self._fail_next, None
+        write = self._submit(entries, rows, fenced, fail, last if entries else 0)
+        pending = self._pending
+        for r in runs:
+            pending[r.id] = (r, write.done)
+        error = await write.answer
+        if error is not None:
+            raise error
+
+    def _fail_next_append(self, exc: BaseException) -> None:
+        """Test hook: the next append raises ``exc`` inside its transaction."""
+        self._fail_next = exc
+
+    def _submit(
+        self,
+        entries: tuple[Entry, ...],
+        rows: builtins.list[tuple[Any, ...]],
+        fence: tuple[tuple[int, int], ...],
+        fail: BaseException | None,
+        max_lsn: int,
+    ) -> _Write:
+        loop = self._loop
+        assert loop is not None
+        done: asyncio.Future[StoreError | None] = loop.create_future()
+        if max_lsn:
+            self._accepted_lsn = max_lsn
+        self._inflight += 1
+        self._tail = done
+        write = _Write(
+            entries, rows, fence, fail, max_lsn, self._failures, done, loop.create_future()
+        )
+        self._queue.append(write)
+        self._wake.set()
+        return write
+
+    async def _serve(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            # Everything queued meanwhile shares one transaction: group commit.
+            writes, self._queue = self._queue, []
+            if writes:
+                errors = await self._write(writes)
+                self._finish(writes, errors)
+            elif self._stop:
+                return
+            if self._stop:
+                self._wake.set()  # drain what came in while writing, then stop
+
+    async def _write(self, writes: builtins.list[_Write]) -> builtins.list[StoreError | None]:
+        # A journal has no holes: an append called before an earlier one's
+        # failure was reported is not written either (queued in call order,
+        # so those come first).
+        stale = 0
+        while stale < len(writes) and writes[stale].epoch < self._failures:
+            stale += 1
+        errors: builtins.list[StoreError | None] = [self._behind() for _ in writes[:stale]]
+        writes = writes[stale:]
+        if not writes:
+            return errors
+        try:
+            await self._commit(writes)
+            return errors + [None] * len(writes)
+        except _Stale as e:
+            lost = e.pairs
+        except Exception as e:
+            if len(writes) == 1 or _fails_every_write(e):
+                return [*errors, self._failure(e), *(self._behind() for _ in writes[1:])]
+            lost = frozenset()
+        # One caller's failure (a lost lease, a bad value) must not fail the
+        # appends beside it in the transaction: each alone, in order.
+        for write in writes:
+            if write.epoch < self._failures:
+                errors.append(self._behind())
+                continue
+            if lost.intersection(write.fence):
+                errors.append(StaleLease(shard for shard, _ in lost.intersection(write.fence)))
+                continue
+            try:
+                await self._commit([write])
+                errors.append(None)
+            except _Stale as e:
+                errors.append(StaleLease(shard for shard, _ in e.pairs))
+            except Exception as e:
+                errors.append(self._failure(e))
+        return errors
+
+    async def _commit(self, writes: builtins.list[_Write]) -> None:
+        sql = self._sql
+        fence = sorted({pair for w in writes for pair in w.fence})
+        entries = [e for w in writes for e in w.entries]
+        # The last row of an id wins; one INSERT may not update a row twice.
+        rows = list({row[0]: row for w in writes for row in w.rows}.values())
+        assert self._pool is not None
+        async with self._pool.acquire() as conn, conn.transaction():
+            if fence:
+                held = await conn.fetch(sql.fence, [s for s, _ in fence], [e for _, e in fence])
+                missing = set(fence) - {(r[0], r[1]) for r in held}
+                if missing:
+                    raise _Stale(frozenset(missing))
+            if entries:
+                shards = self._shards
+                await conn.execute(
+                    sql.insert_entries,
+                    [shard_of(e.id, shards) for e in entries],
+                    [e.lsn for e in entries],
+                    [e.id for e in entries],
+                    [e.run for e in entries],
+                    [e.data for e in entries],
+                )
+            if rows:
+                await conn.execute(
+                    sql.upsert_rows, *(list(column) for column in zip(*rows, strict=True))
+                )
+            for w in writes:
+                if w.fail is not None:
+                    raise w.fail
+        self._transactions += 1
+
+    def _failure(self, e: BaseException) -> StoreError:
+        error = self._last_failure = self._error(e, "writing to")
+        self._failures += 1
+        return error
+
+    def _behind(self) -> StoreError:
+        error = StoreError(
+            f"not written: an append called before this one failed ({self._last_failure})"
+        )
+        error.__cause__ = self._last_failure
+        return error
+
+    def _finish(
+        self, writes: builtins.list[_Write], errors: builtins.list[StoreError | None]
+    ) -> None:
+        for write, error in zip(writes, errors, strict=True):
+            self._inflight -= 1
+            if error is None and write.max_lsn > self._last_lsn:
+                self._last_lsn = write.max_lsn
+            write.done.set_result(error)
+            if not write.answer.done():  # its caller was cancelled
+                write.answer.set_result(error)
+            pending = self._pending
+            for row in write.rows:
+                latest = pending.get(row[0])
+                if latest is not None and latest[1] is write.done:
+                    del pending[row[0]]
+        if self._inflight == 0:
+            # LSNs of failed appends were never stored: they may be used again.
+            self._accepted_lsn = self._last_lsn
+
+    # -- run numbers -------------------------------------------------------------------
+
+    async def next_run(self) -> int:
+        """Returns a run number this store never gave out before (from 1 up).
+
+        Numbers are reserved in blocks, atomically in the database, so
+        several engines on one store never share one.
+
+        Raises:
+            StoreError: A read-only or closed store, or the server failed.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").next_run())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        if self._run_next > self._run_reserved:
+            async with self._run_lock:
+                self._check_writable()
+                if self._run_next > self._run_reserved:
+                    reserved = await self._query(
+                        lambda conn: conn.fetchval(self._sql.reserve_runs, _RUN_BLOCK),
+                        "writing to",
+                    )
+                    self._run_next = reserved - _RUN_BLOCK + 1
+                    self._run_reserved = reserved
+        run = self._run_next
+        self._run_next += 1
+        return run
+
+    # -- shard leases ------------------------------------------------------------------
+
+    async def acquire_shards(self, owner: str, want: int, lease_s: float) -> dict[int, int]:
+        """Takes up to ``want`` shards that are free or whose lease ran out.
+
+        Each shard taken gets a new epoch (its previous holder's fenced writes
+        are refused from then on) and a lease until the database's
+        ``now() + lease_s``. Shards another worker is taking at the same
+        moment are skipped, not waited for.
+
+        Args:
+            owner: This worker's name (unique among the workers of a store).
+            want: At most this many shards.
+            lease_s: The lease's length in seconds.
+
+        Returns:
+            The shards taken, each with its new epoch (pass them as ``fence``).
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").acquire_shards("w1", 8, 10))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        _check_lease(owner, lease_s)
+        if want <= 0:
+            return {}
+        taken = await self._query(
+            lambda conn: conn.fetch(self._sql.acquire, owner, want, float(lease_s)),
+            "writing to",
+        )
+        return {int(r[0]): int(r[1]) for r in taken}
+
+    async def renew_shards(
+        self, owner: str, shards: Iterable[int], lease_s: float
+    ) -> dict[int, int]:
+        """Extends ``owner``'s leases of ``shards`` to the database's ``now() + lease_s``.
+
+        A lease that ran out but was not taken over is renewed too (its
+        epoch is unchanged, so nobody wrote meanwhile).
+
+        Returns:
+            The shards still held, with their epochs; a shard missing from it
+            was taken over: drop its runs.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").renew_shards("w1", [1], 10))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        _check_lease(owner, lease_s)
+        wanted = sorted(set(shards))
+        if not wanted:
+            return {}
+        held = await self._query(
+            lambda conn: conn.fetch(self._sql.renew, owner, wanted, float(lease_s)),
+            "writing to",
+        )
+        return {int(r[0]): int(r[1]) for r in held}
+
+    async def release_shards(self, owner: str, shards: Iterable[int]) -> None:
+        """Gives ``owner``'s leases of ``shards`` back at once, for others to take.
+
+        The epoch moves on, so a late write fenced with the old one is refused.
+        Shards ``owner`` does not hold are left alone.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").release_shards("w1", [1]))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        _check_lease(owner, 1.0)
+        wanted = sorted(set(shards))
+        if wanted:
+            await self._query(
+                lambda conn: conn.execute(self._sql.release, owner, wanted), "writing to"
+            )
+
+    async def leases(self) -> dict[int, tuple[str | None, int, bool]]:
+        """Every shard's lease: ``shard -> (owner, epoch, live)``, by the database's clock.
+
+        ``owner`` is None for a free shard; ``live`` tells whether the lease
+        has not run out yet.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").leases())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+        found = await self._query(lambda conn: conn.fetch(self._sql.leases), "reading")
+        return {int(r[0]): (r[1], int(r[2]), bool(r[3])) for r in found}
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def load(
+        self, id: str, run: int | None = None, *, after_lsn: int = 0
+    ) -> builtins.list[tuple[int, bytes]]:
+        """Returns a run's records after ``after_lsn`` as ``(lsn, data)`` in LSN order.
+
+        Args:
+            id: The workflow id.
+            run: The run number; None for the id's latest run (its row's, or
+                the highest with records when it has no row).
+            after_lsn: Only records with a higher LSN are returned.
+
+        Raises:
+            NotFound: No such id, or no records for that run of it.
+            StoreError: The server failed.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").load("a"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        await self._after_writes()
+        return await self._query(lambda conn: self._load(conn, id, run, after_lsn), "reading")
+
+    async def _load(
+        self, conn: _Conn, id: str, run: int | None, after_lsn: int
+    ) -> builtins.list[tuple[int, bytes]]:
+        sql = self._sql
+        if run is None:
+            found = await conn.fetch(sql.load_latest, id, after_lsn)
+        else:
+            found = await conn.fetch(sql.load_run, id, run, after_lsn)
+        if found:
+            return [(r[0], r[1]) for r in found]
+        # Nothing: an empty run, no such run, or no such id (the rare path).
+        runs = await conn.fetchrow(sql.runs_of, id)
+        assert runs is not None  # a SELECT without FROM returns one row
+        row_run, max_run = runs
+        target = run if run is not None else (row_run if row_run is not None else max_run)
+        if target is None:
+            raise _not_found(id)
+        # Nothing after ``after_lsn`` is an answer; nothing at all is not.
+        if after_lsn > 0 and await conn.fetchval(sql.has_run, id, target) is not None:
+            return []
+        if target == row_run:
+            raise CorruptRecord(
+                f"run {id!r} (run {target}) has a row in {self._where()} but no journal records: "
+                "its journal is lost or damaged; the other runs are not affected (`fusee check` "
+                "lists every damaged run): restore the database from a backup to read this one"
+            )
+        raise _not_found(id, run if row_run is not None or max_run is not None else None)
+
+    async def get(self, id: str) -> RunRow | None:
+        """Returns the row of ``id`` (its latest run), or None.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").get("a"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        latest = self._pending.get(id)
+        if latest is not None:
+            # Written, or being written: what a read after the write would see.
+            return latest[0]
+        self._check_open()
+        found = await self._query(lambda conn: conn.fetchrow(self._sql.get, id), "reading")
+        return None if found is None else _row(found)
+
+    async def list(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+        after: tuple[int, str] | None = None,
+        started_from_ms: int | None = None,
+        started_to_ms: int | None = None,
+    ) -> builtins.list[RunRow]:
+        """Returns the rows matching every filter given, by start time then id.
+
+        Args:
+            status: Only rows with this status.
+            workflow: Only rows of this workflow type.
+            attributes: Only rows having each of these keys with an equal value.
+            limit: At most this many rows.
+            newest_first: Latest start first.
+            after: The ``(started_ms, id)`` of the previous page's last row.
+            started_from_ms: Only rows started at or after this time.
+            started_to_ms: Only rows started at or before this time.
+
+        Raises:
+            ValueError: An unknown status, a negative limit, a bad cursor.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").list(limit=-1))
+            Traceback (most recent call last):
+            ValueError: limit must be 0 or more, not -1
+        """
+        _check_list_args(status, limit, after)
+        wanted = _normalize_filter(attributes)
+        await self._after_writes()
+        where: builtins.list[str] = []
+        params: builtins.list[object] = []
+
+        def param(value: object) -> str:
+            params.append(value)
+            return f"${len(params)}"
+
+        if status is not None:
+            where.append(f"status = {param(status)}")
+        if workflow is not None:
+            where.append(f"workflow = {param(workflow)}")
+        if after is not None:
+            op = "<" if newest_first else ">"
+            where.append(f"(started_ms, id) {op} ({param(after[0])}, {param(after[1])})")
+        if started_from_ms is not None:
+            where.append(f"started_ms >= {param(started_from_ms)}")
+        if started_to_ms is not None:
+            where.append(f"started_ms <= {param(started_to_ms)}")
+        sql = f"SELECT {_ROW_COLUMNS} FROM {self._q}.runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_ms DESC, id DESC" if newest_first else " ORDER BY started_ms, id"
+        if limit == 0:
+            return []
+        if wanted is None:
+            if limit is not None:
+                sql += f" LIMIT {param(limit)}"
+            found = await self._query(lambda conn: conn.fetch(sql, *params), "reading")
+            return [_row(r) for r in found]
+
+        async def filtered(conn: _Conn) -> builtins.list[RunRow]:
+            # Attributes are msgpack blobs Postgres cannot look into: filter
+            # here, reading in pages until the limit is reached.
+            rows: builtins.list[RunRow] = []
+            async with conn.transaction(readonly=True):
+                async for record in conn.cursor(sql, *params, prefetch=_PREFETCH):
+                    row = _row(record)
+                    if _matches(row, wanted):
+                        rows.append(row)
+                        if len(rows) == limit:
+                            break
+            return rows
+
+        return await self._query(filtered, "reading")
+
+    async def unfinished(self, *, shards: Collection[int] | None = None) -> builtins.list[RunRow]:
+        """Returns the rows of runs that are running, suspended or paused.
+
+        Args:
+            shards: Only runs of these shards (a worker recovers the shards it
+                holds); None for every shard.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").unfinished())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        await self._after_writes()
+        statuses = sorted(UNFINISHED_STATUSES)
+        if shards is None:
+            found = await self._query(
+                lambda conn: conn.fetch(self._sql.unfinished, statuses), "reading"
+            )
+        else:
+            wanted = sorted(set(shards))
+            found = await self._query(
+                lambda conn: conn.fetch(self._sql.unfinished_in, statuses, wanted), "reading"
+            )
+        return [_row(r) for r in found]
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise StoreError(f"the store {self} is closed; await store.open() first")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._readonly:
+            raise StoreError(
+                f"the store {self} is open read-only; an engine writes it "
+                "(open it without readonly=True)"
+            )
+
+    async def _after_writes(self) -> None:
+        self._check_open()
+        tail = self._tail
+        if tail is not None and not tail.done():
+            # Reads see every append called before them, committed or failed.
+            await asyncio.wait((tail,))
+            self._check_open()  # closed meanwhile
+
+    async def _query(self, fn: Callable[[_Conn], Awaitable[_T]], doing: str) -> _T:
+        """Runs ``fn`` on a pooled connection; a connection lost on the way is retried once.
+
+        Every ``fn`` is a read, or a single statement that commits alone, so
+        running it again after the server dropped the connection is safe.
+        """
+        for attempt in (1, 2):
+            self._check_open()
+            pool = self._pool
+            assert pool is not None
+            try:
+                async with pool.acquire() as conn:
+                    return await fn(conn)
+            except (NotFound, StoreError):
+                raise
+            except Exception as e:
+                if attempt == 1 and _is_connection_lost(e):
+                    continue
+                raise self._error(e, doing) from None
+        raise AssertionError("unreachable")
+
+    def _error(self, e: BaseException, doing: str) -> StoreError:
+        if isinstance(e, StoreError):
+            return e
+        cause = self._scrub(f"{type(e).__name__}: {e}")
+        code = getattr(e, "sqlstate", None) or ""
+        if code == "23505" and "journal_pkey" in str(e):
+            text = (
+                f"{self} already holds an LSN being appended: another engine writes the "
+                "same shards; only the holder of a shard's lease may write it"
+            )
+        elif code == "53100":
+            text = f"the Postgres server of {self} is out of disk space ({cause}); free some"
+        elif code == "25006":
+            text = f"{self} cannot be written: the server is read-only ({cause})"
+        elif _is_connection_lost(e):
+            text = (
+                f"{doing} {self} failed: the connection to the server at {self._where()} "
+                f"was lost ({cause}); check that the server runs"
+            )
+        else:
+            text = f"{doing} {self} failed ({cause})"
+        return StoreError(text)
+
+    def _where(self) -> str:
+        parts = urlsplit(self._shown)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        host = parts.hostname or "localhost"
+        return f"{host}:{port or 5432}"
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+class _Stale(Exception):
+    """Fenced shards whose epoch moved on: ``(shard, epoch)`` pairs."""
+
+    def __init__(self, pairs: frozenset[tuple[int, int]]) -> None:
+        super().__init__(sorted(pairs))
+        self.pairs = pairs
+
+
+class _Sql:
+    """The store's statements, with its schema's name in them (built once per store)."""
+
+    def __init__(self, q: str) -> None:
+        unfinished = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE status = ANY($1::text[])"
+        self.last_lsn = (
+            "SELECT coalesce(max(m), 0) FROM generate_series(0, $1::int - 1) AS s,"
+            f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s) AS x"
+        )
+        self.insert_entries = (
+            f"INSERT INTO {q}.journal (shard, lsn, id, run, data) SELECT * FROM"
+            " unnest($1::int[], $2::bigint[], $3::text[], $4::bigint[], $5::bytea[])"
+        )
+        self.upsert_rows = (
+            f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, finished_ms,"
+            " wake_ms, attributes, parent) SELECT * FROM unnest($1::text[], $2::int[],"
+            " $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],"
+            " $9::bytea[], $10::text[])"
+            " ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard, run = EXCLUDED.run,"
+            " workflow = EXCLUDED.workflow, status = EXCLUDED.status,"
+            " started_ms = EXCLUDED.started_ms, finished_ms = EXCLUDED.finished_ms,"
+            " wake_ms = EXCLUDED.wake_ms, attributes = EXCLUDED.attributes,"
+            " parent = EXCLUDED.parent"
+        )
+        # FOR SHARE, not an UPDATE: it holds off a takeover (which updates the
+        # row) until this transaction ends, as an UPDATE would, without
+        # writing a new version of every fenced lease row in every commit.
+        self.fence = (
+            f"SELECT l.shard, l.epoch FROM {q}.shard_leases AS l"
+            " JOIN unnest($1::int[], $2::bigint[]) AS f(shard, epoch)"
+            " ON l.shard = f.shard AND l.epoch = f.epoch"
+            " ORDER BY l.shard FOR SHARE OF l"
+        )
+        self.reserve_runs = (
+            f"UPDATE {q}.meta SET value = value + $1 WHERE key = 'run_reserved' RETURNING value"
+        )
+        self.acquire = (
+            f"UPDATE {q}.shard_leases AS l SET owner = $1, epoch = l.epoch + 1,"
+            " lease_until = now() + make_interval(secs => $3)"
+            f" FROM (SELECT shard FROM {q}.shard_leases"
+            " WHERE owner IS NULL OR lease_until < now()"
+            " ORDER BY shard LIMIT $2 FOR UPDATE SKIP LOCKED) AS free"
+            " WHERE l.shard = free.shard RETURNING l.shard, l.epoch"
+        )
+        self.renew = (
+            f"UPDATE {q}.shard_leases SET lease_until = now() + make_interval(secs => $3)"
+            " WHERE owner = $1 AND shard = ANY($2::int[]) RETURNING shard, epoch"
+        )
+        self.release = (
+            f"UPDATE {q}.shard_leases SET owner = NULL, epoch = epoch + 1,"
+            " lease_until = '-infinity' WHERE owner = $1 AND shard = ANY($2::int[])"
+        )
+        self.leases = (
+            f"SELECT shard, owner, epoch, owner IS NOT NULL AND lease_until >= now()"
+            f" FROM {q}.shard_leases ORDER BY shard"
+        )
+        self.load_run = (
+            f"SELECT lsn, data FROM {q}.journal WHERE id = $1 AND run = $2 AND lsn > $3"
+            " ORDER BY lsn"
+        )
+        self.load_latest = (
+            f"SELECT lsn, data FROM {q}.journal WHERE id = $1 AND run = coalesce("
+            f"(SELECT run FROM {q}.runs WHERE id = $1),"
+            f" (SELECT max(run) FROM {q}.journal WHERE id = $1)) AND lsn > $2 ORDER BY lsn"
+        )
+        self.runs_of = (
+            f"SELECT (SELECT run FROM {q}.runs WHERE id = $1),"
+            f" (SELECT max(run) FROM {q}.journal WHERE id = $1)"
+        )
+        self.has_run = f"SELECT 1 FROM {q}.journal WHERE id = $1 AND run = $2 LIMIT 1"
+        self.get = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = $1"
+        self.unfinished = f"{unfinished} ORDER BY started_ms, id"
+        self.unfinished_in = f"{unfinished} AND shard = ANY($2::int[]) ORDER BY started_ms, id"
+
+
+def _row(values: Any) -> RunRow:
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values
+    return RunRow(
+        id,
+        run,
+        workflow,
+        status,
+        started_ms,
+        finished_ms,
+        wake_ms,
+        _unpack_attributes(attributes),
+        parent,
+    )
+
+
+def _check_lease(owner: str, lease_s: float) -> None:
+    if not isinstance(owner, str) or not owner:
+        raise ValueError(f"owner must be a non-empty str naming the worker, not {owner!r}")
+    if not lease_s > 0:
+        raise ValueError(f"lease_s must be more than 0 seconds, not {lease_s!r}")
+
+
+async def _no_reset(conn: _Conn) -> None:
+    """A pool ``reset`` that sends nothing (the store leaves no session state)."""
+
+
+def _import_asyncpg() -> Any:
+    try:
+        import asyncpg
+    except ImportError:
+        raise StoreError(
+            "Postgres stores need asyncpg, which is not installed; pip install 'fusee[postgres]'"
+        ) from None
+    return asyncpg
+
+
+def _is_connection_lost(e: BaseException) -> bool:
+    name = type(e).__name__
+    if isinstance(e, OSError | ConnectionError):
+        return True
+    # asyncpg's: ConnectionDoesNotExistError, ConnectionFailureError,
+    # InterfaceError "connection is closed", and the admin-shutdown codes.
+    code = getattr(e, "sqlstate", None) or ""
+    return (
+        code.startswith("08")
+        or code in ("57P01", "57P02", "57P03")
+        or (name in ("ConnectionDoesNotExistError", "InterfaceError") and "closed" in str(e))
+    )
+
+
+def _fails_every_write(e: BaseException) -> bool:
+    """Whether ``e`` comes from the server or the connection, not one write's values."""
+    code = getattr(e, "sqlstate", None) or ""
+    return _is_connection_lost(e) or code.startswith(("53", "25", "57", "58", "XX"))
+
+
+def _redact(dsn: str) -> str:
+    """``dsn`` with its password (in the URL or a ``password=`` parameter) as ``***``."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "<an unparsable DSN>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        if ":" in userinfo:
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:***@{hosts}"
+    query = parts.query
+    if "password" in query.lower():
+        query = "&".join(
+            "password=***" if pair.split("=", 1)[0].lower() == "password" else pair
+            for pair in query.split("&")
+        )
+    return parts._replace(netloc=netloc, query=query).geturl()
+
+
+def _secrets_of(dsn: str) -> tuple[str, ...]:
+    """The password as it may appear in a message: as written and decoded."""
+    found: builtins.list[str] = []
+    with contextlib.suppress(ValueError):
+        parts = urlsplit(dsn)
+        userinfo = parts.netloc.rpartition("@")[0]
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+        found += [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
+    found += [unquote(s) for s in found]
+    # Longest first, so a password containing another is replaced whole.
+    return tuple(sorted({s for s in found if s}, key=len, reverse=True))
