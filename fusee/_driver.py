@@ -29,8 +29,8 @@ from fusee.errors import (
     Cancelled,
     ChildFailed,
     DeterminismError,
-    FuseeError,
     PayloadError,
+    QueryFailed,
     StepFailed,
 )
 from fusee.machine import (
@@ -45,6 +45,7 @@ from fusee.machine import (
     StepCompleted,
 )
 from fusee.record import (
+    Done,
     Record,
     Start,
     Status,
@@ -95,6 +96,14 @@ class RunHost(Protocol):
         """A turn ended: the code is quiescent and has taken every delivery it could."""
         ...
 
+    def child_dropped(self, driver: RunDriver, seq: int, child: str) -> None:
+        """The code stopped waiting for attached child ``child`` (cancelled, or dropped).
+
+        Live and on replay alike, so the host can cancel the child (once its
+        parent's journal is durable) whenever the parent is loaded again.
+        """
+        ...
+
 
 class ReplayHost:
     """A host that replays a journal alone: nothing runs, nothing is stored.
@@ -132,6 +141,9 @@ class ReplayHost:
         return None
 
     def turned(self, driver: RunDriver) -> None:
+        return None
+
+    def child_dropped(self, driver: RunDriver, seq: int, child: str) -> None:
         return None
 
 
@@ -323,6 +335,7 @@ class RunDriver:
                 reason = _reason_text(n.reason)
                 for seq in n.seqs:
                     self._cancel_op(seq, reason)
+                self._cancel_asyncio_waits(reason)
             elif t is DeliverUpdate:
                 assert isinstance(n, DeliverUpdate)
                 self._start_update(n)
@@ -414,12 +427,16 @@ class RunDriver:
     # --- appending -------------------------------------------------------------------------------
 
     def _append(self, record: Record) -> None:
+        if self.end is not None and type(record) is not Done:
+            # Nothing follows a run's end in its journal: a late heartbeat,
+            # a stream chunk or a step's result after the `Done` is dropped.
+            return
         self.machine.gate = self.host.append(self, record)
 
     def append(self, record: Record | None) -> None:
         """Appends a record the code's call produced (None: nothing to append)."""
         if record is not None:
-            self.machine.gate = self.host.append(self, record)
+            self._append(record)
 
     # --- operations ------------------------------------------------------------------------------
 
@@ -446,8 +463,11 @@ class RunDriver:
             # The run is parked or the engine stops: nothing is dropped, the
             # journal stays as it is for the next life.
             return
-        if self._ops.pop(seq, None) is not None:
+        op = self._ops.pop(seq, None)
+        if op is not None:
             self.append(self.machine.forget(seq))
+            if op.kind == "child":
+                self.host.child_dropped(self, seq, op.extra)
 
     def _resolve(self, seq: int, outcome: Outcome) -> None:
         op = self._ops.pop(seq, None)
@@ -482,10 +502,27 @@ class RunDriver:
         err_type, message = _error_of(outcome.payload)
         fut.set_exception(StepFailed(op.name, err_type, message))
 
+    def _cancel_asyncio_waits(self, reason: str) -> None:
+        """Cancellation reaches the run's tasks that await only asyncio objects.
+
+        A task awaiting an `asyncio.Event`, a `Condition`, a `Queue` or a
+        bare future gets `fusee.Cancelled` where it awaits, as a task awaiting
+        an operation does; tasks awaiting operations, other tasks or gathers
+        hear of it through those. Done at the cancellation's delivery, so
+        replay cancels the same tasks at the same point.
+        """
+        plain = asyncio.Future
+        for task in self.loop.tasks:
+            waiter = getattr(task, "_fut_waiter", None)
+            if waiter is not None and type(waiter) is plain and not waiter.done():
+                self.loop.throw(task, Cancelled(reason))
+
     def _cancel_op(self, seq: int, reason: str) -> None:
         op = self._ops.pop(seq, None)
         if op is not None and not op.future.done():
             op.future.set_exception(Cancelled(reason))
+            if op.kind == "child":
+                self.host.child_dropped(self, seq, op.extra)
 
     def now_ms(self) -> int:
         """The host's wall clock (`Runtime`)."""
@@ -541,6 +578,8 @@ class RunDriver:
 
     def step_done(self, seq: int, status: Status, payload: bytes) -> None:
         """A step's function ended for good; the code takes the result in this turn."""
+        if self.end is not None:
+            return
         m = self.machine
         live = m.take_live_step(seq)
         if live is not None:
@@ -592,8 +631,10 @@ class RunDriver:
                 if waiter is not None:
                     waiter(
                         _FAILED,
-                        _codec.encode(
-                            ["UnknownUpdate", f"the workflow has no handler for update '{n.name}'"]
+                        _rejection(
+                            "UnknownUpdate",
+                            f"the workflow has no handler for update '{n.name}'; register one "
+                            "with ctx.on_update(...) before the update is sent",
                         ),
                     )
                 return
@@ -605,7 +646,7 @@ class RunDriver:
             except Exception as e:
                 self.update_waiters.pop(n.live, None)
                 if waiter is not None:
-                    waiter(_FAILED, _codec.encode([type(e).__name__, str(e)]))
+                    waiter(_FAILED, _rejection(type(e).__name__, str(e)))
                 return
             ordinal, record = self.machine.accept_update(n.name, n.id, n.payload)
             self._append(record)
@@ -635,8 +676,11 @@ class RunDriver:
             if asyncio.iscoroutine(result):
                 result = await result
             status, out = _OK, _codec.encode(result, name=f"the result of update '{call.name}'")
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as e:
+            # An operation inside the handler was cancelled (the run's
+            # shutdown is RunEvicted, not this): the update failed, and its
+            # caller hears so instead of waiting forever.
+            status, out = _FAILED, _codec.encode([type(e).__name__, _reason_text_of(e)])
         except Exception as e:
             status, out = _FAILED, _codec.encode([type(e).__name__, str(e)])
         try:
@@ -653,17 +697,33 @@ class RunDriver:
         """Answers query ``name`` from the code's handler (which must not change the run).
 
         Raises:
-            FuseeError: The code registered no handler for ``name``.
+            QueryFailed: The handler raised, or the code registered none for ``name``.
         """
         handler = self.handlers.queries.get(name)
         if handler is None:
-            raise FuseeError(
-                f"run '{self.id}' has no handler for query '{name}'; "
-                "register one with ctx.on_query(...) before the query is asked"
+            raise QueryFailed(
+                name,
+                self.id,
+                "UnknownQuery",
+                "the run has no handler for it; register one with ctx.on_query(...) "
+                "before the query is asked",
             )
-        return _codec.encode(handler(_codec.decode(payload)), name=f"the answer to query '{name}'")
+        try:
+            answer = handler(_codec.decode(payload))
+        except Exception as e:
+            raise QueryFailed(name, self.id, type(e).__name__, str(e)) from e
+        return _codec.encode(answer, name=f"the answer to query '{name}'")
 
     # --- streams ---------------------------------------------------------------------------------
+
+
+# The first item of a refused update's recorded error: its validator (or a
+# missing handler) refused it and nothing was recorded.
+UPDATE_REJECTED = "UpdateRejected"
+
+
+def _rejection(type: str, message: str) -> bytes:
+    return _codec.encode([UPDATE_REJECTED, type, message])
 
 
 def _reason_text(payload: bytes) -> str:

@@ -808,28 +808,38 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             if first_round and not _has_started(task):
                 task.cancel()
             return
-        evicted: asyncio.Future[Any] = asyncio.Future(loop=self)
-        evicted.set_exception(RunEvicted(f"workflow run {self._name!r} was shut down"))
-        # Wake the task through its own wakeup callback with a future that
-        # failed: the task then throws RunEvicted where it awaits, as if the
-        # awaited thing had failed, without touching that thing (it may be
-        # shared, or another task).
+        self.throw(task, RunEvicted(f"workflow run {self._name!r} was shut down"))
+
+    def throw(self, task: asyncio.Future[Any], exc: BaseException) -> None:
+        """Makes ``task`` raise ``exc`` where it awaits, leaving the awaited thing alone.
+
+        The task is woken through its own wakeup callback with a future that
+        failed with ``exc``, as if the awaited thing had failed: the awaited
+        thing (an `asyncio.Event`'s waiter, another task, a shared future) is
+        not touched. It reaches a run's tasks that await only asyncio objects
+        when the run is cancelled, and ends them when the run is shut down.
+        """
+        failed: asyncio.Future[Any] = asyncio.Future(loop=self)
+        failed.set_exception(exc)
+        waiter: asyncio.Future[Any] | None = getattr(task, "_fut_waiter", None)
+        if waiter is None:
+            return
         if waiter.done():
             for handle in self._ready:
                 step = getattr(handle, "_callback", None)
                 args = handle._args
                 if getattr(step, "__self__", None) is task and len(args) == 1 and args[0] is waiter:
-                    handle._args = (evicted,)
+                    handle._args = (failed,)
                     return
         else:
             for callback, context in waiter._callbacks or ():
                 if getattr(callback, "__self__", None) is task:
                     waiter.remove_done_callback(callback)
-                    self.call_soon(callback, evicted, context=context)
+                    self.call_soon(callback, failed, context=context)
                     return
         # A future type that keeps its callbacks elsewhere: cancelling is the
         # only remaining way in (and runs the task's cancellation handlers).
-        task.cancel(f"workflow run {self._name!r} was shut down")
+        task.cancel(str(exc))
 
     def close(self) -> None:
         """Close the loop; pending tasks are ended first, as by `shutdown`.

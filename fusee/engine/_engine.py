@@ -27,7 +27,7 @@ from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
-from fusee.engine._journal import decode_journal, end_value, no_run
+from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._messages import Messages
 from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
 from fusee.engine._runs import Runs, unknown_workflow
@@ -38,7 +38,7 @@ from fusee.engine._timers import Timers
 from fusee.engine._watchdog import Watchdog
 from fusee.errors import AlreadyExists, DeterminismError, FuseeError, StoreError, UnknownWorkflow
 from fusee.machine import ChildCompleted
-from fusee.record import DETACHED, Done, Parent, Start, Status, encode
+from fusee.record import DETACHED, Done, Parent, Record, Signal, Start, Status, Waited, encode
 from fusee.store import RunRow, Store, open_store
 
 if TYPE_CHECKING:
@@ -201,25 +201,39 @@ class Engine:
             if row.status == RunStatus.SUSPENDED:
                 self.runs.arm_wake(row)
             else:
-                self.spawn(self.runs.wake(row.id, row))
+                # Loaded by recovery: its outbox (sends, children) is
+                # delivered again, as the crash may have lost it.
+                self.spawn(self.runs.wake(row.id, row, recovering=True))
         # A run that ended in continue-as-new starts its next run once its
         # `Done` is durable, in a later write: a row still "continued" at
         # open lost that write in a crash, so its next run starts now.
         for row in await self.store.list(status=RunStatus.CONTINUED):
-            self.spawn(self._continue(row))
+            # Before anything else is served: a message to the id goes to
+            # that next run.
+            await self._continue(row)
 
     def _watchdog_report(self, text: str) -> None:
         self.hooks.watchdog_reports.append(text)
 
     async def _continue(self, row: RunRow) -> None:
         entries = await self.store.load(row.id, row.run)
-        start, done = decode_journal(row.id, row.run, [entries[0], entries[-1]])
+        (start,) = decode_journal(row.id, row.run, entries[:1])
+        done = end_record(row.id, row.run, entries)
         wf = self.workflows.get(row.workflow)
         if not isinstance(start, Start) or not isinstance(done, Done) or wf is None:
             log.warning("run %r continued as new but cannot be continued here", row.id)
             return
         if self.runs.loaded(row.id) is None and not self.runs.is_loading(row.id):
-            self.create_run(wf, row.id, done.payload, parent=start.parent, policy=start.policy)
+            records = decode_journal(row.id, row.run, entries)
+            self._continue_as_new(
+                wf,
+                row.id,
+                row.run,
+                done.payload,
+                start.parent,
+                start.policy,
+                unconsumed_signals(records),
+            )
 
     async def close(self) -> None:
         """Stops the engine: waits for in-flight writes, leaves every run to recover."""
@@ -293,6 +307,10 @@ class Engine:
         """Run ``id``'s code diverged: it stops, and its result's waiters hear why."""
         self._stuck[id] = error
         log.error("run %r stopped: %s", id, error)
+        state = self.runs.loaded(id)
+        if state is not None and state.driver.end is None:
+            state.row_status = RunStatus.DIVERGED
+            self.runs.put_row(state)
         for fut in self._results.pop(id, []):
             if not fut.done():
                 fut.set_result(None)
@@ -363,18 +381,35 @@ class Engine:
                     return Run(self, id)
                 if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                     raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
-            lsn = self.create_run(wf, id, data, parent=None, policy=0)
+            lsn = self.create_run(
+                wf, id, data, parent=None, policy=0, run=row.run + 1 if row is not None else 1
+            )
         finally:
             self._starting.discard(id)
         await self.committer.durable(lsn)
         return Run(self, id)
 
     def create_run(
-        self, wf: WorkflowDef[Any, Any], id: str, data: bytes, *, parent: Parent | None, policy: int
+        self,
+        wf: WorkflowDef[Any, Any],
+        id: str,
+        data: bytes,
+        *,
+        parent: Parent | None,
+        policy: int,
+        run: int,
+        signals: Iterable[Signal] = (),
     ) -> int:
-        """Appends a new run's `Start`, loads it and runs its first turn; returns the LSN."""
+        """Appends run ``run`` of ``id``'s `Start`, loads it and runs its first turn.
+
+        Run numbers count the runs of one id: 1, then one more for each
+        continue-as-new or replace. ``signals`` are recorded for the new run
+        before its code starts (the previous run's unconsumed ones).
+
+        Returns:
+            The LSN of its last record.
+        """
         self._ends.pop(id, None)
-        run = self.committer.lsn + 1
         start = Start(
             run=run,
             id=id,
@@ -385,12 +420,17 @@ class Engine:
             input=data,
         )
         lsn = self.committer.append(id, run, encode(start))
-        assert lsn == run
         state = self.runs.make_state(wf, [start], lsn)
         self.runs.shard(id).add(state)
         self.runs.put_row(state)
+        for sig in signals:
+            carried = Signal(run, sig.name, sig.dedup, sig.payload, sig.by)
+            if carried.dedup:
+                state.dedups.add(carried.dedup)
+            state.signals.append(carried)
+            state.driver.append(carried)
         state.driver.start()
-        return lsn
+        return state.driver.machine.gate
 
     async def execute(
         self,
@@ -480,10 +520,16 @@ class Engine:
                     raise no_run(id)
                 if row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
                     return await self._finished_result(id, row)
-                if row.status in (RunStatus.RUNNING, RunStatus.PAUSED):
+                # A run this engine cannot host would wait forever: say so.
+                self.workflow(row.workflow)
+                if row.status in (RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.DIVERGED) or (
+                    self.strict and row.status == RunStatus.SUSPENDED
+                ):
                     # An unfinished run neither loaded nor parked failed to
                     # load (a damaged journal, a workflow this engine was not
                     # given): loading it here gives the caller that error.
+                    # The dev profile loads a parked one too, so that a
+                    # journal its code no longer replays is reported at once.
                     if await self.runs.wake(id) is None:
                         # It had ended after all; its row is on its way.
                         await self.committer.flush()
@@ -496,8 +542,8 @@ class Engine:
 
     async def _finished_result(self, id: str, row: RunRow) -> Any:
         entries = await self.store.load(id, row.run)
-        done = decode_journal(id, row.run, entries[-1:])[0]
-        if not isinstance(done, Done):
+        done = end_record(id, row.run, entries)
+        if done is None:
             raise StoreError(f"run '{id}' is marked {row.status} but its journal has no end record")
         return end_value(self.workflow(row.workflow), done)
 
@@ -537,12 +583,28 @@ class Engine:
     # --- a run's end -------------------------------------------------------------------------
 
     def ended(self, state: RunState, done: Done, lsn: int) -> None:
-        """Run ``state`` appended its `Done`: its row now, the rest once it is durable."""
+        """Run ``state`` appended its `Done`: its row now, the rest once it is durable.
+
+        The row says the run ended only once its outbox is empty (every send
+        and child start it recorded confirmed): until then recovery picks it
+        up again and delivers what a crash may have lost.
+        """
         state.row_status = _STATUS_OF_END.get(done.status, RunStatus.FAILED)
-        self.committer.put_row(self.runs.row(state, finished_ms=done.finished_ms))
+        final = self.runs.row(state, finished_ms=done.finished_ms)
+        if state.outbox:
+            state.final_row = final
+        else:
+            self.committer.put_row(final)
         if state.park_handle is not None:
             state.park_handle.cancel()
         self.timers.disarm_waits(state)
+        unconsumed = [s for i, s in enumerate(state.signals) if i not in state.consumed]
+        if unconsumed and done.status is not Status.CONTINUED:
+            log.warning(
+                "run %r ended with signals nobody waited for: %s",
+                state.id,
+                ", ".join(sorted({s.name for s in unconsumed})),
+            )
 
         def durable() -> None:
             ended = _codec.encode(
@@ -559,8 +621,14 @@ class Engine:
                 state.driver.close()
             shard.drop_timers_of(state.id)
             if done.status is Status.CONTINUED:
-                self.create_run(
-                    state.workflow, state.id, done.payload, parent=state.parent, policy=state.policy
+                self._continue_as_new(
+                    state.workflow,
+                    state.id,
+                    state.run,
+                    done.payload,
+                    state.parent,
+                    state.policy,
+                    unconsumed,
                 )
                 return
             ends = self._ends
@@ -580,6 +648,38 @@ class Engine:
                 )
 
         self.committer.on_durable(lsn, durable)
+
+    def _continue_as_new(
+        self,
+        wf: WorkflowDef[Any, Any],
+        id: str,
+        run: int,
+        input: bytes,
+        parent: Parent | None,
+        policy: int,
+        signals: Iterable[Signal],
+    ) -> None:
+        """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed."""
+        self.create_run(wf, id, input, parent=parent, policy=policy, run=run + 1, signals=signals)
+
+    def outbox_done(self, state: RunState, seq: int) -> None:
+        """A send or child start of ``state``'s run was delivered (or given up)."""
+        state.outbox.discard(seq)
+        if not state.outbox and state.final_row is not None:
+            row, state.final_row = state.final_row, None
+            self.committer.put_row(row)
+
+
+def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:
+    """The signals a journal recorded that no wait took, oldest first."""
+    signals: list[Signal] = []
+    consumed: set[int] = set()
+    for rec in records:
+        if isinstance(rec, Signal):
+            signals.append(rec)
+        elif isinstance(rec, Waited) and rec.outcome.is_signal:
+            consumed.add(rec.outcome.ordinal)
+    return [s for i, s in enumerate(signals) if i not in consumed]
 
 
 def _policy_hint() -> str:

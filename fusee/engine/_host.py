@@ -32,6 +32,8 @@ from fusee.record import (
     Step,
     StreamEnd,
     Timer,
+    Update,
+    UpdateDone,
     Wait,
     Waited,
     encode,
@@ -117,16 +119,19 @@ class EngineHost:
             state.waits.pop(record.seq, None)
             engine.timers.disarm(id, record.seq)
         elif isinstance(record, Child):
+            state.outbox.add(record.seq)
             engine.committer.on_durable(
                 lsn, lambda: engine.spawn(engine.messages.start_child(state, record))
             )
         elif isinstance(record, Send):
+            state.outbox.add(record.seq)
             engine.committer.on_durable(
-                lsn,
-                lambda: engine.spawn(
-                    engine.messages.send(record.target, record.name, record.payload, id)
-                ),
+                lsn, lambda: engine.spawn(engine.messages.send(state, record))
             )
+        elif isinstance(record, Update):
+            state.update_ids[record.id] = len(state.update_ids)
+        elif isinstance(record, UpdateDone):
+            state.update_outcomes[record.ordinal] = (record.status, record.payload)
         elif isinstance(record, Attributes):
             state.attributes.update(_codec.decode(record.payload))
             engine.runs.put_row(state)
@@ -135,6 +140,7 @@ class EngineHost:
         elif isinstance(record, Done):
             engine.ended(state, record, lsn)
         elif isinstance(record, Cancel):
+            state.cancelled = True
             engine.timers.disarm_waits(state)
 
     def run_step(self, driver: RunDriver, call: StepCall) -> None:
@@ -152,14 +158,36 @@ class EngineHost:
             return
         engine = self._engine
         m = driver.machine
-        if m.is_paused():
-            if state.row_status != RunStatus.PAUSED:
-                state.row_status = RunStatus.PAUSED
-                engine.runs.put_row(state)
-        elif state.row_status == RunStatus.PAUSED:
-            state.row_status = RunStatus.RUNNING
-            engine.runs.put_row(state)
-        if not state.steps and driver.error is None and m.is_suspended():
+        idle = not state.steps and driver.error is None and m.is_suspended()
+        # The row says what describe says (`status_of`): every surface shows
+        # one status, loaded or parked.
+        status = RunStatus.PAUSED if m.is_paused() else RunStatus.RUNNING
+        if idle and status is RunStatus.RUNNING:
+            status = RunStatus.SUSPENDED
+        if driver.error is not None:
+            status = RunStatus.DIVERGED
+        if status != state.row_status:
+            if status is RunStatus.PAUSED:
+                paused = sorted(
+                    {m.pending_name(s) or "?" for s in range(m.next_seq()) if m.step_paused(s)}
+                )
+                log.warning(
+                    "run %r paused: step %s ran out of attempts; fix the cause and call "
+                    "run.resume() (or `fusee resume %s`) to retry it",
+                    state.id,
+                    ", ".join(repr(p) for p in paused),
+                    state.id,
+                )
+            state.row_status = status
+            wake = engine.runs.wake_ms(state) if status is RunStatus.SUSPENDED else None
+            engine.committer.put_row(engine.runs.row(state, wake_ms=wake))
+            if status is RunStatus.SUSPENDED and engine.strict:
+                # The dev profile checks the journal so far against the code
+                # at each wait, naming the step that differs.
+                engine.runs.check_replay(state)
+                if driver.error is not None:
+                    return
+        if idle:
             if state.park_handle is None:
                 clock = engine.clock
                 state.park_handle = clock.call_at(
@@ -169,6 +197,20 @@ class EngineHost:
         elif state.park_handle is not None:
             state.park_handle.cancel()
             state.park_handle = None
+
+    def child_dropped(self, driver: RunDriver, seq: int, child: str) -> None:
+        state: RunState | None = driver.host_data
+        if state is None or not state.loaded:
+            return
+        # An attached child does not outlive the wait for it: cancelled once
+        # the parent's records saying so are durable (a child not started yet
+        # never starts: `Messages.start_child` checks this set).
+        state.dropped_children.add(seq)
+        engine = self._engine
+        engine.committer.on_durable(
+            driver.machine.gate,
+            lambda: engine.spawn(engine.messages.cancel_child(state, child)),
+        )
 
     # --- StepHost -----------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from fusee.record import Done, Record, Status, decode
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
 
-__all__ = ["decode_journal", "end_value", "error_pair", "no_run", "text"]
+__all__ = ["decode_journal", "end_record", "end_value", "error_pair", "no_run", "text"]
 
 
 def decode_journal(id: str, run: int, entries: Iterable[tuple[int, bytes]]) -> list[Record]:
@@ -40,6 +40,24 @@ def decode_journal(id: str, run: int, entries: Iterable[tuple[int, bytes]]) -> l
                 "restore the store from a backup (other runs are not affected)"
             ) from e
     return records
+
+
+def end_record(id: str, run: int, entries: list[tuple[int, bytes]]) -> Done | None:
+    """The `Done` of a journal, or None: its last record, or an earlier one.
+
+    No record follows a run's end; a store written before that rule held may
+    have some after it (a signal acknowledged while the run ended), and a
+    finished run must still read.
+    """
+    if not entries:
+        return None
+    (last,) = decode_journal(id, run, entries[-1:])
+    if isinstance(last, Done):
+        return last
+    for rec in decode_journal(id, run, entries):
+        if isinstance(rec, Done):
+            return rec
+    return None
 
 
 def end_value(wf: WorkflowDef[Any, Any], done: Done) -> Any:

@@ -15,13 +15,25 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from fusee import _codec
-from fusee._driver import ReplayHost, RunDriver
+from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES
-from fusee.engine._journal import decode_journal, error_pair
-from fusee.engine._runs import unknown_workflow
-from fusee.errors import FuseeError, NotFound
+from fusee.engine._journal import decode_journal, end_record, error_pair
+from fusee.engine._run import dedup_key
+from fusee.engine._runs import through_end, unknown_workflow
+from fusee.errors import FuseeError, NotFound, RunFinished, UpdateFailed, UpdateRejected
 from fusee.machine import ChildCompleted, SignalMatched
-from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, decode
+from fusee.record import (
+    DETACHED,
+    Child,
+    Parent,
+    Send,
+    Signal,
+    Start,
+    Status,
+    Update,
+    UpdateDone,
+    decode,
+)
 
 if TYPE_CHECKING:
     from fusee.engine._engine import Engine
@@ -54,51 +66,98 @@ class Messages:
             return
         timers = self._engine.timers
         for seq in sorted(state.waits):
-            name = state.waits[seq]
-            for ordinal, (sname, payload) in enumerate(state.signals):
-                if sname == name and ordinal not in state.consumed:
+            # A delivery runs the code, which may drop another wait or end
+            # the run: a wait gone meanwhile takes nothing.
+            name = state.waits.get(seq)
+            if name is None:
+                continue
+            for ordinal, sig in enumerate(state.signals):
+                if sig.name == name and ordinal not in state.consumed:
                     state.consumed.add(ordinal)
                     del state.waits[seq]
                     timers.disarm(state.id, seq)
-                    state.driver.complete(seq, SignalMatched(ordinal, payload))
+                    state.driver.complete(seq, SignalMatched(ordinal, sig.payload))
                     break
 
     async def signal(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> None:
-        """Records signal ``name`` for run ``id``; returns once it is durable."""
+        """Records signal ``name`` for run ``id``; returns once it is durable.
+
+        Raises:
+            fusee.RunFinished: The run has ended (or its end is being recorded).
+        """
         engine = self._engine
         engine.check_open()
-        state = await engine.runs.wake(id)
-        if state is None:
-            row = await engine.store.get(id)
-            raise FuseeError(
-                f"run '{id}' has finished ({row.status if row else 'unknown'}); "
-                f"signal '{name}' was not delivered: signals go to running runs"
-            )
+        state = await self._target(id)
+        if state is None or state.driver.end is not None:
+            raise await self._finished(id, state, f"signal '{name}'")
         if dedup and dedup in state.dedups:
             return
         if dedup:
             state.dedups.add(dedup)
-        state.signals.append((name, payload))
-        state.driver.append(Signal(state.run, name, dedup, payload, by))
+        sig = Signal(state.run, name, dedup, payload, by)
+        state.signals.append(sig)
+        state.driver.append(sig)
         lsn = state.driver.machine.gate
         self.match(state)
         await engine.committer.durable(lsn)
 
-    async def send(self, target: str, name: str, payload: bytes, sender: str) -> None:
-        """A ``ctx.send`` of run ``sender``, once its record is durable."""
+    async def _target(self, id: str) -> RunState | None:
+        """The run a message to ``id`` goes to: its loaded run, past a continue-as-new.
+
+        A run ending in continue-as-new is not the end of its id: a message
+        then waits for the next run (started once the end is durable).
+        """
+        engine = self._engine
+        while True:
+            state = await engine.runs.wake(id)
+            end = state.driver.end if state is not None else None
+            if state is None or end is None or end.status is not Status.CONTINUED:
+                return state
+            await engine.committer.durable(state.driver.machine.gate)
+            engine.check_open()
+
+    async def _finished(self, id: str, state: RunState | None, what: str) -> RunFinished:
+        """The error for ``what`` sent to run ``id``, which has ended."""
+        if state is not None:
+            status = str(state.row_status)
+        else:
+            row = await self._engine.store.get(id)
+            status = str(row.status) if row is not None else "ended"
+        return RunFinished(id, status, what)
+
+    async def send(self, sender: RunState, rec: Send) -> None:
+        """A ``ctx.send`` of ``sender``, once its record is durable (the outbox's delivery).
+
+        Deduplicated by the sender's position, so a send delivered again after
+        a crash counts once at its target.
+        """
+        key = dedup_key(f"{sender.id}/{sender.run}/{rec.seq}")
         try:
-            await self.signal(target, name, payload, 0, _codec.encode(sender))
+            await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
         except (NotFound, FuseeError) as e:
             log.warning(
-                "run %r sent signal %r to %r, which was not delivered: %s", sender, name, target, e
+                "run %r sent signal %r to %r, which was not delivered: %s",
+                sender.id,
+                rec.name,
+                rec.target,
+                e,
             )
+        # Not in a `finally`: a delivery cut short by the engine's close or
+        # crash stays in the outbox, and recovery delivers it again.
+        self._engine.outbox_done(sender, rec.seq)
 
     # --- children ----------------------------------------------------------------------------
 
     async def start_child(self, parent: RunState, rec: Child) -> None:
         """Starts child ``rec`` of ``parent`` (or finds it started), once ``rec`` is durable."""
+        await self._start_child(parent, rec)
+        # Only once the child's start is durable (a start cut short by a
+        # close or crash stays in the outbox, for recovery to redo).
+        self._engine.outbox_done(parent, rec.seq)
+
+    async def _start_child(self, parent: RunState, rec: Child) -> None:
         engine = self._engine
         runs = engine.runs
         link = Parent(parent.id, parent.run, rec.seq)
@@ -129,11 +188,14 @@ class Messages:
                 )
                 return
             if row is not None and row.status in FINISHED_STATUSES and not rec.flags & DETACHED:
-                done = decode(entries[-1][1])
-                if isinstance(done, Done):
+                done = end_record(rec.id, row.run, entries)
+                if done is not None:
                     runs.fire(
                         parent.id, parent.run, rec.seq, ChildCompleted(done.status, done.payload)
                     )
+            return
+        if rec.seq in parent.dropped_children:
+            # Cancelled before its start was durable: it never starts.
             return
         wf = engine.workflows.get(rec.wtype)
         if wf is None:
@@ -149,7 +211,24 @@ class Messages:
                 ),
             )
             return
-        engine.create_run(wf, rec.id, rec.input, parent=link, policy=rec.flags)
+        lsn = engine.create_run(wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1)
+        await engine.committer.durable(lsn)
+
+    async def cancel_child(self, parent: RunState, child: str) -> None:
+        """Cancels attached child ``child`` of ``parent``, whose wait the code dropped."""
+        engine = self._engine
+        state = engine.runs.loaded(child)
+        if state is not None:
+            parent_of = state.parent.id if state.parent is not None else None
+        else:
+            row = await engine.store.get(child)
+            parent_of = row.parent if row is not None else None
+        if parent_of != parent.id:
+            return  # not started (it never will be), or not this parent's
+        try:
+            await self.cancel(child, f"its parent '{parent.id}' stopped waiting for it")
+        except (RunFinished, NotFound):
+            return
 
     # --- queries and updates -----------------------------------------------------------------
 
@@ -158,12 +237,12 @@ class Messages:
         engine = self._engine
         engine.check_open()
         state = await engine.runs.wake(id)
-        if state is not None:
+        if state is not None and state.driver.end is None:
             return _codec.decode(state.driver.query(name, arg))
         row = await engine.store.get(id)
         assert row is not None
         entries = await engine.store.load(id, row.run)
-        records = decode_journal(id, row.run, entries)
+        records = through_end(decode_journal(id, row.run, entries))
         replay = RunDriver(ReplayHost(), engine.workflow(row.workflow), records, entries[-1][0])
         try:
             replay.start()
@@ -172,12 +251,32 @@ class Messages:
             replay.close()
 
     async def update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
-        """Offers update ``name`` to run ``id``; returns the handler's result once durable."""
+        """Offers update ``name`` to run ``id``; returns the handler's result once durable.
+
+        An update with an ``update_id`` is applied at most once: a repeat
+        returns (or raises) what the first did.
+
+        Raises:
+            fusee.UpdateRejected: The validator refused it (nothing recorded).
+            fusee.UpdateFailed: The handler raised.
+            fusee.RunFinished: The run has ended.
+        """
         engine = self._engine
         engine.check_open()
-        state = await engine.runs.wake(id)
+        state = await self._target(id)
         if state is None or state.driver.end is not None:
-            raise FuseeError(f"run '{id}' has finished; update '{name}' was not delivered")
+            if update_id is not None:
+                outcome = await self._recorded_outcome(id, update_id)
+                if outcome is not None:
+                    return _update_result(name, id, outcome)
+            raise await self._finished(id, state, f"update '{name}'")
+        if update_id is not None:
+            outcome = self._outcome_of(state, update_id)
+            if outcome is not None:
+                return _update_result(name, id, outcome)
+            first = state.update_waiters.get(update_id)
+            if first is not None:
+                return _update_result(name, id, await asyncio.shield(first))
         self._tokens += 1
         token = self._tokens
         fut: asyncio.Future[tuple[Status, bytes]] = engine.loop.create_future()
@@ -189,17 +288,40 @@ class Messages:
         # The run keeps its callers' futures: its end (or the engine's close)
         # answers them, and it does not park while one waits.
         state.updates.add(fut)
+        if update_id is not None:
+            state.update_waiters[update_id] = fut
         try:
             state.driver.offer_update(
                 token, name, update_id or f"{id}/update/{token}", payload, answered
             )
-            status, out = await fut
+            outcome = await fut
         finally:
             state.updates.discard(fut)
-        if status is _OK:
-            return _codec.decode(out)
-        t, m = error_pair(out)
-        raise FuseeError(f"update '{name}' of run '{id}' failed: {t}: {m}")
+            if update_id is not None and state.update_waiters.get(update_id) is fut:
+                del state.update_waiters[update_id]
+        return _update_result(name, id, outcome)
+
+    def _outcome_of(self, state: RunState, update_id: str) -> tuple[Status, bytes] | None:
+        ordinal = state.update_ids.get(update_id)
+        return None if ordinal is None else state.update_outcomes.get(ordinal)
+
+    async def _recorded_outcome(self, id: str, update_id: str) -> tuple[Status, bytes] | None:
+        """The outcome the journal of ended run ``id`` recorded for update ``update_id``."""
+        engine = self._engine
+        row = await engine.store.get(id)
+        if row is None:
+            return None
+        records = decode_journal(id, row.run, await engine.store.load(id, row.run))
+        ordinal = None
+        count = 0
+        for rec in records:
+            if isinstance(rec, Update):
+                if rec.id == update_id:
+                    ordinal = count
+                count += 1
+            elif isinstance(rec, UpdateDone) and rec.ordinal == ordinal:
+                return rec.status, rec.payload
+        return None
 
     # --- cancel, resume, complete ------------------------------------------------------------
 
@@ -207,9 +329,13 @@ class Messages:
         """Cancels run ``id``; returns once the request is durable."""
         engine = self._engine
         engine.check_open()
-        state = await engine.runs.wake(id)
-        if state is None:
+        state = await self._target(id)
+        if state is None or state.driver.end is not None:
+            raise await self._finished(id, state, "cancel")
+        if state.cancelled:
+            # A second cancel is a no-op: compensation runs to its end.
             return
+        state.cancelled = True
         state.driver.request_cancel(_codec.encode(reason))
         await engine.committer.durable(state.driver.machine.gate)
 
@@ -248,6 +374,20 @@ class Messages:
         for state in self._engine.runs.all():
             for fut in list(state.updates):
                 _settle(fut, (Status.CANCELLED, closed))
+
+
+def _update_result(name: str, id: str, outcome: tuple[Status, bytes]) -> Any:
+    """What `fusee.Run.update` returns (or raises) for a recorded or answered outcome."""
+    status, out = outcome
+    if status is _OK:
+        return _codec.decode(out)
+    v = _codec.decode(out)
+    if isinstance(v, list) and len(v) == 3 and v[0] == UPDATE_REJECTED:
+        raise UpdateRejected(name, id, str(v[1]), str(v[2]))
+    t, m = error_pair(out)
+    if status is Status.CANCELLED:
+        raise FuseeError(f"update '{name}' of run '{id}' got no answer: {m}")
+    raise UpdateFailed(name, id, t, m)
 
 
 def _settle(fut: asyncio.Future[Any], value: Any) -> None:

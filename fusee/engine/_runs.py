@@ -32,9 +32,12 @@ from fusee.record import (
     Done,
     Fired,
     Record,
+    Send,
     Signal,
     Start,
     Timer,
+    Update,
+    UpdateDone,
     Wait,
     Waited,
 )
@@ -114,11 +117,14 @@ class Runs:
             state.records = list(records)
         return state
 
-    async def wake(self, id: str, row: RunRow | None = None) -> RunState | None:
+    async def wake(
+        self, id: str, row: RunRow | None = None, *, recovering: bool = False
+    ) -> RunState | None:
         """The loaded run of ``id``, loading it from its journal if it is parked.
 
-        ``row`` is the id's row when the caller just read it (recovery).
-        Returns None if the run has finished.
+        ``row`` is the id's row when the caller just read it (recovery), and
+        ``recovering`` says the load is recovery's: the run's outbox is then
+        delivered again. Returns None if the run has finished.
 
         Raises:
             fusee.NotFound: No run has this id.
@@ -137,7 +143,7 @@ class Runs:
         fut: asyncio.Future[RunState | None] = engine.loop.create_future()
         self._loading[id] = fut
         try:
-            state = await self._load(id, row)
+            state = await self._load(id, row, recovering)
         except BaseException as e:
             fut.set_exception(e)
             fut.exception()
@@ -152,7 +158,9 @@ class Runs:
             del self._loading[id]
         return state
 
-    async def _load(self, id: str, row: RunRow | None = None) -> RunState | None:
+    async def _load(
+        self, id: str, row: RunRow | None = None, recovering: bool = False
+    ) -> RunState | None:
         engine = self._engine
         if row is None:
             row = await engine.store.get(id)
@@ -164,12 +172,12 @@ class Runs:
         if wf is None:
             raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))
         entries = await engine.store.load(id, row.run)
-        records = decode_journal(id, row.run, entries)
+        records = through_end(decode_journal(id, row.run, entries))
         engine.timers.disarm(id, -1)
         state = self.make_state(wf, records, entries[-1][0])
         state.row_status = RunStatus(row.status)
         self.shard(id).add(state)
-        self.rebuild(state, records)
+        self.rebuild(state, records, recovering=recovering)
         state.driver.start()
         done = records[-1]
         if state.driver.end is not None and isinstance(done, Done):
@@ -188,21 +196,30 @@ class Runs:
         self.put_row(state)
         return state
 
-    def rebuild(self, state: RunState, records: list[Record]) -> None:
+    def rebuild(self, state: RunState, records: list[Record], *, recovering: bool = False) -> None:
         """What the host keeps beside the machine, from the journal.
 
-        Signals, open waits and their deadlines, timers, children and attributes.
+        Signals, open waits and their deadlines, timers, children, updates'
+        outcomes and attributes; with ``recovering``, the sends too (delivered
+        again: the crash may have lost them, and their targets count each once).
         """
         engine = self._engine
         id, run = state.id, state.run
         timers: dict[int, int] = {}
         deadlines: dict[int, int] = {}
         children: dict[int, Child] = {}
+        sends: list[Send] = []
         for rec in records:
             if isinstance(rec, Signal):
-                state.signals.append((rec.name, rec.payload))
+                state.signals.append(rec)
                 if rec.dedup:
                     state.dedups.add(rec.dedup)
+            elif isinstance(rec, Send):
+                sends.append(rec)
+            elif isinstance(rec, Update):
+                state.update_ids[rec.id] = len(state.update_ids)
+            elif isinstance(rec, UpdateDone):
+                state.update_outcomes[rec.ordinal] = (rec.status, rec.payload)
             elif isinstance(rec, Wait):
                 state.waits[rec.seq] = rec.name
                 if rec.deadline_ms:
@@ -224,13 +241,19 @@ class Runs:
                 state.attributes.update(_codec.decode(rec.payload))
             elif isinstance(rec, Cancel):
                 deadlines.clear()
+                state.cancelled = True
         for seq, at in timers.items():
             engine.timers.arm(id, run, seq, at, TIMER)
         for seq, at in deadlines.items():
             engine.timers.arm(id, run, seq, at, DEADLINE)
         engine.messages.match(state)
         for child in children.values():
+            state.outbox.add(child.seq)
             engine.spawn(engine.messages.start_child(state, child))
+        if recovering:
+            for send in sends:
+                state.outbox.add(send.seq)
+                engine.spawn(engine.messages.send(state, send))
 
     # --- deliveries to runs that may be parked -----------------------------------------------
 
@@ -266,7 +289,22 @@ class Runs:
             and state.driver.machine.is_suspended()
             and not state.steps
             and not state.updates
+            and not state.outbox
         )
+
+    def wake_ms(self, state: RunState) -> int | None:
+        """When a suspended run must be woken if it is parked (None: only by a message)."""
+        wake = min(state.due.values(), default=None)
+        m = state.driver.machine
+        if any(m.pending_kind(seq) is OpKind.CHILD for seq in range(m.next_seq())):
+            # A child's end reaches its parked parent as a delivery the
+            # parent records later; a crash in between would lose it (the
+            # finished child is not recovered). A parent parked on a child is
+            # therefore woken at once by recovery, which replays it and asks
+            # its children again (`rebuild` -> `start_child`).
+            now = self._engine.clock.now_ms()
+            wake = now if wake is None else min(wake, now)
+        return wake
 
     async def park(self, state: RunState) -> None:
         """Drops suspended ``state`` from memory once its records are durable."""
@@ -282,16 +320,7 @@ class Runs:
             self.check_replay(state)
             if driver.error is not None:
                 return
-        wake = min(state.due.values(), default=None)
-        m = driver.machine
-        if any(m.pending_kind(seq) is OpKind.CHILD for seq in range(m.next_seq())):
-            # A child's end reaches its parked parent as a delivery the
-            # parent records later; a crash in between would lose it (the
-            # finished child is not recovered). A parent parked on a child is
-            # therefore woken at once by recovery, which replays it and asks
-            # its children again (`rebuild` -> `start_child`).
-            now = engine.clock.now_ms()
-            wake = now if wake is None else min(wake, now)
+        wake = self.wake_ms(state)
         self.shard(state.id).remove(state)
         driver.close()
         state.row_status = RunStatus.SUSPENDED
@@ -318,6 +347,19 @@ class Runs:
             for state in shard.runs.values():
                 state.driver.close()
             shard.clear()
+
+
+def through_end(records: list[Record]) -> list[Record]:
+    """A journal up to its run's `Done`: records a store holds after it are never read.
+
+    No record follows a run's end; a store written before that rule held
+    may still have some (a signal acknowledged while the run was ending),
+    and must still read.
+    """
+    for i, rec in enumerate(records):
+        if type(rec) is Done:
+            return records if i == len(records) - 1 else records[: i + 1]
+    return records
 
 
 def unknown_workflow(name: str, workflows: Any) -> str:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
     from fusee._driver import RunDriver
     from fusee.engine._clock import TimerHandle
-    from fusee.record import Parent, Record, Status
+    from fusee.record import Parent, Record, Signal, Status
+    from fusee.store import RunRow
 
 __all__ = ["RunState", "Shard", "shard_index"]
 
@@ -48,10 +49,28 @@ class RunState:
     parent: Parent | None
     policy: int
     # Signals by ordinal, the ones consumed, and open waits by position.
-    signals: list[tuple[str, bytes]] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
     consumed: set[int] = field(default_factory=set)
     dedups: set[int] = field(default_factory=set)
     waits: dict[int, str] = field(default_factory=dict)
+    # Whether the run was asked to cancel (its journal has a `Cancel`): a
+    # second request is a no-op, so compensation runs to its end.
+    cancelled: bool = False
+    # Updates by id (their ordinal) and their recorded outcomes by ordinal:
+    # an update id is applied once, and a repeat answers the first's outcome.
+    update_ids: dict[str, int] = field(default_factory=dict)
+    update_outcomes: dict[int, tuple[Status, bytes]] = field(default_factory=dict)
+    # Callers waiting for an update id's outcome that is not recorded yet.
+    update_waiters: dict[str, asyncio.Future[tuple[Status, bytes]]] = field(default_factory=dict)
+    # The positions of `Send`s and `Child`s whose delivery is not confirmed
+    # yet (the target's signal, the child's start durable): the outbox. The
+    # run does not park, nor does its row say it ended, before it is empty.
+    outbox: set[int] = field(default_factory=set)
+    # Attached children whose wait the code dropped (cancelled): cancelled
+    # with it, and never started if they were not yet.
+    dropped_children: set[int] = field(default_factory=set)
+    # The ended run's row, held back while its outbox is not empty.
+    final_row: RunRow | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
     resumed: asyncio.Event = field(default_factory=asyncio.Event)
     park_handle: TimerHandle | None = None

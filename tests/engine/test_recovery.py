@@ -90,15 +90,19 @@ async def test_recovery_loads_running_runs_and_leaves_parked_ones_parked(host: H
         await t.advance("2m")
         assert not t.is_loaded("sleeper")
         assert not t.is_loaded("waiter")
-        busy = await t.start(pipeline, "busy", 4)
+        busy = await t.start(pipeline, "busy", 4)  # waits for a signal: suspended at once
+        running = await t.start(pipeline, "running", 2)  # runs its step
         await t.settle()
+        assert (await busy.describe()).status == "suspended"
         await t.crash()
         await t.settle()
-        assert t.is_loaded("busy")
+        # A suspended run is recovered as a parked one, loaded or not before.
+        assert not t.is_loaded("busy")
         assert not t.is_loaded("sleeper")
         assert not t.is_loaded("waiter")
         await busy.signal(go, 4)
         assert await busy.result() == [4, 4, 8]
+        assert await running.result() == [2, 4]
         # The parked sleeper wakes at its time, in the engine's new life.
         await t.advance("7m")
         assert not t.is_loaded("sleeper")

@@ -58,7 +58,7 @@ def test_the_demo_resumes_after_kill_9_without_running_recorded_steps_again(
     assert first.proc.returncode == -9
 
     second = run_example("checkout", "--cool-off", "4", cwd=tmp_path)
-    assert "is already in data/ (running): attaching to it" in second
+    assert "is already in data/ (suspended): attaching to it" in second
     assert "recorded steps: quote, charge, notify" in second
     for ran_before in ("step quote", "step charge", "manager", "step notify"):
         assert ran_before not in second
