@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias, assert_never
 
 from fusee._frozen import fast_init
 from fusee.errors import DeterminismError
@@ -84,10 +84,10 @@ __all__ = [
     "Next",
     "OpKind",
     "Outcome",
-    "RunInfo",
     "RunMachine",
     "SignalMatched",
     "Stalled",
+    "StartInfo",
     "StepCompleted",
     "StepStart",
     "StreamOpen",
@@ -530,7 +530,7 @@ class StreamOpen:
 
 
 @dataclass(frozen=True, slots=True)
-class RunInfo:
+class StartInfo:
     """Identity and input of a run, from its `Start` record.
 
     Example:
@@ -783,7 +783,7 @@ class RunMachine:
         start = journal[0] if journal else None
         if not isinstance(start, Start):
             raise DeterminismError(None, "journal does not begin with a start record")
-        self._info = RunInfo(
+        self._info = StartInfo(
             run=start.run,
             id=start.id,
             wtype=start.wtype,
@@ -861,7 +861,7 @@ class RunMachine:
             >>> m.info().input
             b''
         """
-        self._info = RunInfo(self._info.run, "", "", 0, 0, 0, 0, 0, b"", None)
+        self._info = StartInfo(self._info.run, "", "", 0, 0, 0, 0, 0, b"", None)
         self._recorded.clear()
         self._replay.clear()
         self._pending.clear()
@@ -910,95 +910,96 @@ class RunMachine:
         return entry
 
     def _load(self, rec: Record) -> None:
-        if isinstance(rec, Step):
-            seq = rec.seq
-            if seq in self._recorded:
-                self._mark(seq, _STEP, rec.name).delivered = True
-            else:
-                # The common case, a step delivered at a fresh position:
-                # nothing to check against.
-                r = self._recorded[seq] = _Recorded(_STEP, rec.name)
-                r.delivered = True
-                if self._max_recorded is None or seq > self._max_recorded:
-                    self._max_recorded = seq
-            self._replay.append((_OP, seq, Outcome(rec.status, rec.payload)))
-        elif isinstance(rec, Attempt):
-            r = self._mark(rec.seq, _STEP, rec.name)
-            r.attempt = rec.attempt
-            r.retry_at_ms = rec.retry_at_ms
-            if rec.retry_at_ms == PAUSED:
-                self._ever_paused = True
-        elif isinstance(rec, Resume):
-            r = self._mark(rec.seq, _STEP, "")
-            r.retry_at_ms = 0
-            r.base = rec.attempt
-        elif isinstance(rec, Timer):
-            self._mark(rec.seq, _SLEEP, rec.name).marked = True
-        elif isinstance(rec, Fired):
-            self._mark(rec.seq, _SLEEP, "").delivered = True
-            self._replay.append((_OP, rec.seq, Outcome(_OK, b"")))
-        elif isinstance(rec, Signal):
-            self._signals.append(rec.payload)
-        elif isinstance(rec, Wait):
-            self._mark(rec.seq, _WAIT, rec.name).marked = True
-        elif isinstance(rec, Waited):
-            self._load_waited(rec)
-        elif isinstance(rec, Value):
-            r = self._mark(rec.seq, _VALUE, "")
-            r.marked = True
-            r.value = rec.value
-            r.attempt = rec.kind
-        elif isinstance(rec, Child):
-            self._mark(rec.seq, _CHILD, rec.wtype).marked = True
-        elif isinstance(rec, ChildDone):
-            self._mark(rec.seq, _CHILD, "").delivered = True
-            self._replay.append((_OP, rec.seq, Outcome(rec.status, rec.payload)))
-        elif isinstance(rec, Send):
-            r = self._mark(rec.seq, _SEND, rec.name)
-            r.marked = True
-            r.value = b""
-        elif isinstance(rec, Cancel):
-            self._replay.append((_CANCEL, rec.reason))
-        elif isinstance(rec, Done):
-            self._done = (rec.status, rec.payload)
-        elif isinstance(rec, Update):
-            ordinal = self._updates
-            self._updates += 1
-            self._replay.append((_UPDATE, ordinal, rec.name, rec.id, rec.payload))
-        elif isinstance(rec, UpdateDone):
-            r = self._mark(rec.seq, _UPDATE_DONE, "")
-            r.marked = True
-            r.value = rec.ordinal.to_bytes(8, "little")
-        elif isinstance(rec, Heartbeat):
-            self._progress[rec.seq] = rec.payload
-        elif isinstance(rec, Awaiting):
-            r = self._mark(rec.seq, _AWAIT, rec.name)
-            r.marked = True
-            r.attempt = rec.attempt
-        elif isinstance(rec, Completed):
-            self._mark(rec.seq, _AWAIT, "").delivered = True
-            self._replay.append((_OP, rec.seq, Outcome(rec.status, rec.payload)))
-        elif isinstance(rec, Patch):
-            self._patches.add((rec.at, rec.id))
-        elif isinstance(rec, Attributes):
-            r = self._mark(rec.seq, _ATTRIBUTES, "")
-            r.marked = True
-            r.value = b""
-        elif isinstance(rec, Chunk):
-            st = self._stream_state(rec.stream)
-            st.len = max(st.len, rec.offset + 1)
-            if rec.seq == stream.WORKFLOW:
-                st.replay_left += 1
-            else:
-                st.by_step[rec.seq] = st.by_step.get(rec.seq, 0) + 1
-        elif isinstance(rec, StreamEnd):
-            st = self._stream_state(rec.stream)
-            if st.closed is None:
-                st.closed = rec.seq
-        elif isinstance(rec, Start):
-            raise DeterminismError(None, "journal holds a second start record")
-        else:
-            raise TypeError(f"not a journal record: {type(rec).__name__}")
+        match rec:
+            case Step():
+                seq = rec.seq
+                if seq in self._recorded:
+                    self._mark(seq, _STEP, rec.name).delivered = True
+                else:
+                    # The common case, a step delivered at a fresh position:
+                    # nothing to check against.
+                    r = self._recorded[seq] = _Recorded(_STEP, rec.name)
+                    r.delivered = True
+                    if self._max_recorded is None or seq > self._max_recorded:
+                        self._max_recorded = seq
+                self._replay.append((_OP, seq, Outcome(rec.status, rec.payload)))
+            case Attempt():
+                r = self._mark(rec.seq, _STEP, rec.name)
+                r.attempt = rec.attempt
+                r.retry_at_ms = rec.retry_at_ms
+                if rec.retry_at_ms == PAUSED:
+                    self._ever_paused = True
+            case Resume():
+                r = self._mark(rec.seq, _STEP, "")
+                r.retry_at_ms = 0
+                r.base = rec.attempt
+            case Timer():
+                self._mark(rec.seq, _SLEEP, rec.name).marked = True
+            case Fired():
+                self._mark(rec.seq, _SLEEP, "").delivered = True
+                self._replay.append((_OP, rec.seq, Outcome(_OK, b"")))
+            case Signal():
+                self._signals.append(rec.payload)
+            case Wait():
+                self._mark(rec.seq, _WAIT, rec.name).marked = True
+            case Waited():
+                self._load_waited(rec)
+            case Value():
+                r = self._mark(rec.seq, _VALUE, "")
+                r.marked = True
+                r.value = rec.value
+                r.attempt = rec.kind
+            case Child():
+                self._mark(rec.seq, _CHILD, rec.wtype).marked = True
+            case ChildDone():
+                self._mark(rec.seq, _CHILD, "").delivered = True
+                self._replay.append((_OP, rec.seq, Outcome(rec.status, rec.payload)))
+            case Send():
+                r = self._mark(rec.seq, _SEND, rec.name)
+                r.marked = True
+                r.value = b""
+            case Cancel():
+                self._replay.append((_CANCEL, rec.reason))
+            case Done():
+                self._done = (rec.status, rec.payload)
+            case Update():
+                ordinal = self._updates
+                self._updates += 1
+                self._replay.append((_UPDATE, ordinal, rec.name, rec.id, rec.payload))
+            case UpdateDone():
+                r = self._mark(rec.seq, _UPDATE_DONE, "")
+                r.marked = True
+                r.value = rec.ordinal.to_bytes(8, "little")
+            case Heartbeat():
+                self._progress[rec.seq] = rec.payload
+            case Awaiting():
+                r = self._mark(rec.seq, _AWAIT, rec.name)
+                r.marked = True
+                r.attempt = rec.attempt
+            case Completed():
+                self._mark(rec.seq, _AWAIT, "").delivered = True
+                self._replay.append((_OP, rec.seq, Outcome(rec.status, rec.payload)))
+            case Patch():
+                self._patches.add((rec.at, rec.id))
+            case Attributes():
+                r = self._mark(rec.seq, _ATTRIBUTES, "")
+                r.marked = True
+                r.value = b""
+            case Chunk():
+                st = self._stream_state(rec.stream)
+                st.len = max(st.len, rec.offset + 1)
+                if rec.seq == stream.WORKFLOW:
+                    st.replay_left += 1
+                else:
+                    st.by_step[rec.seq] = st.by_step.get(rec.seq, 0) + 1
+            case StreamEnd():
+                st = self._stream_state(rec.stream)
+                if st.closed is None:
+                    st.closed = rec.seq
+            case Start():
+                raise DeterminismError(None, "journal holds a second start record")
+            case _:
+                assert_never(rec)
 
     def _load_waited(self, rec: Waited) -> None:
         outcome = rec.outcome
@@ -1017,7 +1018,7 @@ class RunMachine:
 
     # --- queries --------------------------------------------------------------
 
-    def info(self) -> RunInfo:
+    def info(self) -> StartInfo:
         """Identity and input of the run."""
         return self._info
 
@@ -1866,29 +1867,29 @@ class RunMachine:
 
     def _deliver_completion(self, seq: int, p: _Entry, c: Completion) -> Next:
         run = self._info.run
-        t = type(c)
-        if t is StepCompleted:
-            assert isinstance(c, StepCompleted)
-            record: LiveRecord = (
-                LiveCompleted(p.attempt) if p.kind is _AWAIT else LiveStep(p.name, p.attempt)
-            )
-            return DeliverLive(seq, Outcome(c.status, c.payload), record)
-        if t is TimerFired:
-            return Deliver(seq, Outcome(_OK, b""), Fired(run, seq))
-        if t is SignalMatched:
-            assert isinstance(c, SignalMatched)
-            return Deliver(
-                seq, Outcome(_OK, c.payload), Waited(run, seq, WaitOutcome.signal(c.ordinal))
-            )
-        if t is WaitTimedOut:
-            return Deliver(seq, Outcome(_TIMED_OUT, b""), Waited(run, seq, WaitOutcome.TIMED_OUT))
-        if t is ChildCompleted:
-            assert isinstance(c, ChildCompleted)
-            return Deliver(
-                seq, Outcome(c.status, c.payload), ChildDone(run, seq, c.status, c.payload)
-            )
-        assert isinstance(c, AsyncCompleted)
-        return DeliverLive(seq, Outcome(c.status, c.payload), LiveCompleted(c.attempt))
+        match c:
+            case StepCompleted():
+                record: LiveRecord = (
+                    LiveCompleted(p.attempt) if p.kind is _AWAIT else LiveStep(p.name, p.attempt)
+                )
+                return DeliverLive(seq, Outcome(c.status, c.payload), record)
+            case TimerFired():
+                return Deliver(seq, Outcome(_OK, b""), Fired(run, seq))
+            case SignalMatched():
+                outcome = WaitOutcome.signal(c.ordinal)
+                return Deliver(seq, Outcome(_OK, c.payload), Waited(run, seq, outcome))
+            case WaitTimedOut():
+                return Deliver(
+                    seq, Outcome(_TIMED_OUT, b""), Waited(run, seq, WaitOutcome.TIMED_OUT)
+                )
+            case ChildCompleted():
+                return Deliver(
+                    seq, Outcome(c.status, c.payload), ChildDone(run, seq, c.status, c.payload)
+                )
+            case AsyncCompleted():
+                return DeliverLive(seq, Outcome(c.status, c.payload), LiveCompleted(c.attempt))
+            case _:
+                assert_never(c)
 
     def _drain_pending(self) -> tuple[int, ...]:
         seqs = tuple(sorted(self._pending))
