@@ -700,17 +700,6 @@ def test_a_stream_from_a_step_that_no_longer_runs_is_refused() -> None:
         m.stream_open("out", 5)
 
 
-def test_rebuild_and_release_forget_the_previous_run() -> None:
-    m = RunMachine.fresh(start(), 1)
-    m.begin_step("a")
-    m.release()
-    assert m.info().id == ""
-    assert m.pending_len() == 0
-    m.rebuild([Start(2, "b", "t"), Step(2, 0, "x", 1, Status.OK, b"1")], 9)
-    assert (m.run(), m.gate, m.is_replaying()) == (2, 9, True)
-    assert m.begin_step("x")[1] == StepStart.REPLAY
-
-
 def test_a_late_or_unknown_completion_is_ignored() -> None:
     m = RunMachine.fresh(start(), 1)
     s, _ = m.begin_step("a")
