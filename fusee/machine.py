@@ -15,6 +15,10 @@ Accepted updates are deliveries too: an update's handler starts at the
 update's place in the journal, so its operations take the same sequence
 numbers on every run.
 
+One departure from the reference: a run whose end (`Done`) is recorded is
+never beyond its journal, so ``patched`` after its last operation answers
+with the branch the run took (the reference answers as if patched).
+
 The rule: the machine does no I/O and reads no clock. It tells the host
 which records to append and when a step function may run (``gate``: once
 the log is durable through that LSN); the host does the rest.
@@ -1607,15 +1611,20 @@ class RunMachine:
 
     def _beyond_journal(self) -> bool:
         # Whether the code at this point is past everything its journal
-        # recorded (it is running new code, not replaying old decisions).
-        return self._max_recorded < self._next_seq
+        # recorded (it is running new code, not replaying old decisions). A
+        # run whose end is recorded never is: code after its last operation
+        # ran before that end, with the decisions the journal holds (the
+        # reference forgets this, and a query of a finished pre-patch run
+        # answered as if patched).
+        return self._done is None and self._max_recorded < self._next_seq
 
     def patched(self, id: str) -> tuple[bool, Patch | None]:
         """``ctx.patched(id)``: whether the code takes patch ``id``'s new branch here.
 
         True for new runs and for running ones the first time their code
         reaches this point after the patch was deployed; false while
-        replaying a journal that passed this point before. Takes no position.
+        replaying a journal that passed this point before, and anywhere in a
+        run whose end is recorded. Takes no position.
 
         Returns:
             The decision, and the `Patch` marker to append when it is new.

@@ -40,6 +40,7 @@ from fusee.record import (
     Chunk,
     Fired,
     Meta,
+    Patch,
     Record,
     Resume,
     Signal,
@@ -432,6 +433,36 @@ def test_patches_take_no_position() -> None:
     r2.begin_step("a")
     r2.begin_step("b")
     assert r2.patched("later") == (True, None)
+
+
+def test_a_finished_run_replays_patched_after_its_last_operation_as_the_old_branch() -> None:
+    # Old code ran a and ended; the new code asks for a patch after a. A
+    # query replays the finished run: it must see the branch the run took.
+    journal: list[Record] = [start()]
+    m = RunMachine.fresh(start(), 1)
+    a, _ = m.begin_step("a")
+    m.complete(a, ok("A"))
+    drain(m, journal)
+    journal.append(m.finish(Status.OK, p("done"), 20))
+    r = RunMachine(journal, len(journal))
+    r.begin_step("a")
+    drain(r, [])
+    assert r.patched("fix") == (False, None)
+    assert r.recorded_done() == (Status.OK, p("done"))
+
+
+def test_an_unfinished_run_takes_a_patch_after_its_last_operation() -> None:
+    journal: list[Record] = [start()]
+    m = RunMachine.fresh(start(), 1)
+    a, _ = m.begin_step("a")
+    m.complete(a, ok("A"))
+    drain(m, journal)
+    r = RunMachine(journal, len(journal))
+    r.begin_step("a")
+    drain(r, [])
+    on, rec = r.patched("fix")
+    assert on
+    assert rec == Patch(1, 1, "fix")
 
 
 def test_heartbeat_progress_survives_into_the_retry() -> None:
