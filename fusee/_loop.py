@@ -1,9 +1,10 @@
 """WorkflowLoop: a deterministic asyncio event loop, one per workflow run.
 
-The run's driver calls `WorkflowLoop.run_until_quiescent` once per journal
-delivery; the loop runs ready callbacks in FIFO order until none is left, keeps
-a time that moves only when the driver says so, and hands every timer to its
-`TimerHost` to be made durable. `wait`, `as_completed` and `select` are
+The run's driver makes it the running loop for a turn (`WorkflowLoop.enter`)
+and calls `WorkflowLoop.run_ready` after each journal delivery; the loop runs
+ready callbacks in FIFO order until none is left, keeps a time that moves only
+when the driver says so, and hands every timer to its `TimerHost` to be made
+durable. `wait`, `as_completed` and `select` are
 asyncio's helpers with list order instead of set order.
 
 The one rule: no I/O, no clock, no threads. This module is part of the pure
@@ -69,8 +70,41 @@ _FOREIGN_FUTURE = " attached to a different loop"
 _FOREIGN_PRIMITIVE = " is bound to a different event loop"
 
 
-def _refuse(call: str, why: str, advice: str = _STEP) -> NoReturn:
-    raise NondeterministicCall(f"{call} cannot run in workflow code: {why}. {advice}")
+# The rules refused loop methods break, and what to do instead.
+_DRIVEN = "the run's driver runs this loop, one journal delivery at a time"
+_AWAIT_INSTEAD = "Workflow code already runs on it: await the coroutine instead."
+_THREADS = "threads are not replayed"
+_DNS = "DNS lookups are I/O, which replay cannot repeat"
+_NETWORK = "network I/O is not replayed"
+_PIPES = "pipe I/O is not replayed"
+_SUBPROCESSES = "subprocesses are not replayed"
+_DESCRIPTORS = "file descriptor I/O is not replayed"
+_SIGNALS = "process signals are not replayed"
+_SIGNALS_INSTEAD = (
+    "Receive outside events as fusee signals: review = fusee.signal('review', bool); "
+    "await ctx.wait_for(review)"
+)
+_NO_MEANING = "this loop method has no deterministic meaning in a workflow run"
+_UNNAMED = "<refused loop method>"
+
+
+def _refused(rule: str, advice: str = _STEP) -> Any:
+    """A loop method workflow code may not call: it raises, naming itself and ``rule``.
+
+    `_name_refusals` names it after the attribute it is assigned to. Typed
+    ``Any``: no one callable type matches every loop method it stands for
+    (mypy matches none to the ``TypeVarTuple``-generic ones, such as
+    ``call_soon_threadsafe``).
+    """
+
+    def refused(self: WorkflowLoop, *args: object, **kwargs: object) -> NoReturn:
+        raise NondeterministicCall(
+            f"{refused.__name__} cannot run in workflow code: {rule}. {advice}"
+        )
+
+    refused.__name__ = _UNNAMED
+    refused.__doc__ = f"Refused: {rule}."
+    return refused
 
 
 class TimerHost(Protocol):
@@ -121,14 +155,21 @@ class RunEvicted(BaseException):
 
 
 _new_handle = asyncio.Handle.__new__
+# Bound once: a turn switches the running loop and the async generator hooks
+# in and back out, and module attribute lookups cost as much as the calls.
+_get_running_loop = asyncio.events._get_running_loop
+_set_running_loop = asyncio.events._set_running_loop
+_get_asyncgen_hooks = sys.get_asyncgen_hooks
+_set_asyncgen_hooks = sys.set_asyncgen_hooks
 
 
 class WorkflowLoop(asyncio.AbstractEventLoop):
     """One workflow run's event loop: deterministic, driven one turn at a time.
 
     It is never run with ``run_forever``. The driver, itself a coroutine on the
-    process's real loop, calls `run_until_quiescent` after creating the run's
-    main task and after resolving each journal future. Workflow code sees this
+    process's real loop, makes it the running loop for a turn (`enter`, then
+    `leave`) and calls `run_ready` after creating the run's main task and
+    after resolving each journal future. Workflow code sees this
     loop as the running loop and may use ``asyncio.gather``, ``create_task``,
     ``TaskGroup``, ``Event``, ``Queue``, ``Lock``, ``Semaphore``,
     ``Condition``, ``timeout``, ``wait_for``, ``shield`` and ``sleep``.
@@ -155,9 +196,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         >>> async def workflow() -> int:
         ...     return await fut + 1
         >>> task = loop.create_task(workflow())
-        >>> loop.run_until_quiescent()
+        >>> token = loop.enter(); loop.run_ready(); loop.leave(token)
         >>> fut.set_result(41)
-        >>> loop.run_until_quiescent()
+        >>> token = loop.enter(); loop.run_ready(); loop.leave(token)
         >>> task.get_name(), task.result()
         ('order-1-task-1', 42)
         >>> loop.shutdown()
@@ -185,7 +226,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         self._aclose_count = 0
         self._asyncgen_hooks = (self._asyncgen_firstiter, self._asyncgen_finalizer)
         self._running = False
-        self._turn = 0  # run_until_quiescent calls: completions in one are simultaneous
+        self._turn = 0  # run_ready calls: completions in one are simultaneous
         self._shutting_down = False
         self._closed = False
         self._debug = False
@@ -218,7 +259,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             >>> async def noop() -> None: ...
             >>> [task.get_name() for task in (loop.create_task(noop()), *loop.tasks)]
             ['order-1-task-1', 'order-1-task-1']
-            >>> loop.run_until_quiescent()
+            >>> token = loop.enter(); loop.run_ready(); loop.leave(token)
             >>> loop.tasks
             ()
             >>> loop.close()
@@ -226,55 +267,6 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         return tuple(cast("asyncio.Task[Any]", task) for task in self._tasks if not task.done())
 
     # -- turns ---------------------------------------------------------------
-
-    def run_until_quiescent(self) -> None:
-        """Run ready callbacks, in ``call_soon`` order, until none is left.
-
-        Callbacks scheduled meanwhile run in the same call. The running loop
-        is this one while it runs and the previous one (the driver's) again
-        afterwards, also when a callback raises ``SystemExit`` or
-        ``KeyboardInterrupt`` (the only exceptions that escape; the others go
-        to `call_exception_handler`).
-
-        Raises:
-            RuntimeError: Called again from inside a callback, or after close.
-
-        Example:
-            >>> loop = WorkflowLoop(cast(TimerHost, None))
-            >>> seen: list[int] = []
-            >>> _ = loop.call_soon(seen.append, 1)
-            >>> _ = loop.call_soon(lambda: loop.call_soon(seen.append, 3))
-            >>> _ = loop.call_soon(seen.append, 2)
-            >>> loop.run_until_quiescent()
-            >>> seen, loop.is_quiescent()
-            ([1, 2, 3], True)
-        """
-        if self._running:
-            raise RuntimeError(
-                f"workflow loop {self._name!r} is already running: run_until_quiescent() "
-                "is not re-entrant; return to the driver instead"
-            )
-        if self._closed:
-            raise RuntimeError("Event loop is closed")
-        previous = asyncio.events._get_running_loop()
-        hooks = sys.get_asyncgen_hooks()
-        asyncio.events._set_running_loop(self)
-        # Async generators first iterated here must be finalized here, inside
-        # the run, not by the driver's loop at some later time.
-        sys.set_asyncgen_hooks(*self._asyncgen_hooks)
-        self._running = True
-        self._turn += 1
-        ready = self._ready
-        popleft = ready.popleft
-        try:
-            while ready:
-                handle = popleft()
-                if not handle._cancelled:
-                    handle._run()
-        finally:
-            self._running = False
-            sys.set_asyncgen_hooks(*hooks)
-            asyncio.events._set_running_loop(previous)
 
     def enter(self) -> tuple[asyncio.AbstractEventLoop | None, tuple[Any, ...]]:
         """Makes this the running loop for a whole driver turn; undo with `leave`.
@@ -299,10 +291,12 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             )
         if self._closed:
             raise RuntimeError("Event loop is closed")
-        previous = asyncio.events._get_running_loop()
-        hooks = tuple(sys.get_asyncgen_hooks())
-        asyncio.events._set_running_loop(self)
-        sys.set_asyncgen_hooks(*self._asyncgen_hooks)
+        previous = _get_running_loop()
+        hooks = _get_asyncgen_hooks()
+        _set_running_loop(self)
+        # Async generators first iterated here must be finalized here, inside
+        # the run, not by the driver's loop at some later time.
+        _set_asyncgen_hooks(*self._asyncgen_hooks)
         self._running = True
         return previous, hooks
 
@@ -310,11 +304,26 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         """Restores the running loop and hooks `enter` replaced."""
         previous, hooks = token
         self._running = False
-        sys.set_asyncgen_hooks(*hooks)
-        asyncio.events._set_running_loop(previous)
+        _set_asyncgen_hooks(*hooks)
+        _set_running_loop(previous)
 
     def run_ready(self) -> None:
-        """Runs ready callbacks until none is left, inside `enter` / `leave`."""
+        """Runs ready callbacks, in ``call_soon`` order, until none is left.
+
+        Call it inside `enter` / `leave`. Callbacks scheduled meanwhile run in
+        the same call. Only ``SystemExit`` and ``KeyboardInterrupt`` escape a
+        callback; the other errors go to `call_exception_handler`.
+
+        Example:
+            >>> loop = WorkflowLoop(cast(TimerHost, None))
+            >>> seen: list[int] = []
+            >>> _ = loop.call_soon(seen.append, 1)
+            >>> _ = loop.call_soon(lambda: loop.call_soon(seen.append, 3))
+            >>> _ = loop.call_soon(seen.append, 2)
+            >>> token = loop.enter(); loop.run_ready(); loop.leave(token)
+            >>> seen, loop.is_quiescent()
+            ([1, 2, 3], True)
+        """
         self._turn += 1
         ready = self._ready
         popleft = ready.popleft
@@ -454,7 +463,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             >>> handle = loop.call_later(30, print, "fired")
             >>> loop.fire_timer(handle)
             True
-            >>> loop.run_until_quiescent()
+            >>> token = loop.enter(); loop.run_ready(); loop.leave(token)
             fired
             >>> loop.time()
             30.0
@@ -499,7 +508,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         Example:
             >>> loop = WorkflowLoop(cast(TimerHost, None))
             >>> _ = loop.call_soon(print, "soon")
-            >>> loop.run_until_quiescent()
+            >>> token = loop.enter(); loop.run_ready(); loop.leave(token)
             soon
         """
         if self._closed:
@@ -694,7 +703,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         Example:
             >>> loop = WorkflowLoop(cast(TimerHost, None))
             >>> task = loop.create_task(loop.shutdown_asyncgens())
-            >>> loop.run_until_quiescent()
+            >>> token = loop.enter(); loop.run_ready(); loop.leave(token)
             >>> task.done()
             True
         """
@@ -740,7 +749,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             ...     finally:
             ...         print("finally")
             >>> task = loop.create_task(forever())
-            >>> loop.run_until_quiescent()
+            >>> token = loop.enter(); loop.run_ready(); loop.leave(token)
             >>> loop.shutdown()
             finally
             >>> task.done(), loop.is_closed()
@@ -768,7 +777,11 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
                 # cancel it (which would cancel the journal future it awaits).
                 for task in reversed(pending):
                     self._evict(task, first_round=round_ == 0)
-                self.run_until_quiescent()
+                token = self.enter()
+                try:
+                    self.run_ready()
+                finally:
+                    self.leave(token)
             stuck = self._pending_tasks()
             if stuck:
                 for task in stuck:
@@ -864,7 +877,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     def is_running(self) -> bool:
         """True until the loop is closed.
 
-        Workflow code only ever runs inside `run_until_quiescent`, so from its
+        Workflow code only ever runs inside `run_ready`, so from its
         side the loop is always running; between turns it is merely waiting.
         Library code asking this wants to know whether it may call
         ``run_until_complete``, and the answer for a run's loop is no.
@@ -982,184 +995,65 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             )
 
     # -- refused: what replay cannot repeat ----------------------------------
-    # Each raises at the call, before anything starts. The async ones are
-    # plain methods here, so `await loop.getaddrinfo(...)` fails at the call.
+    # One line per method and the rule it breaks. Each raises
+    # NondeterministicCall at the call, naming itself and the rule, before
+    # anything starts; the async ones are plain methods here, so
+    # `await loop.getaddrinfo(...)` fails at the call.
 
-    def run_forever(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: the driver runs this loop, one journal delivery at a time."""
-        _refuse("run_forever", _DRIVEN, _AWAIT_INSTEAD)
-
-    def run_until_complete(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: the driver runs this loop, one journal delivery at a time."""
-        _refuse("run_until_complete", _DRIVEN, _AWAIT_INSTEAD)
-
-    def stop(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: the driver runs this loop; a run ends when its workflow returns."""
-        _refuse("stop", _DRIVEN, "Return from the workflow function (or raise) to end the run.")
-
-    def call_soon_threadsafe(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: threads are not replayed."""
-        _refuse("call_soon_threadsafe", _THREADS)
-
-    def run_in_executor(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: threads are not replayed (this is what ``asyncio.to_thread`` calls)."""
-        _refuse("run_in_executor", _THREADS)
-
-    def set_default_executor(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: threads are not replayed."""
-        _refuse("set_default_executor", _THREADS)
-
-    def shutdown_default_executor(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: threads are not replayed (a workflow loop has no executor)."""
-        _refuse("shutdown_default_executor", _THREADS)
-
-    def getaddrinfo(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: DNS lookups are I/O."""
-        _refuse("getaddrinfo", _DNS)
-
-    def getnameinfo(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: DNS lookups are I/O."""
-        _refuse("getnameinfo", _DNS)
-
-    def create_connection(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: network I/O is not replayed."""
-        _refuse("create_connection", _NETWORK)
-
-    def create_server(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: network I/O is not replayed."""
-        _refuse("create_server", _NETWORK)
-
-    def create_datagram_endpoint(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: network I/O is not replayed."""
-        _refuse("create_datagram_endpoint", _NETWORK)
-
-    def create_unix_connection(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("create_unix_connection", _NETWORK)
-
-    def create_unix_server(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("create_unix_server", _NETWORK)
-
-    def connect_accepted_socket(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("connect_accepted_socket", _NETWORK)
-
-    def sendfile(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: file and network I/O is not replayed."""
-        _refuse("sendfile", _NETWORK)
-
-    def start_tls(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: network I/O is not replayed."""
-        _refuse("start_tls", _NETWORK)
-
-    def connect_read_pipe(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: pipe I/O is not replayed."""
-        _refuse("connect_read_pipe", _PIPES)
-
-    def connect_write_pipe(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: pipe I/O is not replayed."""
-        _refuse("connect_write_pipe", _PIPES)
-
-    def subprocess_exec(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: subprocesses are not replayed."""
-        _refuse("subprocess_exec", _SUBPROCESSES)
-
-    def subprocess_shell(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: subprocesses are not replayed."""
-        _refuse("subprocess_shell", _SUBPROCESSES)
-
-    def add_reader(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: file descriptor I/O is not replayed."""
-        _refuse("add_reader", _DESCRIPTORS)
-
-    def remove_reader(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: file descriptor I/O is not replayed."""
-        _refuse("remove_reader", _DESCRIPTORS)
-
-    def add_writer(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: file descriptor I/O is not replayed."""
-        _refuse("add_writer", _DESCRIPTORS)
-
-    def remove_writer(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: file descriptor I/O is not replayed."""
-        _refuse("remove_writer", _DESCRIPTORS)
-
-    def sock_recv(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_recv", _NETWORK)
-
-    def sock_recv_into(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_recv_into", _NETWORK)
-
-    def sock_recvfrom(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_recvfrom", _NETWORK)
-
-    def sock_recvfrom_into(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_recvfrom_into", _NETWORK)
-
-    def sock_sendall(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_sendall", _NETWORK)
-
-    def sock_sendto(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_sendto", _NETWORK)
-
-    def sock_connect(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_connect", _NETWORK)
-
-    def sock_accept(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_accept", _NETWORK)
-
-    def sock_sendfile(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: socket I/O is not replayed."""
-        _refuse("sock_sendfile", _NETWORK)
-
-    def add_signal_handler(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: process signals are not replayed."""
-        _refuse("add_signal_handler", _SIGNALS, _SIGNALS_INSTEAD)
-
-    def remove_signal_handler(self, *args: object, **kwargs: object) -> NoReturn:
-        """Refused: process signals are not replayed."""
-        _refuse("remove_signal_handler", _SIGNALS, _SIGNALS_INSTEAD)
+    run_forever = _refused(_DRIVEN, _AWAIT_INSTEAD)
+    run_until_complete = _refused(_DRIVEN, _AWAIT_INSTEAD)
+    stop = _refused(_DRIVEN, "Return from the workflow function (or raise) to end the run.")
+    call_soon_threadsafe = _refused(_THREADS)
+    run_in_executor = _refused(_THREADS)  # what asyncio.to_thread calls
+    set_default_executor = _refused(_THREADS)
+    shutdown_default_executor = _refused(_THREADS)
+    getaddrinfo = _refused(_DNS)
+    getnameinfo = _refused(_DNS)
+    create_connection = _refused(_NETWORK)
+    create_server = _refused(_NETWORK)
+    create_datagram_endpoint = _refused(_NETWORK)
+    create_unix_connection = _refused(_NETWORK)
+    create_unix_server = _refused(_NETWORK)
+    connect_accepted_socket = _refused(_NETWORK)
+    sendfile = _refused(_NETWORK)
+    start_tls = _refused(_NETWORK)
+    connect_read_pipe = _refused(_PIPES)
+    connect_write_pipe = _refused(_PIPES)
+    subprocess_exec = _refused(_SUBPROCESSES)
+    subprocess_shell = _refused(_SUBPROCESSES)
+    add_reader = _refused(_DESCRIPTORS)
+    remove_reader = _refused(_DESCRIPTORS)
+    add_writer = _refused(_DESCRIPTORS)
+    remove_writer = _refused(_DESCRIPTORS)
+    sock_recv = _refused(_NETWORK)
+    sock_recv_into = _refused(_NETWORK)
+    sock_recvfrom = _refused(_NETWORK)
+    sock_recvfrom_into = _refused(_NETWORK)
+    sock_sendall = _refused(_NETWORK)
+    sock_sendto = _refused(_NETWORK)
+    sock_connect = _refused(_NETWORK)
+    sock_accept = _refused(_NETWORK)
+    sock_sendfile = _refused(_NETWORK)
+    add_signal_handler = _refused(_SIGNALS, _SIGNALS_INSTEAD)
+    remove_signal_handler = _refused(_SIGNALS, _SIGNALS_INSTEAD)
 
 
-_DRIVEN = "the run's driver runs this loop, one journal delivery at a time"
-_AWAIT_INSTEAD = "Workflow code already runs on it: await the coroutine instead."
-_THREADS = "threads are not replayed"
-_DNS = "DNS lookups are I/O, which replay cannot repeat"
-_NETWORK = "network I/O is not replayed"
-_PIPES = "pipe I/O is not replayed"
-_SUBPROCESSES = "subprocesses are not replayed"
-_DESCRIPTORS = "file descriptor I/O is not replayed"
-_SIGNALS = "process signals are not replayed"
-_SIGNALS_INSTEAD = (
-    "Receive outside events as fusee signals: review = fusee.signal('review', bool); "
-    "await ctx.wait_for(review)"
-)
+def _name_refusals(cls: type, base: type) -> None:
+    """Names each of ``cls``'s refusals after its attribute, and refuses what else ``base`` has.
+
+    A newer Python may add loop methods: they are refused too, rather than
+    inherited as ``AbstractEventLoop``'s bare ``NotImplementedError``.
+    """
+    for name, value in vars(base).items():
+        if callable(value) and not name.startswith("__") and name not in vars(cls):
+            setattr(cls, name, _refused(_NO_MEANING))
+    for name, value in vars(cls).items():
+        if getattr(value, "__name__", None) == _UNNAMED:
+            value.__name__ = name
+            value.__qualname__ = f"{cls.__qualname__}.{name}"
 
 
-def _refusing(name: str) -> Callable[..., NoReturn]:
-    def refused(self: WorkflowLoop, *args: object, **kwargs: object) -> NoReturn:
-        _refuse(name, "this loop method has no deterministic meaning in a workflow run")
-
-    refused.__name__ = refused.__qualname__ = name
-    refused.__doc__ = "Refused: not supported in workflow code."
-    return refused
-
-
-# A newer Python may add loop methods; refuse them too rather than inherit
-# AbstractEventLoop's bare NotImplementedError.
-for _name, _value in vars(asyncio.AbstractEventLoop).items():
-    if callable(_value) and not _name.startswith("__") and _name not in vars(WorkflowLoop):
-        setattr(WorkflowLoop, _name, _refusing(_name))
-del _name, _value
+_name_refusals(WorkflowLoop, asyncio.AbstractEventLoop)
 
 
 def _is_eviction(error: object) -> bool:

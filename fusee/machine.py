@@ -15,6 +15,10 @@ Accepted updates are deliveries too: an update's handler starts at the
 update's place in the journal, so its operations take the same sequence
 numbers on every run.
 
+One departure from the reference: a run whose end (`Done`) is recorded is
+never beyond its journal, so ``patched`` after its last operation answers
+with the branch the run took (the reference answers as if patched).
+
 The rule: the machine does no I/O and reads no clock. It tells the host
 which records to append and when a step function may run (``gate``: once
 the log is durable through that LSN); the host does the rest.
@@ -25,9 +29,9 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias
+from typing import TYPE_CHECKING, ClassVar, Final, TypeAlias, assert_never
 
-from fusee._frozen import fast_init
+from fusee._codegen import fast_init
 from fusee.errors import DeterminismError
 from fusee.record import (
     DETACHED,
@@ -84,10 +88,10 @@ __all__ = [
     "Next",
     "OpKind",
     "Outcome",
-    "RunInfo",
     "RunMachine",
     "SignalMatched",
     "Stalled",
+    "StartInfo",
     "StepCompleted",
     "StepStart",
     "StreamOpen",
@@ -530,7 +534,7 @@ class StreamOpen:
 
 
 @dataclass(frozen=True, slots=True)
-class RunInfo:
+class StartInfo:
     """Identity and input of a run, from its `Start` record.
 
     Example:
@@ -613,6 +617,9 @@ class _DeliveredStep(_Recorded):
     delivered = True
 
 
+_new_delivered_step = _DeliveredStep.__new__
+
+
 class _Pending(_Entry):
     """An operation the code started whose result live work will bring."""
 
@@ -665,19 +672,76 @@ class _Stream:
         self.owner = _NO_OWNER
 
 
-# Replay and live queue items are tuples tagged by their first element: they
-# are made for every delivery, and a tuple is the cheapest value to build.
-_OP: Final = 0
-_CANCEL: Final = 1
-_UPDATE: Final = 2
-_COMPLETE: Final = 3
+# Replay and live queue items: one is made per delivery, so they are plain
+# slotted classes (a frozen dataclass's __init__ costs twice as much), and
+# `next` tells them apart by class.
 
-_ReplayItem: TypeAlias = (
-    tuple[int, int, Outcome] | tuple[int, bytes] | tuple[int, int, str, str, bytes]
-)
-_LiveItem: TypeAlias = (
-    tuple[int, int, Completion] | tuple[int, bytes, bytes | None] | tuple[int, int, str, str, bytes]
-)
+
+class _RecordedResult:
+    """Replay: the journal delivers operation ``seq``'s result here."""
+
+    __slots__ = ("outcome", "seq")
+
+    def __init__(self, seq: int, outcome: Outcome) -> None:
+        self.seq = seq
+        self.outcome = outcome
+
+
+class _RecordedCancel:
+    """Replay: the journal delivers a cancellation here."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: bytes) -> None:
+        self.reason = reason
+
+
+class _RecordedUpdate:
+    """Replay: the journal starts update ``ordinal``'s handler here."""
+
+    __slots__ = ("id", "name", "ordinal", "payload")
+
+    def __init__(self, ordinal: int, name: str, id: str, payload: bytes) -> None:
+        self.ordinal = ordinal
+        self.name = name
+        self.id = id
+        self.payload = payload
+
+
+class _LiveResult:
+    """Live: operation ``seq``'s completion, waiting for its turn."""
+
+    __slots__ = ("completion", "seq")
+
+    def __init__(self, seq: int, completion: Completion) -> None:
+        self.seq = seq
+        self.completion = completion
+
+
+class _CancelRequest:
+    """Live: a cancellation request, waiting for its turn (``by``: who asked)."""
+
+    __slots__ = ("by", "reason")
+
+    def __init__(self, reason: bytes, by: bytes | None) -> None:
+        self.reason = reason
+        self.by = by
+
+
+class _UpdateOffer:
+    """Live: a new update request (``token``: the host's), waiting for its turn."""
+
+    __slots__ = ("id", "name", "payload", "token")
+
+    def __init__(self, token: int, name: str, id: str, payload: bytes) -> None:
+        self.token = token
+        self.name = name
+        self.id = id
+        self.payload = payload
+
+
+_ReplayItem: TypeAlias = _RecordedResult | _RecordedCancel | _RecordedUpdate
+_LiveItem: TypeAlias = _LiveResult | _CancelRequest | _UpdateOffer
 
 INTERNED_NAMES: Final = 256
 """Distinct operation names a run keeps shared (a parked run's memory)."""
@@ -735,55 +799,10 @@ class RunMachine:
             DeterminismError: The journal does not begin with a start
                 record, holds a second one, or contradicts itself.
         """
-        self._names: dict[str, str] = {}
-        self._last_name: str | None = None
-        self._reset(journal, gate)
-
-    @classmethod
-    def fresh(cls, start: Start, lsn: int) -> RunMachine:
-        """A fresh run: its journal is just the `Start` record at ``lsn``.
-
-        Example:
-            >>> RunMachine.fresh(Start(1, "wf", "t"), 1).next_seq()
-            0
-        """
-        return cls((start,), lsn)
-
-    def rebuild(self, journal: Sequence[Record], gate: int) -> None:
-        """Makes this machine ``journal``'s run's, keeping its name cache.
-
-        A shard reuses the machines of runs that ended or parked. After an
-        error the machine holds part of ``journal`` and must be rebuilt
-        again before use.
-
-        Example:
-            >>> m = RunMachine.fresh(Start(1, "a", "t"), 1)
-            >>> m.rebuild([Start(2, "b", "t")], 5)
-            >>> (m.run(), m.gate)
-            (2, 5)
-        """
-        self._reset(journal, gate)
-
-    def rebuild_drain(self, journal: list[Record], gate: int) -> None:
-        """`rebuild` from a journal it empties (the records are not kept).
-
-        Example:
-            >>> j = [Start(2, "b", "t")]
-            >>> RunMachine.fresh(Start(1, "a", "t"), 1).rebuild_drain(j, 5)
-            >>> j
-            []
-        """
-        try:
-            self._reset(journal, gate)
-        finally:
-            journal.clear()
-
-    def _reset(self, journal: Sequence[Record], gate: int) -> None:
-        # Every field, so that none can be left over from a previous run.
         start = journal[0] if journal else None
         if not isinstance(start, Start):
             raise DeterminismError(None, "journal does not begin with a start record")
-        self._info = RunInfo(
+        self._info = StartInfo(
             run=start.run,
             id=start.id,
             wtype=start.wtype,
@@ -795,10 +814,15 @@ class RunMachine:
             input=start.input,
             trace=start.meta.trace if start.meta is not None else None,
         )
+        self._names: dict[str, str] = {}
+        self._last_name: str | None = None
+        self._last_live_step: LiveStep | None = None
+        # Every operation's idempotency key starts so (asked once per step).
+        self._key_prefix = f"{start.id}/{start.run}/"
         self._next_seq = 0
         self._recorded: dict[int, _Recorded] = {}
-        # Highest sequence number the loaded journal mentions.
-        self._max_recorded: int | None = None
+        # Highest sequence number the loaded journal mentions (-1: none).
+        self._max_recorded = -1
         self._replay: deque[_ReplayItem] = deque()
         self._pending: dict[int, _Entry] = {}
         # Whether a step was ever paused in this run: until then `is_paused`
@@ -827,69 +851,26 @@ class RunMachine:
         self.gate = gate
         if start.update is not None:
             u = start.update
-            self._replay.append((_UPDATE, 0, u.name, u.id, u.payload))
+            self._replay.append(_RecordedUpdate(0, u.name, u.id, u.payload))
             self._updates = 1
         load = self._load
-        recorded = self._recorded
-        append = self._replay.append
-        new_step = _DeliveredStep.__new__
-        top = -1
         for i in range(1, len(journal)):
-            rec = journal[i]
-            # Inline, the common case: a step delivered at a fresh position
-            # (most of any journal), with nothing to check it against.
-            if type(rec) is Step and rec.seq not in recorded:
-                seq = rec.seq
-                r = recorded[seq] = new_step(_DeliveredStep)
-                r.name = rec.name
-                if seq > top:
-                    top = seq
-                append((_OP, seq, Outcome(rec.status, rec.payload)))
-            else:
-                load(rec)
-        if top >= 0 and (self._max_recorded is None or top > self._max_recorded):
-            self._max_recorded = top
+            load(journal[i])
 
-    def release(self) -> None:
-        """Lets go of the run: its payloads and names are dropped.
-
-        A machine kept for `rebuild` then holds nothing of the run.
+    @classmethod
+    def fresh(cls, start: Start, lsn: int) -> RunMachine:
+        """A fresh run: its journal is just the `Start` record at ``lsn``.
 
         Example:
-            >>> m = RunMachine.fresh(Start(1, "a", "t", input=b"big"), 1)
-            >>> m.release()
-            >>> m.info().input
-            b''
+            >>> RunMachine.fresh(Start(1, "wf", "t"), 1).next_seq()
+            0
         """
-        self._info = RunInfo(self._info.run, "", "", 0, 0, 0, 0, 0, b"", None)
-        self._recorded.clear()
-        self._replay.clear()
-        self._pending.clear()
-        self._live.clear()
-        self._early.clear()
-        self._signals.clear()
-        self._progress.clear()
-        self._patches.clear()
-        self._abandoned.clear()
-        self._done = None
-        self._streams.clear()
-
-    def reusable(self) -> bool:
-        """Whether the machine is worth keeping for `rebuild`.
-
-        Python's containers free their tables when cleared, so a released
-        machine costs the same whatever the run held: always worth keeping.
-
-        Example:
-            >>> RunMachine.fresh(Start(1, "a", "t"), 1).reusable()
-            True
-        """
-        return True
+        return cls((start,), lsn)
 
     # --- loading -------------------------------------------------------------
 
     def _mark(self, seq: int, kind: OpKind, name: str) -> _Recorded:
-        if self._max_recorded is None or seq > self._max_recorded:
+        if seq > self._max_recorded:
             self._max_recorded = seq
         entry = self._recorded.get(seq)
         if entry is None:
@@ -910,95 +891,97 @@ class RunMachine:
         return entry
 
     def _load(self, rec: Record) -> None:
-        if isinstance(rec, Step):
-            seq = rec.seq
-            if seq in self._recorded:
-                self._mark(seq, _STEP, rec.name).delivered = True
-            else:
-                # The common case, a step delivered at a fresh position:
-                # nothing to check against.
-                r = self._recorded[seq] = _Recorded(_STEP, rec.name)
-                r.delivered = True
-                if self._max_recorded is None or seq > self._max_recorded:
-                    self._max_recorded = seq
-            self._replay.append((_OP, seq, Outcome(rec.status, rec.payload)))
-        elif isinstance(rec, Attempt):
-            r = self._mark(rec.seq, _STEP, rec.name)
-            r.attempt = rec.attempt
-            r.retry_at_ms = rec.retry_at_ms
-            if rec.retry_at_ms == PAUSED:
-                self._ever_paused = True
-        elif isinstance(rec, Resume):
-            r = self._mark(rec.seq, _STEP, "")
-            r.retry_at_ms = 0
-            r.base = rec.attempt
-        elif isinstance(rec, Timer):
-            self._mark(rec.seq, _SLEEP, rec.name).marked = True
-        elif isinstance(rec, Fired):
-            self._mark(rec.seq, _SLEEP, "").delivered = True
-            self._replay.append((_OP, rec.seq, Outcome(_OK, b"")))
-        elif isinstance(rec, Signal):
-            self._signals.append(rec.payload)
-        elif isinstance(rec, Wait):
-            self._mark(rec.seq, _WAIT, rec.name).marked = True
-        elif isinstance(rec, Waited):
-            self._load_waited(rec)
-        elif isinstance(rec, Value):
-            r = self._mark(rec.seq, _VALUE, "")
-            r.marked = True
-            r.value = rec.value
-            r.attempt = rec.kind
-        elif isinstance(rec, Child):
-            self._mark(rec.seq, _CHILD, rec.wtype).marked = True
-        elif isinstance(rec, ChildDone):
-            self._mark(rec.seq, _CHILD, "").delivered = True
-            self._replay.append((_OP, rec.seq, Outcome(rec.status, rec.payload)))
-        elif isinstance(rec, Send):
-            r = self._mark(rec.seq, _SEND, rec.name)
-            r.marked = True
-            r.value = b""
-        elif isinstance(rec, Cancel):
-            self._replay.append((_CANCEL, rec.reason))
-        elif isinstance(rec, Done):
-            self._done = (rec.status, rec.payload)
-        elif isinstance(rec, Update):
-            ordinal = self._updates
-            self._updates += 1
-            self._replay.append((_UPDATE, ordinal, rec.name, rec.id, rec.payload))
-        elif isinstance(rec, UpdateDone):
-            r = self._mark(rec.seq, _UPDATE_DONE, "")
-            r.marked = True
-            r.value = rec.ordinal.to_bytes(8, "little")
-        elif isinstance(rec, Heartbeat):
-            self._progress[rec.seq] = rec.payload
-        elif isinstance(rec, Awaiting):
-            r = self._mark(rec.seq, _AWAIT, rec.name)
-            r.marked = True
-            r.attempt = rec.attempt
-        elif isinstance(rec, Completed):
-            self._mark(rec.seq, _AWAIT, "").delivered = True
-            self._replay.append((_OP, rec.seq, Outcome(rec.status, rec.payload)))
-        elif isinstance(rec, Patch):
-            self._patches.add((rec.at, rec.id))
-        elif isinstance(rec, Attributes):
-            r = self._mark(rec.seq, _ATTRIBUTES, "")
-            r.marked = True
-            r.value = b""
-        elif isinstance(rec, Chunk):
-            st = self._stream_state(rec.stream)
-            st.len = max(st.len, rec.offset + 1)
-            if rec.seq == stream.WORKFLOW:
-                st.replay_left += 1
-            else:
-                st.by_step[rec.seq] = st.by_step.get(rec.seq, 0) + 1
-        elif isinstance(rec, StreamEnd):
-            st = self._stream_state(rec.stream)
-            if st.closed is None:
-                st.closed = rec.seq
-        elif isinstance(rec, Start):
-            raise DeterminismError(None, "journal holds a second start record")
-        else:
-            raise TypeError(f"not a journal record: {type(rec).__name__}")
+        match rec:
+            case Step():
+                seq = rec.seq
+                if seq in self._recorded:
+                    self._mark(seq, _STEP, rec.name).delivered = True
+                else:
+                    # Most of any journal: a step delivered at a fresh
+                    # position, with nothing to check it against.
+                    r: _Recorded = _new_delivered_step(_DeliveredStep)
+                    self._recorded[seq] = r
+                    r.name = rec.name
+                    if seq > self._max_recorded:
+                        self._max_recorded = seq
+                self._replay.append(_RecordedResult(seq, Outcome(rec.status, rec.payload)))
+            case Attempt():
+                r = self._mark(rec.seq, _STEP, rec.name)
+                r.attempt = rec.attempt
+                r.retry_at_ms = rec.retry_at_ms
+                if rec.retry_at_ms == PAUSED:
+                    self._ever_paused = True
+            case Resume():
+                r = self._mark(rec.seq, _STEP, "")
+                r.retry_at_ms = 0
+                r.base = rec.attempt
+            case Timer():
+                self._mark(rec.seq, _SLEEP, rec.name).marked = True
+            case Fired():
+                self._mark(rec.seq, _SLEEP, "").delivered = True
+                self._replay.append(_RecordedResult(rec.seq, Outcome(_OK, b"")))
+            case Signal():
+                self._signals.append(rec.payload)
+            case Wait():
+                self._mark(rec.seq, _WAIT, rec.name).marked = True
+            case Waited():
+                self._load_waited(rec)
+            case Value():
+                r = self._mark(rec.seq, _VALUE, "")
+                r.marked = True
+                r.value = rec.value
+                r.attempt = rec.kind
+            case Child():
+                self._mark(rec.seq, _CHILD, rec.wtype).marked = True
+            case ChildDone():
+                self._mark(rec.seq, _CHILD, "").delivered = True
+                self._replay.append(_RecordedResult(rec.seq, Outcome(rec.status, rec.payload)))
+            case Send():
+                r = self._mark(rec.seq, _SEND, rec.name)
+                r.marked = True
+                r.value = b""
+            case Cancel():
+                self._replay.append(_RecordedCancel(rec.reason))
+            case Done():
+                self._done = (rec.status, rec.payload)
+            case Update():
+                ordinal = self._updates
+                self._updates += 1
+                self._replay.append(_RecordedUpdate(ordinal, rec.name, rec.id, rec.payload))
+            case UpdateDone():
+                r = self._mark(rec.seq, _UPDATE_DONE, "")
+                r.marked = True
+                r.value = rec.ordinal.to_bytes(8, "little")
+            case Heartbeat():
+                self._progress[rec.seq] = rec.payload
+            case Awaiting():
+                r = self._mark(rec.seq, _AWAIT, rec.name)
+                r.marked = True
+                r.attempt = rec.attempt
+            case Completed():
+                self._mark(rec.seq, _AWAIT, "").delivered = True
+                self._replay.append(_RecordedResult(rec.seq, Outcome(rec.status, rec.payload)))
+            case Patch():
+                self._patches.add((rec.at, rec.id))
+            case Attributes():
+                r = self._mark(rec.seq, _ATTRIBUTES, "")
+                r.marked = True
+                r.value = b""
+            case Chunk():
+                st = self._stream_state(rec.stream)
+                st.len = max(st.len, rec.offset + 1)
+                if rec.seq == stream.WORKFLOW:
+                    st.replay_left += 1
+                else:
+                    st.by_step[rec.seq] = st.by_step.get(rec.seq, 0) + 1
+            case StreamEnd():
+                st = self._stream_state(rec.stream)
+                if st.closed is None:
+                    st.closed = rec.seq
+            case Start():
+                raise DeterminismError(None, "journal holds a second start record")
+            case _:
+                assert_never(rec)
 
     def _load_waited(self, rec: Waited) -> None:
         outcome = rec.outcome
@@ -1013,11 +996,11 @@ class RunMachine:
             result = Outcome(_OK, self._signals[outcome.ordinal])
         else:
             result = Outcome(_TIMED_OUT, b"")
-        self._replay.append((_OP, rec.seq, result))
+        self._replay.append(_RecordedResult(rec.seq, result))
 
     # --- queries --------------------------------------------------------------
 
-    def info(self) -> RunInfo:
+    def info(self) -> StartInfo:
         """Identity and input of the run."""
         return self._info
 
@@ -1037,10 +1020,6 @@ class RunMachine:
         """Operations started and not yet resolved."""
         return len(self._pending)
 
-    def has_queued_deliveries(self) -> bool:
-        """Completions, updates or cancellations wait to be delivered to code."""
-        return bool(self._live)
-
     def delivers_only(self, seq: int) -> bool:
         """The next delivery is ``seq``'s live result and nothing could come before or with it.
 
@@ -1051,15 +1030,14 @@ class RunMachine:
         if self._replay or self._cancel_queued or len(self._pending) != 1 or len(self._live) != 1:
             return False
         front = self._live[0]
-        if front[0] != _COMPLETE or front[1] != seq or type(front[2]) is not StepCompleted:
+        if (
+            type(front) is not _LiveResult
+            or front.seq != seq
+            or type(front.completion) is not StepCompleted
+        ):
             return False
         p = self._pending.get(seq)
         return p is not None and p.live and p.kind is _STEP
-
-    def return_name(self, name: str) -> None:
-        """A name `take_live_step` handed out, back to the cache."""
-        if self._last_name is None:
-            self._last_name = name
 
     def take_live_step(self, seq: int) -> LiveStep | None:
         """A live step's result taken at once, when nothing else could be delivered first.
@@ -1085,7 +1063,15 @@ class RunMachine:
         if p is None or not p.live or p.kind is not _STEP or p.queued:
             return None
         del self._pending[seq]
-        return LiveStep(p.name, p.attempt)
+        return self._live_step(p)
+
+    def _live_step(self, p: _Entry) -> LiveStep:
+        # Values, so one serves every step of a chain that shares a name (its
+        # interned string) and an attempt: most live steps allocate none.
+        live = self._last_live_step
+        if live is None or live.name is not p.name or live.attempt != p.attempt:
+            live = self._last_live_step = LiveStep(p.name, p.attempt)
+        return live
 
     def has_live_pending(self) -> bool:
         """True while some started operation will be resolved by live work."""
@@ -1140,7 +1126,7 @@ class RunMachine:
             >>> RunMachine.fresh(Start(7, "order-1", "t"), 1).key(3)
             'order-1/7/3'
         """
-        return f"{self._info.id}/{self._info.run}/{seq}"
+        return f"{self._key_prefix}{seq}"
 
     def pending_name(self, seq: int) -> str | None:
         """The name of a started, unresolved operation (a running step), for logs."""
@@ -1159,21 +1145,20 @@ class RunMachine:
 
     # --- starting operations ----------------------------------------------------
 
-    def _take_seq(self) -> int:
-        s = self._next_seq
-        self._next_seq = s + 1
-        return s
-
-    def _check(self, seq: int, kind: OpKind, name: str) -> _Recorded | None:
+    def _begin(self, kind: OpKind, name: str) -> tuple[int, _Recorded | None]:
+        # Every operation starts here: it takes the next sequence number, and
+        # what the journal recorded there must be the same operation.
+        seq = self._next_seq
+        self._next_seq = seq + 1
         # Live code (nothing recorded to replay) has nothing to check.
         if not self._recorded:
-            return None
+            return seq, None
         r = self._recorded.get(seq)
         if r is not None and (
             not _compatible(r, kind) or (kind not in _UNNAMED_KINDS and r.name != name)
         ):
             raise _mismatch(seq, r, kind, name)
-        return r
+        return seq, r
 
     def _intern(self, name: str) -> str:
         # Names the run's operations share one string each, so a parked
@@ -1189,10 +1174,24 @@ class RunMachine:
         self._last_name = n
         return n
 
-    def _add_pending(self, seq: int, kind: OpKind, name: str, attempt: int, live: bool) -> _Entry:
-        # Replayed: its recorded entry serves (see _Recorded).
-        p = _Pending(kind, self._intern(name), attempt, True) if live else self._recorded[seq]
+    def _register(self, seq: int, kind: OpKind, name: str, attempt: int, live: bool) -> _Entry:
+        # The operation the code started is pending until its delivery.
+        if not live:
+            # Replayed: its recorded entry serves (see _Recorded).
+            p: _Entry = self._recorded[seq]
+        elif kind is _STEP and attempt == 1:
+            # One per live step: made without __init__ (see _FreshStep).
+            p = _new_fresh_step(_FreshStep)
+            p.name = self._intern(name)
+        else:
+            p = _Pending(kind, self._intern(name), attempt, True)
         self._pending[seq] = p
+        if self._early:
+            # A timer that fired, or a signal that matched, before replay
+            # reached its operation: its turn is now.
+            c = self._early.pop(seq, None)
+            if c is not None:
+                self.complete(seq, c)
         return p
 
     def begin_step(self, name: str) -> tuple[int, StepStart]:
@@ -1209,30 +1208,19 @@ class RunMachine:
             >>> m.begin_step("charge")
             (0, StepStart(attempt=1, not_before_ms=0))
         """
-        seq = self._next_seq
-        self._next_seq = seq + 1
+        seq, r = self._begin(_STEP, name)
+        if r is None:
+            self._register(seq, _STEP, name, 1, True)
+            return seq, _FIRST_RUN
+        if r.delivered:
+            self._register(seq, _STEP, name, 0, False)
+            return seq, _REPLAY_STEP
+        p = self._register(seq, _STEP, name, r.attempt + 1, True)
+        if r.retry_at_ms == PAUSED:
+            p.paused = self._ever_paused = True
         # The journal numbers a step's attempts across resumes; the code
         # counts them from its last resume, which its retry budget does.
-        r = self._recorded.get(seq) if self._recorded else None
-        if r is None:
-            start = _FIRST_RUN
-            fresh = self._pending[seq] = _new_fresh_step(_FreshStep)
-            fresh.name = name
-        else:
-            if r.kind is not _STEP or r.name != name:
-                raise _mismatch(seq, r, _STEP, name)
-            if r.delivered:
-                start = _REPLAY_STEP
-                self._pending[seq] = r
-            else:
-                start = StepStart(r.attempt + 1 - r.base, r.retry_at_ms)
-                p = self._pending[seq] = _Pending(_STEP, name, r.attempt + 1, True)
-                if r.retry_at_ms == PAUSED:
-                    p.paused = True
-                    self._ever_paused = True
-        if self._early:
-            self._take_early(seq)
-        return seq, start
+        return seq, StepStart(r.attempt + 1 - r.base, r.retry_at_ms)
 
     def begin_await(self, name: str) -> tuple[int, AwaitStart]:
         """The code starts async completion ``name``: a step whose result comes from outside.
@@ -1244,8 +1232,7 @@ class RunMachine:
             >>> m.begin_await("approval")
             (0, AwaitStart(mode='run', attempt=1, not_before_ms=0))
         """
-        seq = self._take_seq()
-        r = self._check(seq, _AWAIT, name)
+        seq, r = self._begin(_AWAIT, name)
         if r is None:
             start = AwaitStart.run(1, 0)
         elif r.delivered:
@@ -1254,10 +1241,8 @@ class RunMachine:
             start = AwaitStart.waiting(r.attempt)
         else:
             start = AwaitStart.run(r.attempt + 1, r.retry_at_ms)
-        replay = start.mode == "replay"
-        p = self._add_pending(seq, _AWAIT, name, start.attempt, not replay)
+        p = self._register(seq, _AWAIT, name, start.attempt, start.mode != "replay")
         p.waiting = start.mode == "waiting"
-        self._take_early(seq)
         return seq, start
 
     def awaiting(self, seq: int) -> Awaiting | None:
@@ -1351,11 +1336,6 @@ class RunMachine:
         seqs.sort()
         run = self._info.run
         return [Resume(run, seq, attempt, by) for seq, attempt in seqs]
-
-    def step_attempt(self, seq: int) -> int | None:
-        """The attempt number the next run of step ``seq`` will be."""
-        p = self._pending.get(seq)
-        return p.attempt if p is not None else None
 
     def heartbeat(self, seq: int, payload: bytes) -> Heartbeat | None:
         """A running step reported progress.
@@ -1514,15 +1494,14 @@ class RunMachine:
             >>> m.begin_sleep("cool-off", 60_000)[1].record
             Timer(run=1, seq=0, name='cool-off', fire_at_ms=60000)
         """
-        seq = self._take_seq()
-        r = self._check(seq, _SLEEP, name)
+        seq, r = self._begin(_SLEEP, name)
         if r is not None and r.delivered:
             arm = Arm.REPLAY
         elif r is not None and r.marked:
             arm = Arm.ARMED
         else:
             arm = Arm("append", Timer(self._info.run, seq, self._intern(name), fire_at_ms))
-        self._register(seq, _SLEEP, name, arm)
+        self._register(seq, _SLEEP, name, 0, arm is not Arm.REPLAY)
         return seq, arm
 
     def begin_wait(self, name: str, deadline_ms: int) -> tuple[int, Arm]:
@@ -1533,15 +1512,14 @@ class RunMachine:
             >>> m.begin_wait("review", 0)[1].mode
             'append'
         """
-        seq = self._take_seq()
-        r = self._check(seq, _WAIT, name)
+        seq, r = self._begin(_WAIT, name)
         if r is not None and r.delivered:
             arm = Arm.REPLAY
         elif r is not None and r.marked:
             arm = Arm.ARMED
         else:
             arm = Arm("append", Wait(self._info.run, seq, self._intern(name), deadline_ms))
-        self._register(seq, _WAIT, name, arm)
+        self._register(seq, _WAIT, name, 0, arm is not Arm.REPLAY)
         return seq, arm
 
     def begin_child(
@@ -1557,8 +1535,7 @@ class RunMachine:
             >>> m.begin_child("ship", "ship-1", 0, 0, b"")[1].record.id
             'ship-1'
         """
-        seq = self._take_seq()
-        r = self._check(seq, _CHILD, wtype)
+        seq, r = self._begin(_CHILD, wtype)
         if r is not None and r.delivered:
             arm = Arm.REPLAY
         elif r is not None and r.marked:
@@ -1567,28 +1544,8 @@ class RunMachine:
             arm = Arm("append", Child(self._info.run, seq, wtype, id, flags, deadline_ms, input))
         if flags & DETACHED:
             return seq, arm
-        self._register(seq, _CHILD, wtype, arm)
+        self._register(seq, _CHILD, wtype, 0, arm is not Arm.REPLAY)
         return seq, arm
-
-    def _register(self, seq: int, kind: OpKind, name: str, arm: Arm) -> None:
-        self._add_pending(seq, kind, name, 0, arm is not Arm.REPLAY)
-        self._take_early(seq)
-
-    def _take_early(self, seq: int) -> None:
-        if not self._early:
-            return
-        c = self._early.pop(seq, None)
-        if c is None or not self.is_live_pending(seq):
-            return
-        if type(c) is AsyncCompleted and self.await_attempt(seq) != c.attempt:
-            return
-        self._push_complete(seq, c)
-
-    def _push_complete(self, seq: int, completion: Completion) -> None:
-        p = self._pending.get(seq)
-        if p is not None:
-            p.queued = True
-        self._live.append((_COMPLETE, seq, completion))
 
     # --- values, sends, attributes, patches, updates ---------------------------------
 
@@ -1608,8 +1565,7 @@ class RunMachine:
             >>> m.value(value_kind.RANDOM, lambda: b"\\x07")[1]
             b'\\x07'
         """
-        seq = self._take_seq()
-        r = self._check(seq, _VALUE, "")
+        seq, r = self._begin(_VALUE, "")
         if r is not None:
             if r.attempt != kind:
                 raise DeterminismError(
@@ -1637,8 +1593,8 @@ class RunMachine:
         Returns:
             Its sequence number and the `Send` record (None on replay).
         """
-        seq = self._take_seq()
-        if self._check(seq, _SEND, name) is not None:
+        seq, r = self._begin(_SEND, name)
+        if r is not None:
             return seq, None
         return seq, Send(self._info.run, seq, target, name, payload)
 
@@ -1648,22 +1604,27 @@ class RunMachine:
         Returns:
             Its sequence number and the `Attributes` record (None on replay).
         """
-        seq = self._take_seq()
-        if self._check(seq, _ATTRIBUTES, "") is not None:
+        seq, r = self._begin(_ATTRIBUTES, "")
+        if r is not None:
             return seq, None
         return seq, Attributes(self._info.run, seq, payload)
 
     def _beyond_journal(self) -> bool:
         # Whether the code at this point is past everything its journal
-        # recorded (it is running new code, not replaying old decisions).
-        return self._max_recorded is None or self._max_recorded < self._next_seq
+        # recorded (it is running new code, not replaying old decisions). A
+        # run whose end is recorded never is: code after its last operation
+        # ran before that end, with the decisions the journal holds (the
+        # reference forgets this, and a query of a finished pre-patch run
+        # answered as if patched).
+        return self._done is None and self._max_recorded < self._next_seq
 
     def patched(self, id: str) -> tuple[bool, Patch | None]:
         """``ctx.patched(id)``: whether the code takes patch ``id``'s new branch here.
 
         True for new runs and for running ones the first time their code
         reaches this point after the patch was deployed; false while
-        replaying a journal that passed this point before. Takes no position.
+        replaying a journal that passed this point before, and anywhere in a
+        run whose end is recorded. Takes no position.
 
         Returns:
             The decision, and the `Patch` marker to append when it is new.
@@ -1688,8 +1649,7 @@ class RunMachine:
         Raises:
             DeterminismError: The journal recorded another update's result here.
         """
-        seq = self._take_seq()
-        r = self._check(seq, _UPDATE_DONE, "")
+        seq, r = self._begin(_UPDATE_DONE, "")
         if r is not None:
             recorded = (
                 int.from_bytes(r.value, "little")
@@ -1708,7 +1668,7 @@ class RunMachine:
 
     def offer_update(self, token: int, name: str, id: str, payload: bytes) -> None:
         """Queues a new update request; it reaches the code at its turn."""
-        self._live.append((_UPDATE, token, name, id, payload))
+        self._live.append(_UpdateOffer(token, name, id, payload))
 
     def accept_update(self, name: str, id: str, payload: bytes) -> tuple[int, Update]:
         """The validator accepted a live update delivered by `next`.
@@ -1726,8 +1686,8 @@ class RunMachine:
         tokens: list[int] = []
         kept: deque[_LiveItem] = deque()
         for item in self._live:
-            if item[0] == _UPDATE:
-                tokens.append(item[1])  # type: ignore[arg-type]
+            if type(item) is _UpdateOffer:
+                tokens.append(item.token)
             else:
                 kept.append(item)
         self._live = kept
@@ -1759,7 +1719,7 @@ class RunMachine:
         if p.queued:
             return False
         p.queued = True
-        self._live.append((_COMPLETE, seq, completion))
+        self._live.append(_LiveResult(seq, completion))
         return True
 
     def cancellation_covers_current_operations(self) -> bool:
@@ -1781,7 +1741,7 @@ class RunMachine:
         """`request_cancel`, recording who asked on the `Cancel` record (audit)."""
         if not self._cancel_queued and not self.cancellation_covers_current_operations():
             self._cancel_queued = True
-            self._live.append((_CANCEL, reason, by))
+            self._live.append(_CancelRequest(reason, by))
 
     def forget(self, seq: int) -> Waited | None:
         """The code dropped the operation's future; its result will never be delivered.
@@ -1808,87 +1768,82 @@ class RunMachine:
         Call only when the code is quiescent; resolve the result, let the
         code run, then call again.
         """
-        replay = self._replay
-        if replay:
-            front = replay[0]
-            if front[0] == _OP:
-                # Inline: this is every delivery of a replay.
-                at: int = front[1]  # type: ignore[assignment]
-                entry = self._pending.get(at)
-                if entry is None or entry.live:
-                    return STALLED
-                del self._pending[at]
-                replay.popleft()
-                return Deliver(at, front[2], None)  # type: ignore[arg-type,misc]
+        if self._replay:
             return self._next_replay()
         live = self._live
-        pending = self._pending
         while live:
             item = live.popleft()
-            tag = item[0]
-            if tag == _COMPLETE:
-                seq: int = item[1]  # type: ignore[assignment]
-                p = pending.get(seq)
-                if p is None or not p.live:
-                    continue
-                del pending[seq]
-                return self._deliver_completion(seq, p, item[2])  # type: ignore[arg-type]
-            if tag == _CANCEL:
-                reason: bytes = item[1]  # type: ignore[assignment]
-                self._cancel_queued = False
-                self._last_cancel_position = self._next_seq
-                return CancelAll(
-                    self._drain_pending(),
-                    reason,
-                    Cancel(self._info.run, reason, item[2]),  # type: ignore[arg-type]
-                )
-            _, token, name, id, payload = item  # type: ignore[misc]
-            return DeliverUpdate(self._updates, name, id, payload, token)
+            match item:
+                case _LiveResult():
+                    seq = item.seq
+                    p = self._pending.get(seq)
+                    if p is None or not p.live:
+                        # Dropped, or its operation was cancelled meanwhile.
+                        continue
+                    del self._pending[seq]
+                    return self._deliver_completion(seq, p, item.completion)
+                case _CancelRequest():
+                    self._cancel_queued = False
+                    self._last_cancel_position = self._next_seq
+                    return CancelAll(
+                        self._drain_pending(),
+                        item.reason,
+                        Cancel(self._info.run, item.reason, item.by),
+                    )
+                case _UpdateOffer():
+                    return DeliverUpdate(
+                        self._updates, item.name, item.id, item.payload, item.token
+                    )
+                case _:
+                    assert_never(item)
         return IDLE
 
     def _next_replay(self) -> Next:
         front = self._replay[0]
-        tag = front[0]
-        if tag == _OP:
-            seq: int = front[1]  # type: ignore[assignment]
-            p = self._pending.get(seq)
-            if p is None or p.live:
-                return STALLED
-            del self._pending[seq]
-            self._replay.popleft()
-            return Deliver(seq, front[2], None)  # type: ignore[arg-type,misc]
-        self._replay.popleft()
-        if tag == _CANCEL:
-            self._last_cancel_position = self._next_seq
-            return CancelAll(self._drain_pending(), front[1], None)  # type: ignore[arg-type]
-        _, ordinal, name, id, payload = front  # type: ignore[misc]
-        return DeliverUpdate(ordinal, name, id, payload, None)
+        match front:
+            case _RecordedResult():
+                p = self._pending.get(front.seq)
+                if p is None or p.live:
+                    # The code has not started the operation yet.
+                    return STALLED
+                del self._pending[front.seq]
+                self._replay.popleft()
+                return Deliver(front.seq, front.outcome, None)
+            case _RecordedCancel():
+                self._replay.popleft()
+                self._last_cancel_position = self._next_seq
+                return CancelAll(self._drain_pending(), front.reason, None)
+            case _RecordedUpdate():
+                self._replay.popleft()
+                return DeliverUpdate(front.ordinal, front.name, front.id, front.payload, None)
+            case _:
+                assert_never(front)
 
     def _deliver_completion(self, seq: int, p: _Entry, c: Completion) -> Next:
         run = self._info.run
-        t = type(c)
-        if t is StepCompleted:
-            assert isinstance(c, StepCompleted)
-            record: LiveRecord = (
-                LiveCompleted(p.attempt) if p.kind is _AWAIT else LiveStep(p.name, p.attempt)
-            )
-            return DeliverLive(seq, Outcome(c.status, c.payload), record)
-        if t is TimerFired:
-            return Deliver(seq, Outcome(_OK, b""), Fired(run, seq))
-        if t is SignalMatched:
-            assert isinstance(c, SignalMatched)
-            return Deliver(
-                seq, Outcome(_OK, c.payload), Waited(run, seq, WaitOutcome.signal(c.ordinal))
-            )
-        if t is WaitTimedOut:
-            return Deliver(seq, Outcome(_TIMED_OUT, b""), Waited(run, seq, WaitOutcome.TIMED_OUT))
-        if t is ChildCompleted:
-            assert isinstance(c, ChildCompleted)
-            return Deliver(
-                seq, Outcome(c.status, c.payload), ChildDone(run, seq, c.status, c.payload)
-            )
-        assert isinstance(c, AsyncCompleted)
-        return DeliverLive(seq, Outcome(c.status, c.payload), LiveCompleted(c.attempt))
+        match c:
+            case StepCompleted():
+                record: LiveRecord = (
+                    LiveCompleted(p.attempt) if p.kind is _AWAIT else self._live_step(p)
+                )
+                return DeliverLive(seq, Outcome(c.status, c.payload), record)
+            case TimerFired():
+                return Deliver(seq, Outcome(_OK, b""), Fired(run, seq))
+            case SignalMatched():
+                outcome = WaitOutcome.signal(c.ordinal)
+                return Deliver(seq, Outcome(_OK, c.payload), Waited(run, seq, outcome))
+            case WaitTimedOut():
+                return Deliver(
+                    seq, Outcome(_TIMED_OUT, b""), Waited(run, seq, WaitOutcome.TIMED_OUT)
+                )
+            case ChildCompleted():
+                return Deliver(
+                    seq, Outcome(c.status, c.payload), ChildDone(run, seq, c.status, c.payload)
+                )
+            case AsyncCompleted():
+                return DeliverLive(seq, Outcome(c.status, c.payload), LiveCompleted(c.attempt))
+            case _:
+                assert_never(c)
 
     def _drain_pending(self) -> tuple[int, ...]:
         seqs = tuple(sorted(self._pending))
@@ -1905,9 +1860,9 @@ class RunMachine:
         if self.has_live_pending() or not self._replay:
             return None
         front = self._replay[0]
-        if front[0] != _OP:
+        if type(front) is not _RecordedResult:
             return None
-        seq: int = front[1]  # type: ignore[assignment]
+        seq = front.seq
         r = self._recorded.get(seq)
         what = f"{r.kind.label} '{r.name}'" if r is not None else "an operation"
         return DeterminismError(
@@ -1924,12 +1879,12 @@ class RunMachine:
         # Older journals can contain repeated cancels between the delivery
         # that settled the workflow's last future and the return of its code.
         if self.cancellation_covers_current_operations() and all(
-            item[0] == _CANCEL for item in self._replay
+            type(item) is _RecordedCancel for item in self._replay
         ):
             return
         if self._replay:
             front = self._replay[0]
-            seq: int | None = front[1] if front[0] == _OP else None  # type: ignore[assignment]
+            seq = front.seq if type(front) is _RecordedResult else None
             raise DeterminismError(
                 seq,
                 f"the workflow returned but its journal holds {len(self._replay)} more deliveries",

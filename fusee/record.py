@@ -19,9 +19,7 @@ No I/O, no clock.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import linecache
 import struct
 import zlib
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeAlias, get_args
 
 import msgpack
 
-from fusee._frozen import fast_init
+from fusee._codegen import Wire, decoder, encoder, fast_init, record_fields
 from fusee.errors import CorruptRecord
 
 if TYPE_CHECKING:
@@ -686,13 +684,9 @@ Record: TypeAlias = (
 
 # --- encoding ------------------------------------------------------------------
 #
-# Why this section generates code: records are the hot path. Every journal
-# entry is built, encoded and appended, and every replay decodes the journal
-# again, so microseconds per record are the engine's throughput. The code
-# below is generated once per kind at import (with `exec`, as `dataclasses`
-# itself does), from the classes' own fields and annotations, so the schema
-# cannot drift from the classes. The source reads like hand-written code;
-# `_GENERATED` keeps it, and tracebacks show it.
+# Each kind's encoder and decoder is written for it at import by
+# `fusee._codegen`, from the classes' own fields and annotations (why: see
+# there); this section gives it the wire format.
 
 _KIND_OF: Final[dict[type, Kind]] = {
     Start: Kind.START,
@@ -739,51 +733,6 @@ _MAX_VALUE: Final[dict[tuple[type, str], tuple[int, str]]] = {
 _STATUSES: Final = tuple(Status)
 assert [s.value for s in _STATUSES] == list(range(len(_STATUSES))), "status codes are 0..n-1"
 
-# Source of every generated function, by its pseudo file name.
-_GENERATED: Final[dict[str, str]] = {}
-
-
-def _compile(filename: str, source: str, names: dict[str, Any]) -> Callable[..., Any]:
-    """Compiles ``source``, which defines ``_fn``, and returns ``_fn``.
-
-    As `dataclasses` does, ``_fn`` is made inside a factory whose parameters
-    are ``names`` (the helpers it calls, bound as closure cells), and its
-    globals are this module's: `typing.get_type_hints` resolves its
-    annotations, and no helper leaks into the module.
-    """
-    body = "".join(f"    {line}" if line.strip() else line for line in source.splitlines(True))
-    source = f"def _factory({', '.join(names)}):\n{body}    return _fn\n"
-    factory: dict[str, Any] = {}
-    exec(compile(source, filename, "exec"), globals(), factory)
-    # Registered so that tracebacks and debuggers show the generated lines.
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    _GENERATED[filename] = source
-    return factory["_factory"](**names)  # type: ignore[no-any-return]
-
-
-# Names the generated code uses besides its own `_`-names: a field (a local
-# there) must not shadow them.
-_RESERVED: Final = frozenset({"self", "type", "len", "int", "str", "bytes", "tuple", "isinstance"})
-
-
-def _fields_of(cls: type) -> tuple[dataclasses.Field[Any], ...]:
-    fields = dataclasses.fields(cls)
-    for f in fields:
-        if f.name.startswith("_") or f.name in _RESERVED:
-            raise TypeError(f"{cls.__name__}.{f.name}: a record field name cannot be {f.name!r}")
-        if f.default_factory is not dataclasses.MISSING or not f.init:
-            raise TypeError(f"{cls.__name__}.{f.name}: a record field takes a plain default")
-    if hasattr(cls, "__post_init__"):
-        raise TypeError(f"{cls.__name__}: a record has no __post_init__")
-    return fields
-
-
-def _setter(cls: type, name: str) -> Callable[[object, object], None]:
-    # The slot's own descriptor: what object.__setattr__ ends up calling,
-    # without the attribute lookup and the frozen class's __setattr__.
-    return cls.__dict__[name].__set__  # type: ignore[no-any-return]
-
-
 # --- framing -------------------------------------------------------------------
 
 _HEADER: Final = struct.Struct("<BIB")
@@ -793,6 +742,9 @@ _pack_header = _HEADER.pack
 _unpack_header = _HEADER.unpack_from
 _crc32 = zlib.crc32
 _unpackb = msgpack.unpackb
+# The packer never calls back into Python (no `default=`), so one shared
+# packer is safe across threads: under the GIL, no other pack can run in the
+# middle of one.
 _packer = msgpack.Packer(use_bin_type=True, autoreset=True)
 _pack = _packer.pack
 
@@ -806,254 +758,29 @@ _TAG_CRCS: Final = tuple(_crc32(bytes([tag])) for tag in range(256))
 _COPY_MAX: Final = 1024
 
 
-# --- fast __init__ ---------------------------------------------------------------
+_WIRE: Final = Wire(
+    nested=_NESTED,
+    max_value=_MAX_VALUE,
+    statuses=_STATUSES,
+    pack=_pack,
+    pack_header=_pack_header,
+    crc32=_crc32,
+    version=FORMAT_VERSION,
+    tag_crcs=_TAG_CRCS,
+)
 
-
-# The fast __init__ (see fusee._frozen): every record is built on the hot path.
+# The fast __init__ (see fusee._codegen): every record is built on the hot path.
 for _cls in (*_NESTED.values(), *_KIND_OF):
-    _fields_of(_cls)
+    record_fields(_cls)
     fast_init(_cls)
 del _cls
 
-
-# --- decoders --------------------------------------------------------------------
-#
-# One function per kind takes the msgpack array (a tuple) and returns the
-# record, checking each value as strictly as the wire allows: `type(v) is
-# int` and not isinstance (a bool must not pass for an int), ints
-# non-negative, statuses 0..3, nested values as arrays of the right length.
-# A bad value raises ValueError naming its field (`decode` adds the kind);
-# a wrong field count raises CorruptRecord. The record is made with
-# object.__new__ and its slots' setters, as the fast __init__ does, without
-# the call through the class. For `Step`, the source reads:
-#
-#     def _fn(_fields):
-#         if type(_fields) is not tuple or len(_fields) != 7:
-#             raise _wrong_count(_fields)
-#         run, seq, name, attempt, status, payload, time = _fields
-#         if type(run) is not int or run < 0:
-#             raise _not_uint('run', run)
-#         ...
-#         if type(status) is not int or status < 0 or status > 3:
-#             raise _not_status('status', status)
-#         status = _STATUSES[status]
-#         ...
-#         if time is not None:
-#             if type(time) is not tuple or len(time) != 2:
-#                 raise _not_nested('time', StepTime, 2, time)
-#             time__started_ms, time__elapsed_us = time
-#             ...
-#             time = _new(StepTime)
-#             _set_StepTime_started_ms(time, time__started_ms)
-#             ...
-#         _record = _new(Step)
-#         _set_Step_run(_record, run)
-#         ...
-#         return _record
-
-
-def _not_uint(path: str, v: object) -> ValueError:
-    if type(v) is int:
-        return ValueError(f"field {path}: expected a non-negative int, got {v}")
-    return ValueError(f"field {path}: expected int, got {type(v).__name__}")
-
-
-def _not_type(path: str, t: type, v: object) -> ValueError:
-    return ValueError(f"field {path}: expected {t.__name__}, got {type(v).__name__}")
-
-
-def _show(v: object) -> str:
-    # A payload can be megabytes; a message needs its start.
-    r = repr(v)
-    return r if len(r) <= 80 else r[:77] + "..."
-
-
-def _not_status(path: str, v: object) -> ValueError:
-    return ValueError(f"field {path}: expected a status code, got {_show(v)}")
-
-
-def _not_nested(path: str, cls: type, n: int, v: object) -> ValueError:
-    return ValueError(f"field {path}: expected {cls.__name__} as {n} fields, got {_show(v)}")
-
-
-def _above(what: str, v: int) -> ValueError:
-    return ValueError(f"unknown {what} {v}")
-
-
-def _wrong_count_of(cls: type, n: int) -> Callable[[object], CorruptRecord]:
-    def wrong_count(fields: object) -> CorruptRecord:
-        has = len(fields) if type(fields) is tuple else type(fields).__name__
-        return CorruptRecord(
-            f"journal record of kind {cls.__name__} should have {n} fields, has {has}"
-        )
-
-    return wrong_count
-
-
-def _check(var: str, path: str, annotation: str, names: dict[str, Any], indent: str) -> list[str]:
-    """Lines that check local ``var`` against a field's annotation (and convert it).
-
-    Args:
-        var: The local holding the decoded msgpack value.
-        path: The field's name in messages (``time.started_ms`` when nested).
-        annotation: The field's annotation, as written in the class.
-        names: The helpers the generated function calls, by name; nested
-            classes and their setters are added to it.
-        indent: The indentation of the lines.
-
-    Returns:
-        The source lines; afterwards ``var`` holds the field's value.
-    """
-    i = indent
-    if annotation == "int":
-        return [
-            f"{i}if type({var}) is not int or {var} < 0:",
-            f"{i}    raise _not_uint({path!r}, {var})",
-        ]
-    if annotation in ("str", "bytes"):
-        return [
-            f"{i}if type({var}) is not {annotation}:",
-            f"{i}    raise _not_type({path!r}, {annotation}, {var})",
-        ]
-    if annotation == "bytes | None":
-        return [
-            f"{i}if {var} is not None and type({var}) is not bytes:",
-            f"{i}    raise _not_type({path!r}, bytes, {var})",
-        ]
-    if annotation == "Status":
-        top = len(_STATUSES) - 1
-        return [
-            f"{i}if type({var}) is not int or {var} < 0 or {var} > {top}:",
-            f"{i}    raise _not_status({path!r}, {var})",
-            f"{i}{var} = _STATUSES[{var}]",
-        ]
-    name, optional = annotation.removesuffix(" | None"), annotation.endswith(" | None")
-    if name not in _NESTED:
-        raise TypeError(f"field {path}: no wire encoding for a field of type {annotation!r}")
-    cls = _NESTED[name]
-    fields = _fields_of(cls)
-    locals_ = [f"{var}__{f.name}" for f in fields]
-    lines = []
-    if optional:
-        lines.append(f"{i}if {var} is not None:")
-        i += "    "
-    lines += [
-        f"{i}if type({var}) is not tuple or len({var}) != {len(fields)}:",
-        f"{i}    raise _not_nested({path!r}, {name}, {len(fields)}, {var})",
-        f"{i}({', '.join(locals_)},) = {var}"
-        if len(fields) == 1
-        else f"{i}{', '.join(locals_)} = {var}",
-    ]
-    for f, local in zip(fields, locals_, strict=True):
-        lines += _check(local, f"{path}.{f.name}", str(f.type), names, i)
-        if (cls, f.name) in _MAX_VALUE:
-            top, what = _MAX_VALUE[cls, f.name]
-            lines += [f"{i}if {local} > {top}:", f"{i}    raise _above({what!r}, {local})"]
-    names[name] = cls
-    lines.append(f"{i}{var} = _new({name})")
-    for f, local in zip(fields, locals_, strict=True):
-        names[f"_set_{name}_{f.name}"] = _setter(cls, f.name)
-        lines.append(f"{i}_set_{name}_{f.name}({var}, {local})")
-    return lines
-
-
-def _make_decoder(cls: type) -> Callable[[Any], Record]:
-    """Generates the function that checks a kind's msgpack array and builds the record."""
-    fields = _fields_of(cls)
-    name = cls.__name__
-    names: dict[str, Any] = {
-        name: cls,
-        "_new": object.__new__,
-        "_STATUSES": _STATUSES,
-        "_wrong_count": _wrong_count_of(cls, len(fields)),
-        "_not_uint": _not_uint,
-        "_not_type": _not_type,
-        "_not_status": _not_status,
-        "_not_nested": _not_nested,
-        "_above": _above,
-    }
-    lines = [
-        "def _fn(_fields):",
-        f"    if type(_fields) is not tuple or len(_fields) != {len(fields)}:",
-        "        raise _wrong_count(_fields)",
-        f"    {', '.join(f.name for f in fields)} = _fields",
-    ]
-    for f in fields:
-        lines += _check(f.name, f.name, str(f.type), names, "    ")
-    lines.append(f"    _record = _new({name})")
-    for f in fields:
-        names[f"_set_{name}_{f.name}"] = _setter(cls, f.name)
-        lines.append(f"    _set_{name}_{f.name}(_record, {f.name})")
-    lines.append("    return _record")
-    return _compile(f"<fusee.record decode {name}>", "\n".join(lines) + "\n", names)
-
-
-# --- encoders --------------------------------------------------------------------
-#
-# One function per kind packs the record's fields, nested values as tuples,
-# and frames them. Generated code reads slots faster than an attrgetter.
-# The packer never calls back into Python (no `default=`), so one shared
-# packer is safe across threads: under the GIL, no other pack can run in
-# the middle of one. For `Step`, the source reads:
-#
-#     def _fn(_record):
-#         time = _record.time
-#         if time is not None:
-#             if not isinstance(time, StepTime):
-#                 raise _cannot_hold('time', StepTime, time)
-#             time = (time.started_ms, time.elapsed_us)
-#         _packed = _pack((_record.run, _record.seq, ..., _record.payload, time))
-#         return _pack_header(1, _crc32(_packed, 1007455905), 2) + _packed
-
-
-def _cannot_hold(field: str, expected: type, v: object) -> TypeError:
-    return TypeError(f"field {field} holds {type(v).__name__}, expected {expected.__name__}")
-
-
-def _make_encoder(cls: type, tag: int) -> Callable[[Any], bytes]:
-    """Generates the function that encodes a record of kind ``cls``."""
-    fields = _fields_of(cls)
-    names: dict[str, Any] = {
-        "_cannot_hold": _cannot_hold,
-        "_pack": _pack,
-        "_pack_header": _pack_header,
-        "_crc32": _crc32,
-    }
-    lines = ["def _fn(_record):"]
-    values = []
-    for f in fields:
-        annotation = str(f.type)
-        name = annotation.removesuffix(" | None")
-        if name not in _NESTED:
-            values.append(f"_record.{f.name}")
-            continue
-        values.append(f.name)
-        names[name] = _NESTED[name]
-        inner = [f"{f.name}.{g.name}" for g in _fields_of(_NESTED[name])]
-        i = "    "
-        lines.append(f"{i}{f.name} = _record.{f.name}")
-        if annotation.endswith(" | None"):
-            lines.append(f"{i}if {f.name} is not None:")
-            i += "    "
-        lines += [
-            f"{i}if not isinstance({f.name}, {name}):",
-            f"{i}    raise _cannot_hold({f.name!r}, {name}, {f.name})",
-            f"{i}{f.name} = ({', '.join(inner)}{',' if len(inner) == 1 else ''})",
-        ]
-    lines += [
-        f"    _packed = _pack(({', '.join(values)}{',' if len(values) == 1 else ''}))",
-        f"    return _pack_header({FORMAT_VERSION}, _crc32(_packed, {_TAG_CRCS[tag]}), {tag})"
-        " + _packed",
-    ]
-    return _compile(f"<fusee.record encode {cls.__name__}>", "\n".join(lines) + "\n", names)
-
-
 _ENCODERS: Final[dict[type, Callable[[Any], bytes]]] = {
-    cls: _make_encoder(cls, kind.value) for cls, kind in _KIND_OF.items()
+    cls: encoder(cls, kind.value, _WIRE) for cls, kind in _KIND_OF.items()
 }
 # Per tag (index): the decoder, or None for a tag no kind has.
 _DECODERS: Final[tuple[Callable[[Any], Record] | None, ...]] = tuple(
-    _make_decoder(cls) if cls is not None else None
+    decoder(cls, _WIRE) if cls is not None else None
     for cls in ({kind.value: c for c, kind in _KIND_OF.items()}.get(tag) for tag in range(256))
 )
 _KIND_NAMES: Final = {kind.value: cls.__name__ for cls, kind in _KIND_OF.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import sys
 import weakref
@@ -20,7 +21,7 @@ from fusee._loop import (
     FIRST_EXCEPTION,
     RunEvicted,
     WorkflowLoop,
-    _refusing,
+    _name_refusals,
     as_completed,
     select,
     wait,
@@ -64,7 +65,7 @@ class Run:
         return task
 
     def turn(self) -> None:
-        self.loop.run_until_quiescent()
+        turn(self.loop)
 
     def resolve(self, fut: asyncio.Future[Any], value: object) -> None:
         fut.set_result(value)
@@ -86,6 +87,15 @@ class Run:
 
 
 MakeRun = Callable[..., Run]
+
+
+def turn(loop: WorkflowLoop) -> None:
+    """One turn, as the driver runs it: the loop is the running loop meanwhile."""
+    token = loop.enter()
+    try:
+        loop.run_ready()
+    finally:
+        loop.leave(token)
 
 
 @pytest.fixture
@@ -154,12 +164,12 @@ def test_workflow_code_sees_the_workflow_loop_as_running_loop(run: Run) -> None:
     assert asyncio.events._get_running_loop() is None
 
 
-def test_run_until_quiescent_is_not_reentrant(run: Run) -> None:
+def test_a_turn_is_not_reentrant(run: Run) -> None:
     errors: list[BaseException] = []
 
     def reenter() -> None:
         try:
-            run.loop.run_until_quiescent()
+            run.loop.enter()
         except RuntimeError as error:
             errors.append(error)
 
@@ -701,10 +711,45 @@ def test_every_event_loop_method_is_defined_by_the_workflow_loop() -> None:
 
 
 def test_a_loop_method_from_a_newer_python_is_refused_by_name() -> None:
-    loop = WorkflowLoop(FakeHost())
-    with pytest.raises(NondeterministicCall, match=r"^frobnicate cannot run in workflow code"):
-        _refusing("frobnicate")(loop)
+    class NewerLoop(asyncio.AbstractEventLoop):
+        def frobnicate(self) -> None:
+            raise NotImplementedError
+
+    class Loop(WorkflowLoop):
+        pass
+
+    _name_refusals(Loop, NewerLoop)
+    refused = vars(Loop)["frobnicate"]
+    assert refused.__qualname__ == f"{Loop.__qualname__}.frobnicate"
+    loop = Loop(FakeHost())
+    with pytest.raises(
+        NondeterministicCall,
+        match=r"^frobnicate cannot run in workflow code: this loop method has no deterministic",
+    ):
+        refused(loop)
     loop.close()
+
+
+def test_call_soon_sets_every_slot_handle_init_sets(run: Run) -> None:
+    # call_soon builds its Handle without Handle.__init__: a Python whose
+    # Handle gains, loses or fills a slot otherwise fails here, not in a run.
+    context = contextvars.copy_context()
+    made = run.loop.call_soon(print, "x", context=context)
+    reference = asyncio.Handle(print, ("x",), run.loop, context)
+    slots = [slot for slot in asyncio.Handle.__slots__ if slot != "__weakref__"]
+    assert sorted(slots) == [
+        "_args",
+        "_callback",
+        "_cancelled",
+        "_context",
+        "_loop",
+        "_repr",
+        "_source_traceback",
+    ]
+    assert {slot: getattr(made, slot) for slot in slots} == {
+        slot: getattr(reference, slot) for slot in slots
+    }
+    made.cancel()
 
 
 # -- objects of another loop ----------------------------------------------------------------
@@ -937,7 +982,7 @@ def test_a_closed_loop_refuses_new_work_and_closing_again_does_nothing(run: Run)
     with pytest.raises(RuntimeError, match="closed"):
         run.loop.call_later(1, print)
     with pytest.raises(RuntimeError, match="closed"):
-        run.loop.run_until_quiescent()
+        run.loop.enter()
     coro = asyncio.sleep(0)
     with pytest.raises(RuntimeError, match="closed"):
         run.loop.create_task(coro)
@@ -1354,14 +1399,14 @@ def execute(program: list[list[str]], order: list[tuple[int, int, int]], failing
         trace.append("end")
 
     loop.create_task(main())
-    loop.run_until_quiescent()
+    turn(loop)
     for key in order:
         if key in failing:
             futs[key].set_exception(ValueError(str(key)))
         else:
             futs[key].set_result(str(key))
         trace.append(("deliver", key))
-        loop.run_until_quiescent()
+        turn(loop)
     loop.shutdown()
     assert loop.errors == []
     for fut in futs.values():

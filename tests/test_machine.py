@@ -40,6 +40,7 @@ from fusee.record import (
     Chunk,
     Fired,
     Meta,
+    Patch,
     Record,
     Resume,
     Signal,
@@ -434,6 +435,36 @@ def test_patches_take_no_position() -> None:
     assert r2.patched("later") == (True, None)
 
 
+def test_a_finished_run_replays_patched_after_its_last_operation_as_the_old_branch() -> None:
+    # Old code ran a and ended; the new code asks for a patch after a. A
+    # query replays the finished run: it must see the branch the run took.
+    journal: list[Record] = [start()]
+    m = RunMachine.fresh(start(), 1)
+    a, _ = m.begin_step("a")
+    m.complete(a, ok("A"))
+    drain(m, journal)
+    journal.append(m.finish(Status.OK, p("done"), 20))
+    r = RunMachine(journal, len(journal))
+    r.begin_step("a")
+    drain(r, [])
+    assert r.patched("fix") == (False, None)
+    assert r.recorded_done() == (Status.OK, p("done"))
+
+
+def test_an_unfinished_run_takes_a_patch_after_its_last_operation() -> None:
+    journal: list[Record] = [start()]
+    m = RunMachine.fresh(start(), 1)
+    a, _ = m.begin_step("a")
+    m.complete(a, ok("A"))
+    drain(m, journal)
+    r = RunMachine(journal, len(journal))
+    r.begin_step("a")
+    drain(r, [])
+    on, rec = r.patched("fix")
+    assert on
+    assert rec == Patch(1, 1, "fix")
+
+
 def test_heartbeat_progress_survives_into_the_retry() -> None:
     journal: list[Record] = [start()]
     m = RunMachine.fresh(start(), 1)
@@ -698,17 +729,6 @@ def test_a_stream_from_a_step_that_no_longer_runs_is_refused() -> None:
     m = RunMachine.fresh(start(), 1)
     with pytest.raises(RuntimeError, match="no longer running"):
         m.stream_open("out", 5)
-
-
-def test_rebuild_and_release_forget_the_previous_run() -> None:
-    m = RunMachine.fresh(start(), 1)
-    m.begin_step("a")
-    m.release()
-    assert m.info().id == ""
-    assert m.pending_len() == 0
-    m.rebuild([Start(2, "b", "t"), Step(2, 0, "x", 1, Status.OK, b"1")], 9)
-    assert (m.run(), m.gate, m.is_replaying()) == (2, 9, True)
-    assert m.begin_step("x")[1] == StepStart.REPLAY
 
 
 def test_a_late_or_unknown_completion_is_ignored() -> None:
