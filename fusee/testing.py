@@ -61,6 +61,9 @@ class TestEngine:
         start_ms: The virtual clock's start (Unix ms).
         profile: ``"dev"`` (default): strict replay of every journal.
         park_after: How long a suspended run stays in memory.
+        step_grace: How much real time a running step function gets to
+            return before `settle`, `advance` and ``result()`` go on
+            without it (it keeps running; its result arrives later).
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -79,8 +82,10 @@ class TestEngine:
         start_ms: int = 1_767_225_600_000,
         profile: str | None = "dev",
         park_after: Any = "5s",
+        step_grace: Any = "500ms",
     ) -> None:
         self.workflows = list(workflows)
+        self._step_grace_s = parse_duration(step_grace)
         self.store: Store = store if store is not None else MemoryStore()
         self.clock = VirtualClock(start_ms)
         self._profile = profile
@@ -227,26 +232,44 @@ class TestEngine:
         self._mocks[(workflow, step)] = fn
 
     async def settle(self) -> None:
-        """Returns once the engine has nothing left to do at the current virtual time."""
+        """Returns once the engine has nothing left to do at the current virtual time.
+
+        Running step functions do not hold it for long: each gets up to
+        ``step_grace`` of real time (counted from the engine's last progress)
+        to return; one still running after that is left running, and its
+        result reaches the run on a later `settle`, `advance` or ``result()``.
+        A step that waits for the test (an event it sets later) or for
+        virtual time therefore never deadlocks the test.
+
+        Example:
+            >>> async def test(t: TestEngine) -> None:
+            ...     await t.settle()
+        """
         engine = self.engine
+        loop = asyncio.get_running_loop()
         quiet = 0
+        grace_ends: float | None = None
         while quiet < 3:
-            before = (engine.committer.lsn, engine.committer.durable_lsn, engine.tasks_in_flight)
+            before = _progress(engine)
             for _ in range(4):
                 await asyncio.sleep(0)
             # Engine tasks (waking a parked run, starting a child) read the
             # store, which for SQLite happens on a thread: busy too, or a
             # settle could return while one is still on its way.
-            busy = (
-                engine.hooks.busy_steps > 0
-                or (not engine.committer.idle and engine.committer.failed is None)
-                or engine.tasks_in_flight > 0
-            )
-            if busy:
+            internal = (
+                not engine.committer.idle and engine.committer.failed is None
+            ) or engine.tasks_in_flight > 0
+            stepping = engine.hooks.busy_steps > 0
+            if internal or stepping:
+                if not internal and grace_ends is not None and loop.time() >= grace_ends:
+                    # Nothing but step functions past their grace is left.
+                    break
                 # A step function runs in a worker thread: give it real time.
                 await asyncio.sleep(0.001)
-            after = (engine.committer.lsn, engine.committer.durable_lsn, engine.tasks_in_flight)
-            quiet = quiet + 1 if (before == after and not busy) else 0
+            after = _progress(engine)
+            if before != after or grace_ends is None:
+                grace_ends = loop.time() + self._step_grace_s
+            quiet = quiet + 1 if (before == after and not internal and not stepping) else 0
 
     async def advance(self, duration: Any) -> None:
         """Moves the virtual clock forward by ``duration``, firing each timer at its time.
@@ -290,6 +313,12 @@ class TestEngine:
         self.store = _reopened(self.store)
         self.crashes += 1
         await self._open()
+
+
+def _progress(engine: Engine) -> tuple[int, int, int, int]:
+    """What changes whenever the engine does something (settle compares it)."""
+    c = engine.committer
+    return (c.lsn, c.durable_lsn, engine.tasks_in_flight, engine.hooks.busy_steps)
 
 
 def _reopened(store: Store) -> Store:
