@@ -84,3 +84,61 @@ async def test_settle_waits_for_a_quick_step_function_in_a_thread() -> None:
         await t.advance("1s")
         assert (await run.describe()).status == fusee.RunStatus.COMPLETED
         assert await run.result() == 2
+
+
+async def _charge_helper(c: fusee.Ctx) -> str:
+    return await c.step("charge", lambda: "ch_live")
+
+
+@fusee.workflow("checkout")
+async def checkout(ctx: fusee.Ctx) -> str:
+    quote = await ctx.step("quote", lambda: 10)
+    charged = await _charge_helper(ctx)
+    return f"{quote}:{charged}"
+
+
+async def test_mock_step_takes_the_workflow_def_and_replaces_the_step() -> None:
+    async with TestEngine(workflows=[checkout]) as t:
+        t.mock_step(checkout, "charge", lambda: "ch_test")
+        assert await t.execute(checkout, "c-1") == "10:ch_test"
+
+
+async def test_mock_step_takes_the_workflow_name_too() -> None:
+    async with TestEngine(workflows=[checkout]) as t:
+        t.mock_step("checkout", "quote", lambda: 20)
+        assert await t.execute(checkout, "c-1") == "20:ch_live"
+
+
+def test_mock_step_of_an_unknown_workflow_raises_unknown_workflow() -> None:
+    t = TestEngine(workflows=[checkout])
+    with pytest.raises(fusee.UnknownWorkflow, match="'chekout' is not one of"):
+        t.mock_step("chekout", "charge", lambda: "ch_test")
+
+
+@pytest.mark.parametrize(
+    "step", [pytest.param("charg", id="typo"), pytest.param("refund", id="absent")]
+)
+def test_mock_step_of_an_unknown_step_raises_naming_the_known_steps(step: str) -> None:
+    t = TestEngine(workflows=[checkout])
+    with pytest.raises(ValueError, match="its steps are 'charge', 'quote'"):
+        t.mock_step(checkout, step, lambda: "ch_test")
+
+
+def test_mock_step_accepts_any_name_when_step_names_are_computed() -> None:
+    @fusee.workflow("computed")
+    async def computed(ctx: fusee.Ctx, n: int) -> list[int]:
+        return [await ctx.step(f"part-{i}", lambda: 1) for i in range(n)]
+
+    t = TestEngine(workflows=[computed])
+    t.mock_step(computed, "part-3", lambda: 2)
+
+
+def test_mock_step_accepts_any_name_when_ctx_goes_where_code_cannot_be_followed() -> None:
+    helpers = {"charge": _charge_helper}
+
+    @fusee.workflow("opaque")
+    async def opaque(ctx: fusee.Ctx) -> str:
+        return await helpers["charge"](ctx)
+
+    t = TestEngine(workflows=[opaque])
+    t.mock_step(opaque, "charge", lambda: "ch_test")
