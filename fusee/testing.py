@@ -35,7 +35,7 @@ from fusee.engine._clock import VirtualClock
 from fusee.engine._engine import Engine
 from fusee.engine._hooks import Hooks
 from fusee.engine._run import IdPolicy, Run, RunInfo
-from fusee.errors import FuseeError, StoreError, UnknownWorkflow
+from fusee.errors import FuseeError, StoreError, UnknownWorkflow, WatchdogError
 from fusee.record import Step, decode
 from fusee.store import Entry, RunRow, Store
 from fusee.store.memory import MemoryStore
@@ -67,6 +67,11 @@ class TestEngine:
         step_grace: How much real time a running step function gets to
             return before `settle`, `advance` and ``result()`` go on
             without it (it keeps running; its result arrives later).
+        watchdog: How long workflow code may run without yielding (``"2s"``
+            by default; None: no watchdog). Code that blocks longer makes the
+            next `settle`, `advance`, ``result()`` or `execute` raise
+            `fusee.WatchdogError` with the stack the watchdog saw. It is off
+            under a debugger (``sys.gettrace()``), as in the engine.
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -86,9 +91,15 @@ class TestEngine:
         profile: str | None = "dev",
         park_after: Any = "5s",
         step_grace: Any = "500ms",
+        watchdog: Any = "2s",
     ) -> None:
         self.workflows = list(workflows)
         self._step_grace_s = parse_duration(step_grace)
+        self._watchdog = watchdog
+        # Reports of every life, appended by the watchdog's thread; the
+        # first `_reported` of them have been raised already.
+        self._watchdog_reports: list[str] = []
+        self._reported = 0
         self.store: Store = store if store is not None else MemoryStore()
         self.clock = VirtualClock(start_ms)
         self._profile = profile
@@ -127,6 +138,7 @@ class TestEngine:
             step_log=self.step_log,
             life=self.crashes,
             wait_result=self._wait_skipping,
+            watchdog_reports=self._watchdog_reports,
         )
         engine = Engine(
             self.store,
@@ -134,7 +146,7 @@ class TestEngine:
             park_after=self._park_after,
             clock=self.clock,
             profile=self._profile,
-            watchdog=None,
+            watchdog=self._watchdog,
             hooks=hooks,
         )
         self._engine = engine
@@ -198,7 +210,21 @@ class TestEngine:
         return self._engine
 
     async def _result(self, id: str) -> Any:
-        return await self._current()._result(id)
+        try:
+            return await self._current()._result(id)
+        finally:
+            self._raise_watchdog_report()
+
+    def _raise_watchdog_report(self) -> None:
+        """Raises `fusee.WatchdogError` for the first report not raised yet."""
+        reports = self._watchdog_reports
+        if len(reports) > self._reported:
+            report = reports[self._reported]
+            self._reported = len(reports)
+            raise WatchdogError(
+                "the watchdog caught workflow code blocking the engine's loop "
+                f"(TestEngine(watchdog=...) sets its limit): {report}"
+            )
 
     async def _signal(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
@@ -286,6 +312,10 @@ class TestEngine:
         A step that waits for the test (an event it sets later) or for
         virtual time therefore never deadlocks the test.
 
+        Raises:
+            WatchdogError: Workflow code blocked the loop longer than the
+                watchdog's limit since the last check.
+
         Example:
             >>> async def test(t: TestEngine) -> None:
             ...     await t.settle()
@@ -315,6 +345,7 @@ class TestEngine:
             if before != after or grace_ends is None:
                 grace_ends = loop.time() + self._step_grace_s
             quiet = quiet + 1 if (before == after and not internal and not stepping) else 0
+        self._raise_watchdog_report()
 
     async def advance(self, duration: Any) -> None:
         """Moves the virtual clock forward by ``duration``, firing each timer at its time.

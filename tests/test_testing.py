@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -142,3 +143,79 @@ def test_mock_step_accepts_any_name_when_ctx_goes_where_code_cannot_be_followed(
 
     t = TestEngine(workflows=[opaque])
     t.mock_step(opaque, "charge", lambda: "ch_test")
+
+
+class _OnWatchdogReport(logging.Handler):
+    """Sets ``event`` when the watchdog reports (it logs each report from its thread)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__(logging.WARNING)
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "without yielding" in record.getMessage():
+            self.event.set()
+
+
+@pytest.fixture
+def watchdog_reported() -> Iterator[threading.Event]:
+    event = threading.Event()
+    handler = _OnWatchdogReport(event)
+    logger = logging.getLogger("fusee")
+    logger.addHandler(handler)
+    yield event
+    logger.removeHandler(handler)
+    event.set()
+
+
+async def test_a_workflow_that_blocks_fails_its_result_with_watchdog_error_naming_the_stack(
+    watchdog_reported: threading.Event,
+) -> None:
+    @fusee.workflow("blocking")
+    async def blocking(ctx: fusee.Ctx) -> str:
+        # Blocks the loop until the watchdog has seen it (a bound, not a wait).
+        watchdog_reported.wait(DEADLOCK_S)
+        return "late"
+
+    async with TestEngine(workflows=[blocking], watchdog="100ms") as t:
+        with pytest.raises(
+            fusee.WatchdogError, match=r"run 'w-1' has run .* without yielding"
+        ) as e:
+            await t.execute(blocking, "w-1")
+        assert "in blocking" in str(e.value)  # the stack names the workflow function
+        assert watchdog_reported.is_set()
+        # Reported once: the run's result is there afterwards.
+        assert await t.get("w-1").result() == "late"
+
+
+async def test_a_workflow_that_blocks_fails_advance_with_watchdog_error(
+    watchdog_reported: threading.Event,
+) -> None:
+    @fusee.workflow("blocking-later")
+    async def blocking_later(ctx: fusee.Ctx) -> None:
+        await ctx.sleep("nap", "1h")
+        watchdog_reported.wait(DEADLOCK_S)
+
+    async with TestEngine(workflows=[blocking_later], watchdog="100ms") as t:
+        await t.start(blocking_later, "w-1")
+        with pytest.raises(fusee.WatchdogError, match="in blocking_later"):
+            await t.advance("1h")
+
+
+@pytest.mark.parametrize(
+    ("watchdog", "limit_s"),
+    [
+        pytest.param(None, None, id="off"),
+        pytest.param("5s", 5.0, id="5s"),
+    ],
+)
+async def test_the_watchdog_limit_of_a_test_engine_is_configurable(
+    watchdog: str | None, limit_s: float | None
+) -> None:
+    async with TestEngine(watchdog=watchdog) as t:
+        assert t.engine.watchdog_s == limit_s
+
+
+async def test_the_watchdog_of_a_test_engine_is_on_with_a_2s_limit() -> None:
+    async with TestEngine() as t:
+        assert t.engine.watchdog_s == 2.0
