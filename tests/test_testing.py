@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 import fusee
-from fusee.testing import TestEngine
+from fusee.testing import TestEngine, crash_everywhere
 
 # A bound on the test itself, never a wait: a deadlock fails here instead of
 # at the suite's timeout.
@@ -219,3 +220,59 @@ async def test_the_watchdog_limit_of_a_test_engine_is_configurable(
 async def test_the_watchdog_of_a_test_engine_is_on_with_a_2s_limit() -> None:
     async with TestEngine() as t:
         assert t.engine.watchdog_s == 2.0
+
+
+go = fusee.signal("go", bool)
+
+
+async def test_crash_everywhere_crashes_a_run_that_ends_cancelled() -> None:
+    released: list[str] = []
+
+    @fusee.workflow("cancellable")
+    async def cancellable(ctx: fusee.Ctx) -> str:
+        await ctx.step("reserve", lambda: "r-1")
+        try:
+            await ctx.wait_for(go)
+        except fusee.Cancelled:
+            await ctx.step("release", lambda: released.append("r-1"))
+            raise
+        return "went"
+
+    async def drive(t: TestEngine, run: fusee.Run[str]) -> None:
+        await t.settle()  # the run waits for the signal
+        with contextlib.suppress(fusee.RunFinished):
+            await run.cancel("stop")
+
+    with pytest.raises(fusee.Cancelled):
+        await crash_everywhere(cancellable, drive=drive)
+    # One pass without a crash, and one per record but the last: each cancelled.
+    assert len(released) > 2
+
+
+async def test_crash_everywhere_keeps_its_simulated_crashes_out_of_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @fusee.workflow("two")
+    async def two(ctx: fusee.Ctx) -> int:
+        a = await ctx.step("a", lambda: 1)
+        return a + await ctx.step("b", lambda: 1)
+
+    with caplog.at_level(logging.DEBUG, logger="fusee"):
+        assert await crash_everywhere(two) == 2
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_crash_everywhere_still_logs_what_is_not_its_simulated_crash(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @fusee.workflow("logs")
+    async def logs(ctx: fusee.Ctx) -> int:
+        return await ctx.step("a", lambda: 1)
+
+    def noisy() -> int:
+        logging.getLogger("fusee").error("a real failure")
+        return 1
+
+    with caplog.at_level(logging.ERROR, logger="fusee"):
+        await crash_everywhere(logs, mocks={("logs", "a"): noisy})
+    assert "a real failure" in [r.getMessage() for r in caplog.records]
