@@ -547,19 +547,36 @@ class _CrashAfter(StoreError):
     pass
 
 
-def _is_simulated_crash(record: logging.LogRecord) -> bool:
-    """Whether ``record`` reports `crash_everywhere`'s own crash (in its exception or args)."""
-    seen: list[BaseException] = []
-    if record.exc_info and record.exc_info[1] is not None:
-        seen.append(record.exc_info[1])
-    args = record.args if isinstance(record.args, tuple) else ()
-    seen.extend(a for a in args if isinstance(a, BaseException))
-    while seen:
-        error = seen.pop()
-        if isinstance(error, _CrashAfter):
+def _caused_by_simulated_crash(error: BaseException | None) -> bool:
+    """Whether ``error`` is, or was caused by, a crash `crash_everywhere` simulates.
+
+    The pytest plugin's error check lets these pass: they are expected.
+
+    Example:
+        >>> _caused_by_simulated_crash(ValueError("boom"))
+        False
+    """
+    todo = [error] if error is not None else []
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, _CrashAfter):
             return True
-        seen.extend(e for e in (error.__cause__, error.__context__) if e is not None)
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(c for c in (e.__cause__, e.__context__) if c is not None)
     return False
+
+
+def _is_simulated_crash(record: logging.LogRecord) -> bool:
+    """Whether log ``record`` reports a simulated crash (in its exception or its args)."""
+    if record.exc_info and _caused_by_simulated_crash(record.exc_info[1]):
+        return True
+    args = record.args if isinstance(record.args, tuple) else ()
+    return any(isinstance(a, BaseException) and _caused_by_simulated_crash(a) for a in args)
 
 
 class _SimulatedCrashFilter(logging.Filter):

@@ -262,6 +262,7 @@ async def test_crash_everywhere_keeps_its_simulated_crashes_out_of_the_log(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+@pytest.mark.expect_engine_errors("a real failure")
 async def test_crash_everywhere_still_logs_what_is_not_its_simulated_crash(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
