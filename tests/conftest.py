@@ -19,6 +19,13 @@ hypothesis.settings.register_profile("fusee", deadline=None, print_blob=True)
 hypothesis.settings.load_profile("fusee")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A known engine bug's errors pass the error check until the engine is fixed."""
+    for item in items:
+        for marker in item.iter_markers("known_engine_bug"):
+            item.add_marker(pytest.mark.expect_engine_errors(*marker.args))
+
+
 @pytest.fixture(autouse=True)
 def _no_errors_logged(fusee_no_errors_logged: None) -> None:
     """Every test fails when an engine logs an unexpected error (fusee.pytest_plugin)."""

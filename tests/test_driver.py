@@ -130,6 +130,10 @@ def _line_of(fn: Callable[..., Any], text: str) -> str:
 
 
 # Strict replay logs each divergence it stops, as an operator must see it.
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_renamed_step_names_both_names_and_the_line() -> None:
     async def old(ctx: fusee.Ctx) -> None:
@@ -150,6 +154,10 @@ async def test_a_renamed_step_names_both_names_and_the_line() -> None:
     assert e.location == _line_of(new, '"charge-card"')
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_reordered_steps_are_caught_at_the_first_difference() -> None:
     async def old(ctx: fusee.Ctx) -> None:
@@ -168,6 +176,10 @@ async def test_reordered_steps_are_caught_at_the_first_difference() -> None:
     assert e.location == _line_of(new, '"b"')
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_an_added_step_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
@@ -184,6 +196,10 @@ async def test_an_added_step_is_caught() -> None:
     assert "recorded sleep 'hold' here but the code called step 'audit'" in e.message
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_removed_step_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
@@ -200,6 +216,10 @@ async def test_a_removed_step_is_caught() -> None:
     assert "recorded step 'b' here but the code called sleep 'hold'" in e.message
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_wait_replaced_by_a_sleep_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
@@ -213,6 +233,10 @@ async def test_a_wait_replaced_by_a_sleep_is_caught() -> None:
     assert "recorded wait 'review' here but the code called sleep 'nap'" in e.message
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_changed_value_kind_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
@@ -228,6 +252,10 @@ async def test_a_changed_value_kind_is_caught() -> None:
     assert "recorded value kind 2 here but the code asked for kind 1" in e.message
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_code_that_returns_while_its_journal_delivers_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
@@ -244,6 +272,10 @@ async def test_code_that_returns_while_its_journal_delivers_is_caught() -> None:
     assert e.location.endswith(f":{new.__code__.co_firstlineno}")
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_code_waiting_on_something_the_journal_never_started_is_a_stall() -> None:
     async def old(ctx: fusee.Ctx) -> None:
@@ -264,6 +296,10 @@ async def test_code_waiting_on_something_the_journal_never_started_is_a_stall() 
     assert e.location == _line_of(new, "asyncio.Event().wait()")
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 @pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_diverged_run_changes_nothing_recorded() -> None:
     async def old(ctx: fusee.Ctx) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import cli_workflows as wfs
+import pytest
 
 import fusee
 from fusee.cli._modules import import_module
@@ -37,6 +38,10 @@ async def order(ctx: fusee.Ctx, n: int) -> int:
 """
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 def test_replay_lists_each_divergence_with_its_position_and_line(tmp_path: Path) -> None:
     (tmp_path / "v1").mkdir()
     (tmp_path / "v2").mkdir()
@@ -147,6 +152,10 @@ def test_replay_counts_only_unfinished_runs_by_default(tmp_path: Path) -> None:
     assert "1 unfinished run(s) replayed against the code: no divergence" in out
 
 
+@pytest.mark.known_engine_bug(
+    r"Task exception was never retrieved \(DeterminismError",
+    reason="a diverged run's task exception is never retrieved",
+)
 def test_replay_all_replays_finished_runs_and_shows_each_status(tmp_path: Path) -> None:
     data, v2 = _finished_and_waiting(tmp_path)
     code, out, _ = cli("replay", str(v2), "--all", "--data", str(data))
