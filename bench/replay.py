@@ -53,6 +53,9 @@ class _ReplayOnly:
     def turned(self, driver: RunDriver) -> None:
         return None
 
+    def child_dropped(self, driver: RunDriver, seq: int, child: str) -> None:
+        return None
+
 
 async def record(n: int) -> list[bytes]:
     async with await fusee.Engine.open("memory", workflows=[w6], watchdog=None) as engine:

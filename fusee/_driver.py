@@ -403,6 +403,11 @@ class RunDriver:
 
     def _stop(self) -> None:
         assert self.error is not None
+        main = self.main
+        if main is not None and main.done() and not main.cancelled():
+            # The code let the DeterminismError out: it is the run's error,
+            # reported once by `stuck`, not an exception nobody retrieved.
+            main.exception()
         self.host.stuck(self, self.error)
 
     def _diverged(self, error: DeterminismError, location: str | None) -> DeterminismError:

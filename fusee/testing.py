@@ -23,8 +23,21 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+import contextlib
+import inspect
+import logging
+import textwrap
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fusee._durations import parse_duration
@@ -32,7 +45,14 @@ from fusee.engine._clock import VirtualClock
 from fusee.engine._engine import Engine
 from fusee.engine._hooks import Hooks
 from fusee.engine._run import IdPolicy, Run, RunInfo
-from fusee.errors import FuseeError, RunFinished, StoreError
+from fusee.errors import (
+    Cancelled,
+    FuseeError,
+    RunFinished,
+    StoreError,
+    UnknownWorkflow,
+    WatchdogError,
+)
 from fusee.record import Start, Step, decode
 from fusee.store import Entry, RunRow, Store
 from fusee.store.memory import MemoryStore
@@ -61,6 +81,14 @@ class TestEngine:
         start_ms: The virtual clock's start (Unix ms).
         profile: ``"dev"`` (default): strict replay of every journal.
         park_after: How long a suspended run stays in memory.
+        step_grace: How much real time a running step function gets to
+            return before `settle`, `advance` and ``result()`` go on
+            without it (it keeps running; its result arrives later).
+        watchdog: How long workflow code may run without yielding (``"2s"``
+            by default; None: no watchdog). Code that blocks longer makes the
+            next `settle`, `advance`, ``result()`` or `execute` raise
+            `fusee.WatchdogError` with the stack the watchdog saw. It is off
+            under a debugger (``sys.gettrace()``), as in the engine.
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -79,8 +107,16 @@ class TestEngine:
         start_ms: int = 1_767_225_600_000,
         profile: str | None = "dev",
         park_after: Any = "5s",
+        step_grace: Any = "500ms",
+        watchdog: Any = "2s",
     ) -> None:
         self.workflows = list(workflows)
+        self._step_grace_s = parse_duration(step_grace)
+        self._watchdog = watchdog
+        # Reports of every life, appended by the watchdog's thread; the
+        # first `_reported` of them have been raised already.
+        self._watchdog_reports: list[str] = []
+        self._reported = 0
         self.store: Store = store if store is not None else MemoryStore()
         self.clock = VirtualClock(start_ms)
         self._profile = profile
@@ -119,6 +155,7 @@ class TestEngine:
             step_log=self.step_log,
             life=self.crashes,
             wait_result=self._wait_skipping,
+            watchdog_reports=self._watchdog_reports,
         )
         engine = Engine(
             self.store,
@@ -126,7 +163,7 @@ class TestEngine:
             park_after=self._park_after,
             clock=self.clock,
             profile=self._profile,
-            watchdog=None,
+            watchdog=self._watchdog,
             hooks=hooks,
         )
         self._engine = engine
@@ -190,7 +227,21 @@ class TestEngine:
         return self._engine
 
     async def _result(self, id: str) -> Any:
-        return await self._current()._result(id)
+        try:
+            return await self._current()._result(id)
+        finally:
+            self._raise_watchdog_report()
+
+    def _raise_watchdog_report(self) -> None:
+        """Raises `fusee.WatchdogError` for the first report not raised yet."""
+        reports = self._watchdog_reports
+        if len(reports) > self._reported:
+            report = reports[self._reported]
+            self._reported = len(reports)
+            raise WatchdogError(
+                "the watchdog caught workflow code blocking the engine's loop "
+                f"(TestEngine(watchdog=...) sets its limit): {report}"
+            )
 
     async def _signal(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
@@ -217,36 +268,101 @@ class TestEngine:
 
     # --- time, crashes, mocks ---------------------------------------------------------------
 
-    def mock_step(self, workflow: str, step: str, fn: Callable[..., Any]) -> None:
-        """Runs ``fn`` instead of step ``step`` of workflow ``workflow`` (sync or async).
+    def mock_step(
+        self, workflow: WorkflowDef[Any, Any] | str, step: str, fn: Callable[..., Any]
+    ) -> None:
+        """Runs ``fn`` instead of step ``step`` of ``workflow`` (sync or async).
+
+        The step's name is checked against the workflow's code: the names its
+        function (and the helper functions it passes its ``ctx`` to) give
+        ``ctx.step`` and ``ctx.await_completion`` as string literals. When
+        that cannot list every name (the source is not available, a name is
+        computed, or ``ctx`` goes where the code cannot be followed), any
+        name is accepted.
+
+        Args:
+            workflow: The workflow (a `fusee.WorkflowDef` of this engine's
+                workflows, or its name).
+            step: The step's name.
+            fn: What to run instead, taking the `fusee.StepCtx` or nothing.
+
+        Raises:
+            UnknownWorkflow: ``workflow`` is not one of this engine's workflows.
+            ValueError: The workflow's code has no step named ``step``.
 
         Example:
-            >>> t = TestEngine()
-            >>> t.mock_step("checkout", "charge", lambda: "ch_test")
+            >>> import fusee
+            >>> @fusee.workflow("checkout")
+            ... async def checkout(ctx: fusee.Ctx) -> str:
+            ...     return await ctx.step("charge", lambda: "ch_live")
+            >>> t = TestEngine(workflows=[checkout])
+            >>> t.mock_step(checkout, "charge", lambda: "ch_test")
+            >>> t.mock_step(checkout, "refund", lambda: None)
+            Traceback (most recent call last):
+            ...
+            ValueError: workflow 'checkout' has no step named 'refund'; its steps are 'charge'
         """
-        self._mocks[(workflow, step)] = fn
+        name = workflow if isinstance(workflow, str) else workflow.name
+        defs = [w for w in self.workflows if w.name == name]
+        if not defs:
+            known = ", ".join(repr(w.name) for w in self.workflows) or "none"
+            raise UnknownWorkflow(
+                f"workflow {name!r} is not one of this TestEngine's workflows ({known}); "
+                "pass it in TestEngine(workflows=[...]) before mocking its steps"
+            )
+        found = [_step_names(w.fn) for w in defs]
+        if all(names is not None for names in found):
+            known_steps = sorted(set().union(*(n for n in found if n is not None)))
+            if step not in known_steps:
+                listed = ", ".join(repr(n) for n in known_steps)
+                steps = f"its steps are {listed}" if known_steps else "its code names no step"
+                raise ValueError(f"workflow {name!r} has no step named {step!r}; {steps}")
+        self._mocks[(name, step)] = fn
 
     async def settle(self) -> None:
-        """Returns once the engine has nothing left to do at the current virtual time."""
+        """Returns once the engine has nothing left to do at the current virtual time.
+
+        Running step functions do not hold it for long: each gets up to
+        ``step_grace`` of real time (counted from the engine's last progress)
+        to return; one still running after that is left running, and its
+        result reaches the run on a later `settle`, `advance` or ``result()``.
+        A step that waits for the test (an event it sets later) or for
+        virtual time therefore never deadlocks the test.
+
+        Raises:
+            WatchdogError: Workflow code blocked the loop longer than the
+                watchdog's limit since the last check.
+
+        Example:
+            >>> async def test(t: TestEngine) -> None:
+            ...     await t.settle()
+        """
         engine = self.engine
+        loop = asyncio.get_running_loop()
         quiet = 0
+        grace_ends: float | None = None
         while quiet < 3:
-            before = (engine.committer.lsn, engine.committer.durable_lsn, engine.tasks_in_flight)
+            before = _progress(engine)
             for _ in range(4):
                 await asyncio.sleep(0)
             # Engine tasks (waking a parked run, starting a child) read the
             # store, which for SQLite happens on a thread: busy too, or a
             # settle could return while one is still on its way.
-            busy = (
-                engine.hooks.busy_steps > 0
-                or (not engine.committer.idle and engine.committer.failed is None)
-                or engine.tasks_in_flight > 0
-            )
-            if busy:
+            internal = (
+                not engine.committer.idle and engine.committer.failed is None
+            ) or engine.tasks_in_flight > 0
+            stepping = engine.hooks.busy_steps > 0
+            if internal or stepping:
+                if not internal and grace_ends is not None and loop.time() >= grace_ends:
+                    # Nothing but step functions past their grace is left.
+                    break
                 # A step function runs in a worker thread: give it real time.
                 await asyncio.sleep(0.001)
-            after = (engine.committer.lsn, engine.committer.durable_lsn, engine.tasks_in_flight)
-            quiet = quiet + 1 if (before == after and not busy) else 0
+            after = _progress(engine)
+            if before != after or grace_ends is None:
+                grace_ends = loop.time() + self._step_grace_s
+            quiet = quiet + 1 if (before == after and not internal and not stepping) else 0
+        self._raise_watchdog_report()
 
     async def advance(self, duration: Any) -> None:
         """Moves the virtual clock forward by ``duration``, firing each timer at its time.
@@ -292,6 +408,140 @@ class TestEngine:
         await self._open()
 
 
+# The Ctx methods whose first argument names a step function (what mocks replace).
+_STEP_METHODS = frozenset({"step", "await_completion"})
+# How deep `_step_names` follows ctx into helper functions.
+_HELPER_DEPTH = 4
+
+
+def _step_names(fn: Callable[..., Any]) -> set[str] | None:
+    """The step names workflow function ``fn`` can call, or None if they cannot all be known.
+
+    Read from the source: literal names given to ``ctx.step``/``ctx.await_completion``
+    in ``fn`` (nested functions included) and in the functions ``fn`` passes its
+    ctx to. None when a source is not available, a name is not a literal, or
+    ctx goes anywhere else (stored, passed to something that is not a plain
+    function): the names used there cannot be read.
+
+    Example:
+        >>> async def wf(ctx):
+        ...     await ctx.step("a", lambda: 1)
+        ...     await ctx.step(f"b-{1}", lambda: 1)
+        >>> _step_names(wf) is None
+        True
+    """
+    names: set[str] = set()
+    params = _positional_params(fn)
+    if not params:
+        return None
+    return names if _scan(fn, params[0], names, set(), 0) else None
+
+
+def _positional_params(fn: Callable[..., Any]) -> list[str]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+
+
+def _function_node(fn: Callable[..., Any]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == fn.__name__:
+            return node
+    return None
+
+
+def _scan(fn: Callable[..., Any], ctx: str, names: set[str], seen: set[object], depth: int) -> bool:
+    """Adds the step names ``fn`` gives its parameter ``ctx``; False when it cannot tell."""
+    fn = inspect.unwrap(fn)
+    key = (getattr(fn, "__code__", fn), ctx)
+    if key in seen:
+        return True
+    seen.add(key)
+    node = _function_node(fn)
+    if node is None or depth > _HELPER_DEPTH:
+        return False
+    handled: set[int] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and _is_name(sub.value, ctx):
+            handled.add(id(sub.value))
+        if not isinstance(sub, ast.Call):
+            continue
+        func = sub.func
+        if isinstance(func, ast.Attribute) and _is_name(func.value, ctx):
+            if func.attr in _STEP_METHODS:
+                first = sub.args[0] if sub.args else _keyword(sub, "name")
+                if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+                    return False
+                names.add(first.value)
+            continue
+        passed: list[tuple[int | None, str | None]] = [
+            (i, None) for i, a in enumerate(sub.args) if _is_name(a, ctx)
+        ]
+        passed += [(None, k.arg) for k in sub.keywords if _is_name(k.value, ctx)]
+        if not passed:
+            continue
+        helper = _resolve(fn, func)
+        if helper is None:
+            return False
+        params = _positional_params(helper)
+        for index, keyword in passed:
+            if keyword is None and (index is None or index >= len(params)):
+                return False
+            param = keyword if keyword is not None else params[index or 0]
+            if not _scan(helper, param, names, seen, depth + 1):
+                return False
+        for a in [*sub.args, *(k.value for k in sub.keywords)]:
+            if _is_name(a, ctx):
+                handled.add(id(a))
+    # Any other use of ctx (stored, returned, starred) goes where it cannot be followed.
+    return all(
+        id(sub) in handled
+        for sub in ast.walk(node)
+        if isinstance(sub, ast.Name) and sub.id == ctx and isinstance(sub.ctx, ast.Load)
+    )
+
+
+def _is_name(node: ast.AST | None, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _resolve(fn: Callable[..., Any], func: ast.expr) -> Callable[..., Any] | None:
+    """The plain function a call's ``func`` names in ``fn``'s scope, or None."""
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    try:
+        scope = {**getattr(fn, "__globals__", {}), **inspect.getclosurevars(fn).nonlocals}
+    except (TypeError, ValueError):
+        return None
+    obj = scope.get(func.id)
+    for attr in reversed(parts):
+        obj = getattr(obj, attr, None)
+    obj = inspect.unwrap(obj) if callable(obj) else None
+    return obj if inspect.isfunction(obj) else None
+
+
+def _progress(engine: Engine) -> tuple[int, int, int, int]:
+    """What changes whenever the engine does something (settle compares it)."""
+    c = engine.committer
+    return (c.lsn, c.durable_lsn, engine.tasks_in_flight, engine.hooks.busy_steps)
+
+
 def _reopened(store: Store) -> Store:
     """The store a restarted process would open: an SQLite directory gets a new object."""
     if isinstance(store, SqliteStore):
@@ -302,6 +552,61 @@ def _reopened(store: Store) -> Store:
 
 class _CrashAfter(StoreError):
     pass
+
+
+def _caused_by_simulated_crash(error: BaseException | None) -> bool:
+    """Whether ``error`` is, or was caused by, a crash `crash_everywhere` simulates.
+
+    The pytest plugin's error check lets these pass: they are expected.
+
+    Example:
+        >>> _caused_by_simulated_crash(ValueError("boom"))
+        False
+    """
+    todo = [error] if error is not None else []
+    seen: set[int] = set()
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, _CrashAfter):
+            return True
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(c for c in (e.__cause__, e.__context__) if c is not None)
+    return False
+
+
+def _is_simulated_crash(record: logging.LogRecord) -> bool:
+    """Whether log ``record`` reports a simulated crash (in its exception or its args)."""
+    if record.exc_info and _caused_by_simulated_crash(record.exc_info[1]):
+        return True
+    args = record.args if isinstance(record.args, tuple) else ()
+    return any(isinstance(a, BaseException) and _caused_by_simulated_crash(a) for a in args)
+
+
+class _SimulatedCrashFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _is_simulated_crash(record)
+
+
+@contextlib.contextmanager
+def _quiet_simulated_crashes() -> Iterator[None]:
+    """Drops the log records of `crash_everywhere`'s simulated crashes, and only those.
+
+    The engine logs a store failure at ERROR, as it should for a real one;
+    the crashes crash_everywhere makes on purpose would read as failures.
+    """
+    loggers = [logging.getLogger("fusee"), logging.getLogger("asyncio")]
+    quiet = _SimulatedCrashFilter()
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 class _LoggingStore(MemoryStore):
@@ -372,8 +677,11 @@ async def crash_everywhere(
 ) -> T:
     """Runs ``workflow`` once, then once per record position, crashing after that record.
 
-    Each crashed run recovers and must end with the same result, and no step
-    whose result was durable before the crash may run again.
+    Each crashed run recovers and must end with the same result (a value, an
+    error, or `fusee.Cancelled` for a cancelled run), and no step whose result
+    was durable before the crash may run again. The engine's log records of
+    these simulated crashes are dropped (they are expected); every other
+    record is logged as usual.
 
     Args:
         workflow: The workflow under test.
@@ -420,6 +728,14 @@ async def crash_everywhere(
             outcome = await _outcome(t, run, drive)
             return outcome, store.record_count(), t
 
+    with _quiet_simulated_crashes():
+        result: T = await _crash_passes(once)
+    return result
+
+
+async def _crash_passes(
+    once: Callable[[_LoggingStore], Awaitable[tuple[Any, int, TestEngine]]],
+) -> Any:
     expected, total, _ = await once(_LoggingStore())
     for keep in range(1, total):
         store = _CrashingStore(keep)
@@ -432,7 +748,7 @@ async def crash_everywhere(
         _check_no_durable_step_ran_again(t, store, keep)
     if isinstance(expected, _Raised):
         raise expected.error
-    return expected  # type: ignore[no-any-return]
+    return expected
 
 
 class _Raised:
@@ -456,7 +772,9 @@ async def _outcome(
     while True:
         try:
             return await run.result()
-        except Exception as e:
+        # A cancelled run's end (fusee.Cancelled is a BaseException) is an
+        # outcome too; asyncio's own CancelledError cancels the test instead.
+        except (Exception, Cancelled) as e:
             if not isinstance(t.engine.committer.failed, _CrashAfter):
                 return _Raised(e)
         # The simulated crash happened: recover and go on.

@@ -23,7 +23,6 @@ RANKS: Mapping[str, int] = {
     "fusee._status": 0,
     "fusee._version": 0,
     "fusee._durations": 0,
-    "fusee._frozen": 0,
     "fusee._codegen": 0,
     "fusee._codec": 1,
     "fusee.record": 1,

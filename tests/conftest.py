@@ -12,8 +12,16 @@ import hypothesis
 import pytest
 from _postgres import Cluster
 
+# pytester runs small pytest sessions (tests/test_pytest_plugin.py checks the plugin's fixtures).
+pytest_plugins = ["pytester"]
+
 hypothesis.settings.register_profile("fusee", deadline=None, print_blob=True)
 hypothesis.settings.load_profile("fusee")
+
+
+@pytest.fixture(autouse=True)
+def _no_errors_logged(fusee_no_errors_logged: None) -> None:
+    """Every test fails when an engine logs an unexpected error (fusee.pytest_plugin)."""
 
 
 @pytest.fixture(scope="session")

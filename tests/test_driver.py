@@ -45,6 +45,9 @@ class FakeHost:
     def turned(self, driver: RunDriver) -> None:
         return None
 
+    def child_dropped(self, driver: RunDriver, seq: int, child: str) -> None:
+        return None
+
 
 @fusee.workflow("fan")
 async def fan(ctx: fusee.Ctx, n: int) -> list[int]:
@@ -129,6 +132,8 @@ def _line_of(fn: Callable[..., Any], text: str) -> str:
     raise AssertionError(f"{text!r} not in {fn.__name__}")
 
 
+# Strict replay logs each divergence it stops, as an operator must see it.
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_renamed_step_names_both_names_and_the_line() -> None:
     async def old(ctx: fusee.Ctx) -> None:
         await ctx.step("a", lambda: 1)
@@ -148,6 +153,7 @@ async def test_a_renamed_step_names_both_names_and_the_line() -> None:
     assert e.location == _line_of(new, '"charge-card"')
 
 
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_reordered_steps_are_caught_at_the_first_difference() -> None:
     async def old(ctx: fusee.Ctx) -> None:
         await ctx.step("a", lambda: 1)
@@ -165,6 +171,7 @@ async def test_reordered_steps_are_caught_at_the_first_difference() -> None:
     assert e.location == _line_of(new, '"b"')
 
 
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_an_added_step_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
         await ctx.step("a", lambda: 1)
@@ -180,6 +187,7 @@ async def test_an_added_step_is_caught() -> None:
     assert "recorded sleep 'hold' here but the code called step 'audit'" in e.message
 
 
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_removed_step_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
         await ctx.step("a", lambda: 1)
@@ -195,6 +203,7 @@ async def test_a_removed_step_is_caught() -> None:
     assert "recorded step 'b' here but the code called sleep 'hold'" in e.message
 
 
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_wait_replaced_by_a_sleep_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
         await ctx.wait_for(review)
@@ -207,6 +216,7 @@ async def test_a_wait_replaced_by_a_sleep_is_caught() -> None:
     assert "recorded wait 'review' here but the code called sleep 'nap'" in e.message
 
 
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_changed_value_kind_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
         ctx.random()
@@ -221,6 +231,7 @@ async def test_a_changed_value_kind_is_caught() -> None:
     assert "recorded value kind 2 here but the code asked for kind 1" in e.message
 
 
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_code_that_returns_while_its_journal_delivers_is_caught() -> None:
     async def old(ctx: fusee.Ctx) -> None:
         await ctx.step("a", lambda: 1)
@@ -236,6 +247,7 @@ async def test_code_that_returns_while_its_journal_delivers_is_caught() -> None:
     assert e.location.endswith(f":{new.__code__.co_firstlineno}")
 
 
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_code_waiting_on_something_the_journal_never_started_is_a_stall() -> None:
     async def old(ctx: fusee.Ctx) -> None:
         await ctx.step("a", lambda: 1)
@@ -255,6 +267,7 @@ async def test_code_waiting_on_something_the_journal_never_started_is_a_stall() 
     assert e.location == _line_of(new, "asyncio.Event().wait()")
 
 
+@pytest.mark.expect_engine_errors("run 'd-1' stopped: determinism error")
 async def test_a_diverged_run_changes_nothing_recorded() -> None:
     async def old(ctx: fusee.Ctx) -> str:
         await ctx.step("a", lambda: 1)

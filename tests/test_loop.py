@@ -209,6 +209,7 @@ async def test_the_drivers_loop_runs_again_after_each_turn_even_when_workflow_co
     assert run.loop.errors == []
 
 
+@pytest.mark.expect_engine_errors("Exception in callback")
 def test_an_exception_in_a_callback_goes_to_errors_not_to_the_driver(run: Run) -> None:
     def fail() -> None:
         raise ValueError("boom")
@@ -764,6 +765,7 @@ def _python_task(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> a
     "task_factory",
     [pytest.param(None, id="c-task"), pytest.param(_python_task, id="python-task")],
 )
+@pytest.mark.expect_engine_errors("attached to a different loop")
 def test_awaiting_a_future_of_another_loop_fails_with_advice(
     make_run: MakeRun, task_factory: Any
 ) -> None:
@@ -790,6 +792,7 @@ def test_awaiting_a_future_of_another_loop_fails_with_advice(
     run.loop.errors.clear()
 
 
+@pytest.mark.expect_engine_errors("is bound to a different event loop")
 def test_awaiting_an_event_bound_to_another_loop_fails_with_advice(make_run: MakeRun) -> None:
     run, other = make_run("run"), make_run("other")
     event = asyncio.Event()
@@ -811,6 +814,9 @@ def test_awaiting_an_event_bound_to_another_loop_fails_with_advice(make_run: Mak
 
 
 @pytest.mark.asyncio
+@pytest.mark.expect_engine_errors(
+    "attached to a different loop", "is bound to a different event loop"
+)
 async def test_awaiting_objects_of_the_drivers_loop_fails_with_advice() -> None:
     real = asyncio.get_running_loop()
     run = Run()
@@ -958,6 +964,7 @@ def test_shutdown_names_tasks_that_swallow_run_evicted(run: Run) -> None:
     assert log == ["closed"]  # now, not whenever the garbage collector gets to it
 
 
+@pytest.mark.expect_engine_errors("raised while its run shut down")
 def test_shutdown_reports_other_errors_raised_while_unwinding(run: Run) -> None:
     async def workflow() -> None:
         try:
@@ -1099,6 +1106,7 @@ def test_a_custom_exception_handler_gets_the_contexts(run: Run) -> None:
         run.loop.set_exception_handler(42)  # type: ignore[arg-type]
 
 
+@pytest.mark.expect_engine_errors("Unhandled error in exception handler")
 def test_an_exception_handler_that_raises_is_reported_by_the_default_one(run: Run) -> None:
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         raise ValueError("handler failed")

@@ -29,8 +29,10 @@ class Hooks:
             (continue-as-new, REPLACE) reuse seqs.
         life: Which life of the store this engine is (the test host counts
             crashes).
-        busy_steps: Step functions running now.
-        watchdog_reports: What the watchdog reported, newest last.
+        busy_steps: Step functions running now (an attempt counts from its
+            call until it returns or raises).
+        watchdog_reports: What the watchdog reported, newest last (appended
+            from the watchdog's thread).
         wait_result: Awaits a run's end for `fusee.Run.result` (the test host
             skips idle virtual time there), or None to await it plainly.
 
@@ -49,12 +51,15 @@ class Hooks:
         step_log: list[tuple[int, tuple[str, int, int]]] | None = None,
         life: int = 0,
         wait_result: Callable[[asyncio.Future[None]], Awaitable[None]] | None = None,
+        watchdog_reports: list[str] | None = None,
     ) -> None:
         self.mocks: dict[tuple[str, str], Callable[..., Any]] = mocks if mocks is not None else {}
         self.step_log = step_log
         self.life = life
         self.busy_steps = 0
-        self.watchdog_reports: list[str] = []
+        # The test host passes one list for every life, so a report made
+        # just before a crash still reaches the test.
+        self.watchdog_reports: list[str] = watchdog_reports if watchdog_reports is not None else []
         self.wait_result = wait_result
 
     def mock(self, workflow: str, step: str) -> Callable[..., Any] | None:

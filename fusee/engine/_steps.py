@@ -27,7 +27,7 @@ from fusee import _codec
 from fusee._driver import error_payload
 from fusee._stepfn import mark_returns_awaitable, returns_awaitable, takes_arg
 from fusee.context import StepCtx, _current_step
-from fusee.errors import Failure, PayloadError
+from fusee.errors import Failure, PayloadError, StoreError
 from fusee.record import PAUSED, Status
 
 if TYPE_CHECKING:
@@ -288,7 +288,13 @@ class StepExecutor:
                     gate = m.gate
                     continue
                 if not call.read_only and not host.committer.is_durable(gate):
-                    await host.committer.durable(gate)
+                    try:
+                        await host.committer.durable(gate)
+                    except StoreError:
+                        # The store failed (reported once, by the engine):
+                        # nothing the run did since may act. Reopening
+                        # recovers it.
+                        return
                 if not_before > host.clock.now_ms():
                     await host.sleep_until(not_before)
                 if self._ended(state, seq):

@@ -49,6 +49,7 @@ async def test_a_send_is_delivered_exactly_once_across_a_crash_at_every_record()
     assert got == "sent"
 
 
+@pytest.mark.expect_engine_errors("simulated crash before the signal was written")
 async def test_a_send_whose_delivery_a_crash_lost_is_delivered_on_recovery(host: Host) -> None:
     async with host(workflows=[listener, sender]) as t:
         target = await t.start(listener, "l-1")
@@ -368,6 +369,7 @@ async def test_a_waiting_run_shows_one_status_in_describe_list_and_its_row(host:
         assert await run.result() == 1
 
 
+@pytest.mark.expect_engine_errors("run 'v-1' stopped: determinism error")
 async def test_a_diverged_run_shows_diverged_everywhere(host: Host) -> None:
     @fusee.workflow("versioned")
     async def old(ctx: fusee.Ctx) -> str:

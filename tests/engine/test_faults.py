@@ -129,6 +129,7 @@ async def test_a_signal_to_a_finished_run_is_refused_and_not_recorded(host: Host
         assert await t.engine.store.load("o-1") == before
 
 
+@pytest.mark.expect_engine_errors("UnknownWorkflow: workflow 'checkout' is not registered")
 async def test_a_run_of_a_workflow_this_engine_lacks_raises_unknown_workflow(host: Host) -> None:
     async with host(workflows=[checkout, other]) as t:
         await t.start(checkout, "c-1", Order("o", 1))
@@ -158,6 +159,7 @@ def _fail_next_write(store: Store) -> None:
         store._fail_next_append(sqlite3.OperationalError("injected: disk I/O error"))
 
 
+@pytest.mark.expect_engine_errors("the store failed; runs stop")
 async def test_a_failed_write_fails_the_waiters_and_loses_nothing_acknowledged(
     host: Host,
 ) -> None:
@@ -206,6 +208,7 @@ async def _flip_a_byte(store: Store, lsn: int) -> None:
         conn.close()
 
 
+@pytest.mark.expect_engine_errors("CorruptRecord: the journal of run 'bad'")
 @pytest.mark.parametrize("finished", [False, True], ids=["unfinished", "finished"])
 async def test_a_damaged_record_is_reported_naming_its_run_and_other_runs_work(
     host: Host, finished: bool

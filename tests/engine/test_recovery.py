@@ -110,6 +110,7 @@ async def test_recovery_loads_running_runs_and_leaves_parked_ones_parked(host: H
         assert await t.get("sleeper").result() == [9, 18]
 
 
+@pytest.mark.expect_engine_errors("run 'v-1' stopped: determinism error")
 async def test_a_run_whose_code_changed_stops_with_a_determinism_error(host: Host) -> None:
     @fusee.workflow("versioned")
     async def old(ctx: fusee.Ctx) -> str:
@@ -173,6 +174,7 @@ async def parent(ctx: fusee.Ctx, n: int) -> int:
     return await ctx.child(kid, f"{ctx.info.id}-kid", n) + 1
 
 
+@pytest.mark.expect_engine_errors("the store failed; runs stop .*: simulated crash")
 async def test_a_parked_parent_gets_its_childs_result_after_a_crash_lost_the_delivery(
     host: Host,
 ) -> None:
@@ -193,6 +195,7 @@ async def test_a_parked_parent_gets_its_childs_result_after_a_crash_lost_the_del
         assert_steps_ran_once(t)
 
 
+@pytest.mark.expect_engine_errors("the store failed; runs stop .*: simulated crash")
 async def test_continue_as_new_goes_on_after_a_crash_between_the_two_runs(host: Host) -> None:
     @fusee.workflow("again")
     async def again(ctx: fusee.Ctx, n: int) -> int:

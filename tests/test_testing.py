@@ -1,0 +1,279 @@
+"""Tests of the test host: `fusee.testing.TestEngine` and `crash_everywhere`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+import fusee
+from fusee.testing import TestEngine, crash_everywhere
+
+# A bound on the test itself, never a wait: a deadlock fails here instead of
+# at the suite's timeout.
+DEADLOCK_S = 30
+
+
+@pytest.fixture
+def released() -> Iterator[threading.Event]:
+    """An event a blocked step waits on; set at teardown so no thread outlives the test."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def _blocked_step_workflow(
+    released: threading.Event, timeout: str | None
+) -> fusee.WorkflowDef[None, str]:
+    @fusee.workflow("blocked")
+    async def blocked(ctx: fusee.Ctx) -> str:
+        got = await ctx.step("wait", lambda: "done" if released.wait() else "", timeout=timeout)
+        await ctx.sleep("after", "1m")
+        return got
+
+    return blocked
+
+
+@pytest.mark.parametrize(
+    "timeout", [pytest.param(None, id="no-timeout"), pytest.param("1h", id="timeout-1h")]
+)
+async def test_advance_moves_virtual_time_while_a_step_function_runs(
+    released: threading.Event, timeout: str | None
+) -> None:
+    blocked = _blocked_step_workflow(released, timeout)
+    async with TestEngine(workflows=[blocked], step_grace="50ms") as t:
+        run = await t.start(blocked, "b-1")
+        start = t.clock.now_ms()
+        async with asyncio.timeout(DEADLOCK_S):
+            await t.advance("2h")
+        assert t.clock.now_ms() - start == 2 * 3_600_000
+        assert (await run.describe()).status == fusee.RunStatus.RUNNING
+        released.set()
+        # The step's late result still reaches the run, and its sleep follows.
+        assert await run.result() == "done"
+
+
+async def test_settle_returns_while_a_step_function_runs_and_its_result_comes_later(
+    released: threading.Event,
+) -> None:
+    blocked = _blocked_step_workflow(released, None)
+    async with TestEngine(workflows=[blocked], step_grace="50ms") as t:
+        run = await t.start(blocked, "b-1")
+        async with asyncio.timeout(DEADLOCK_S):
+            await t.settle()
+        assert t.engine.hooks.busy_steps == 1
+        released.set()
+        while t.engine.hooks.busy_steps:
+            await t.settle()
+        await t.advance("1m")
+        assert (await run.describe()).status == fusee.RunStatus.COMPLETED
+        assert await run.result() == "done"
+
+
+async def test_settle_waits_for_a_quick_step_function_in_a_thread() -> None:
+    @fusee.workflow("quick")
+    async def quick(ctx: fusee.Ctx) -> int:
+        a = await ctx.step("a", lambda: 1)
+        await ctx.sleep("nap", "1s")
+        return a + await ctx.step("b", lambda: 1)
+
+    async with TestEngine(workflows=[quick]) as t:
+        run = await t.start(quick, "q-1")
+        await t.advance("1s")
+        assert (await run.describe()).status == fusee.RunStatus.COMPLETED
+        assert await run.result() == 2
+
+
+async def _charge_helper(c: fusee.Ctx) -> str:
+    return await c.step("charge", lambda: "ch_live")
+
+
+@fusee.workflow("checkout")
+async def checkout(ctx: fusee.Ctx) -> str:
+    quote = await ctx.step("quote", lambda: 10)
+    charged = await _charge_helper(ctx)
+    return f"{quote}:{charged}"
+
+
+async def test_mock_step_takes_the_workflow_def_and_replaces_the_step() -> None:
+    async with TestEngine(workflows=[checkout]) as t:
+        t.mock_step(checkout, "charge", lambda: "ch_test")
+        assert await t.execute(checkout, "c-1") == "10:ch_test"
+
+
+async def test_mock_step_takes_the_workflow_name_too() -> None:
+    async with TestEngine(workflows=[checkout]) as t:
+        t.mock_step("checkout", "quote", lambda: 20)
+        assert await t.execute(checkout, "c-1") == "20:ch_live"
+
+
+def test_mock_step_of_an_unknown_workflow_raises_unknown_workflow() -> None:
+    t = TestEngine(workflows=[checkout])
+    with pytest.raises(fusee.UnknownWorkflow, match="'chekout' is not one of"):
+        t.mock_step("chekout", "charge", lambda: "ch_test")
+
+
+@pytest.mark.parametrize(
+    "step", [pytest.param("charg", id="typo"), pytest.param("refund", id="absent")]
+)
+def test_mock_step_of_an_unknown_step_raises_naming_the_known_steps(step: str) -> None:
+    t = TestEngine(workflows=[checkout])
+    with pytest.raises(ValueError, match="its steps are 'charge', 'quote'"):
+        t.mock_step(checkout, step, lambda: "ch_test")
+
+
+def test_mock_step_accepts_any_name_when_step_names_are_computed() -> None:
+    @fusee.workflow("computed")
+    async def computed(ctx: fusee.Ctx, n: int) -> list[int]:
+        return [await ctx.step(f"part-{i}", lambda: 1) for i in range(n)]
+
+    t = TestEngine(workflows=[computed])
+    t.mock_step(computed, "part-3", lambda: 2)
+
+
+def test_mock_step_accepts_any_name_when_ctx_goes_where_code_cannot_be_followed() -> None:
+    helpers = {"charge": _charge_helper}
+
+    @fusee.workflow("opaque")
+    async def opaque(ctx: fusee.Ctx) -> str:
+        return await helpers["charge"](ctx)
+
+    t = TestEngine(workflows=[opaque])
+    t.mock_step(opaque, "charge", lambda: "ch_test")
+
+
+class _OnWatchdogReport(logging.Handler):
+    """Sets ``event`` when the watchdog reports (it logs each report from its thread)."""
+
+    def __init__(self, event: threading.Event) -> None:
+        super().__init__(logging.WARNING)
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "without yielding" in record.getMessage():
+            self.event.set()
+
+
+@pytest.fixture
+def watchdog_reported() -> Iterator[threading.Event]:
+    event = threading.Event()
+    handler = _OnWatchdogReport(event)
+    logger = logging.getLogger("fusee")
+    logger.addHandler(handler)
+    yield event
+    logger.removeHandler(handler)
+    event.set()
+
+
+async def test_a_workflow_that_blocks_fails_its_result_with_watchdog_error_naming_the_stack(
+    watchdog_reported: threading.Event,
+) -> None:
+    @fusee.workflow("blocking")
+    async def blocking(ctx: fusee.Ctx) -> str:
+        # Blocks the loop until the watchdog has seen it (a bound, not a wait).
+        watchdog_reported.wait(DEADLOCK_S)
+        return "late"
+
+    async with TestEngine(workflows=[blocking], watchdog="100ms") as t:
+        with pytest.raises(
+            fusee.WatchdogError, match=r"run 'w-1' has run .* without yielding"
+        ) as e:
+            await t.execute(blocking, "w-1")
+        assert "in blocking" in str(e.value)  # the stack names the workflow function
+        assert watchdog_reported.is_set()
+        # Reported once: the run's result is there afterwards.
+        assert await t.get("w-1").result() == "late"
+
+
+async def test_a_workflow_that_blocks_fails_advance_with_watchdog_error(
+    watchdog_reported: threading.Event,
+) -> None:
+    @fusee.workflow("blocking-later")
+    async def blocking_later(ctx: fusee.Ctx) -> None:
+        await ctx.sleep("nap", "1h")
+        watchdog_reported.wait(DEADLOCK_S)
+
+    async with TestEngine(workflows=[blocking_later], watchdog="100ms") as t:
+        await t.start(blocking_later, "w-1")
+        with pytest.raises(fusee.WatchdogError, match="in blocking_later"):
+            await t.advance("1h")
+
+
+@pytest.mark.parametrize(
+    ("watchdog", "limit_s"),
+    [
+        pytest.param(None, None, id="off"),
+        pytest.param("5s", 5.0, id="5s"),
+    ],
+)
+async def test_the_watchdog_limit_of_a_test_engine_is_configurable(
+    watchdog: str | None, limit_s: float | None
+) -> None:
+    async with TestEngine(watchdog=watchdog) as t:
+        assert t.engine.watchdog_s == limit_s
+
+
+async def test_the_watchdog_of_a_test_engine_is_on_with_a_2s_limit() -> None:
+    async with TestEngine() as t:
+        assert t.engine.watchdog_s == 2.0
+
+
+go = fusee.signal("go", bool)
+
+
+async def test_crash_everywhere_crashes_a_run_that_ends_cancelled() -> None:
+    released: list[str] = []
+
+    @fusee.workflow("cancellable")
+    async def cancellable(ctx: fusee.Ctx) -> str:
+        await ctx.step("reserve", lambda: "r-1")
+        try:
+            await ctx.wait_for(go)
+        except fusee.Cancelled:
+            await ctx.step("release", lambda: released.append("r-1"))
+            raise
+        return "went"
+
+    async def drive(t: TestEngine, run: fusee.Run[str]) -> None:
+        await t.settle()  # the run waits for the signal
+        with contextlib.suppress(fusee.RunFinished):
+            await run.cancel("stop")
+
+    with pytest.raises(fusee.Cancelled):
+        await crash_everywhere(cancellable, drive=drive)
+    # One pass without a crash, and one per record but the last: each cancelled.
+    assert len(released) > 2
+
+
+async def test_crash_everywhere_keeps_its_simulated_crashes_out_of_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @fusee.workflow("two")
+    async def two(ctx: fusee.Ctx) -> int:
+        a = await ctx.step("a", lambda: 1)
+        return a + await ctx.step("b", lambda: 1)
+
+    with caplog.at_level(logging.DEBUG, logger="fusee"):
+        assert await crash_everywhere(two) == 2
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.expect_engine_errors("a real failure")
+async def test_crash_everywhere_still_logs_what_is_not_its_simulated_crash(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @fusee.workflow("logs")
+    async def logs(ctx: fusee.Ctx) -> int:
+        return await ctx.step("a", lambda: 1)
+
+    def noisy() -> int:
+        logging.getLogger("fusee").error("a real failure")
+        return 1
+
+    with caplog.at_level(logging.ERROR, logger="fusee"):
+        await crash_everywhere(logs, mocks={("logs", "a"): noisy})
+    assert "a real failure" in [r.getMessage() for r in caplog.records]
