@@ -148,6 +148,10 @@ class EngineHost:
 
     def turned(self, driver: RunDriver) -> None:
         state: RunState | None = driver.host_data
+        if state is not None and state.steps:
+            # A turn may drop a running step (a lost race, a cancel) or end
+            # the run: the step hears it and its task is cancelled.
+            self._engine.steps.drop_unwanted(state)
         if state is None or not state.loaded or driver.end is not None:
             return
         engine = self._engine
