@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fusee._durations import parse_duration
 from fusee.engine._clock import VirtualClock
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["TestEngine", "crash_everywhere"]
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741 - a workflow's input type
 
 
 class TestEngine:
@@ -134,33 +135,69 @@ class TestEngine:
 
     # --- the Engine API, on the current engine ---------------------------------------------
 
+    @overload
     async def start(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[None, T],
+        id: str,
+        input: None = None,
+        *,
+        id_policy: IdPolicy = ...,
+    ) -> Run[T]: ...
+    @overload
+    async def start(
+        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+    ) -> Run[T]: ...
+    @overload
+    async def start(
+        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+    ) -> Run[Any]: ...
+
+    async def start(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> Run[T]:
+    ) -> Run[Any]:
         """`Engine.start`; the handle stays valid across crashes."""
         run = await self.engine.start(workflow, id, input, id_policy=id_policy)
         return Run(self, run.id)
 
+    @overload
     async def execute(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[None, T],
+        id: str,
+        input: None = None,
+        *,
+        id_policy: IdPolicy = ...,
+    ) -> T: ...
+    @overload
+    async def execute(
+        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+    ) -> T: ...
+    @overload
+    async def execute(
+        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+    ) -> Any: ...
+
+    async def execute(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> T:
+    ) -> Any:
         """`Engine.execute`, skipping idle time."""
         run = await self.start(workflow, id, input, id_policy=id_policy)
         return await run.result()
 
     def get(self, id: str) -> Run[Any]:
         """`Engine.get`; the handle stays valid across crashes."""
-        return Run(self, id)
+        return Run(self, self.engine.get(id).id)
 
     def list(self, **filters: Any) -> AsyncIterator[RunInfo]:
         """`Engine.list`."""

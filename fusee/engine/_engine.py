@@ -18,9 +18,10 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fusee import _codec
+from fusee._definitions import checked
 from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._clock import Clock, WallClock
@@ -29,7 +30,7 @@ from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
 from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._messages import Messages
-from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
+from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
@@ -51,6 +52,7 @@ __all__ = ["Engine"]
 log = logging.getLogger("fusee")
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741 - a workflow's input type
 
 _STATUS_OF_END = {
     Status.OK: RunStatus.COMPLETED,
@@ -168,7 +170,17 @@ class Engine:
             ...     async with await Engine.open("./data", workflows=[]) as engine:
             ...         ...
         """
-        store = open_store(os.fspath(target), durability=durability)
+        path = os.fspath(target)
+        if not isinstance(path, str) or not path:
+            raise ValueError(
+                "Engine.open needs a target: a directory path, 'memory' or a postgresql:// URL"
+            )
+        if "://" not in path and path != "memory" and os.path.isfile(path):
+            raise ValueError(
+                f"Engine.open({path!r}): that is a file, not a directory; pass the directory "
+                "that holds (or will hold) fusee's database"
+            )
+        store = open_store(path, durability=durability)
         await store.open()
         engine = cls(
             store,
@@ -325,30 +337,51 @@ class Engine:
             raise UnknownWorkflow(unknown_workflow(name, self.workflows))
         return wf
 
+    @overload
     async def start(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[None, T],
+        id: str,
+        input: None = None,
+        *,
+        id_policy: IdPolicy = ...,
+    ) -> Run[T]: ...
+    @overload
+    async def start(
+        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+    ) -> Run[T]: ...
+    @overload
+    async def start(
+        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+    ) -> Run[Any]: ...
+
+    async def start(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> Run[T]:
+    ) -> Run[Any]:
         """Starts a run of ``workflow`` with id ``id``; returns once its start is durable.
 
         Raises:
+            TypeError: ``workflow`` is not a `fusee.WorkflowDef` (decorate the
+                function with ``@fusee.workflow``) nor a workflow's name.
+            ValueError: ``id`` is empty or not valid text.
             fusee.UnknownWorkflow: The engine was not given that workflow.
             fusee.AlreadyExists: The id is taken (see `IdPolicy`).
-            fusee.PayloadError: ``input`` cannot be encoded.
+            fusee.PayloadError: ``input`` cannot be encoded, or does not fit
+                the workflow's input type (nothing is recorded).
 
         Example:
             >>> async def main(engine: Engine) -> None:
             ...     run = await engine.start("checkout", "order-1", {"sku": "A1"})
         """
         self.check_open()
-        wf = self.workflow(workflow)
-        if not isinstance(id, str) or not id:
-            raise ValueError(f"a run needs a non-empty string id, got {id!r}")
-        data = _codec.encode(input, name=f"the input of run '{id}'")
+        wf = self.workflow(check_workflow(workflow))
+        check_id(id, "a run")
+        data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
         if id in self._starting:
             if id_policy is IdPolicy.ATTACH:
                 return Run(self, id)
@@ -392,14 +425,32 @@ class Engine:
         state.driver.start()
         return lsn
 
+    @overload
     async def execute(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[None, T],
+        id: str,
+        input: None = None,
+        *,
+        id_policy: IdPolicy = ...,
+    ) -> T: ...
+    @overload
+    async def execute(
+        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+    ) -> T: ...
+    @overload
+    async def execute(
+        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+    ) -> Any: ...
+
+    async def execute(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> T:
+    ) -> Any:
         """Starts a run and waits for its result.
 
         Example:
@@ -412,10 +463,14 @@ class Engine:
     def get(self, id: str) -> Run[Any]:
         """A handle on the run with id ``id`` (checked when used).
 
+        Raises:
+            ValueError: ``id`` is empty or not valid text.
+
         Example:
             >>> async def main(engine: Engine) -> None:
             ...     await engine.get("order-1").cancel("customer asked")
         """
+        check_id(id, "a run")
         return Run(self, id)
 
     async def list(
@@ -458,7 +513,25 @@ class Engine:
             >>> async def main(engine: Engine, token: str) -> None:
             ...     await engine.complete(token, {"approved": True})
         """
+        await self._check_completion(token, value)
         await self.messages.complete(token, value)
+
+    async def _check_completion(self, token: str, value: Any) -> None:
+        # The value must fit the await_completion's declared result_type,
+        # checked before anything is recorded. A token that does not parse,
+        # or whose run is gone, is left to `Messages.complete` to judge.
+        try:
+            id, _run, seq, _attempt = token.rsplit("/", 3)
+            seq_n = int(seq)
+        except (AttributeError, ValueError):
+            return
+        state = await self.runs.wake(id)
+        if state is None:
+            return
+        op = state.driver._ops.get(seq_n)
+        if op is None or op.kind != "await" or op.decode is None:
+            return
+        checked(value, op.decode, f"the completion of '{op.name}'", "its result_type")
 
     # --- run handle operations (`Run` calls these) -------------------------------------------
 
