@@ -32,11 +32,15 @@ __all__ = [
     "workflow",
 ]
 
-# Invariant: with a covariant input type, mypy would widen ``I`` to ``object``
-# and accept any input for ``engine.start(wf, id, input)``.
 I = TypeVar("I")  # noqa: E741 - the conventional name for an input type
 R = TypeVar("R")
 T = TypeVar("T")
+# WorkflowDef's own: its input type is contravariant (a covariant one would
+# let mypy widen it to ``object`` and accept any input in
+# ``engine.start(wf, id, input)``), its result type covariant, so a list of
+# different workflows is still a list of workflows.
+I_contra = TypeVar("I_contra", contravariant=True)
+R_co = TypeVar("R_co", covariant=True)
 if TYPE_CHECKING:
     from typing_extensions import TypeVar as _TypeVarWithDefault
 
@@ -293,7 +297,7 @@ def update(name: str, type: Any = Any, result_type: Any = Any) -> UpdateDef[Any,
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class WorkflowDef(Generic[I, R]):
+class WorkflowDef(Generic[I_contra, R_co]):
     """A workflow: its name and its ``async def`` function.
 
     Make one with `fusee.workflow`. Its input and result are encoded with
@@ -308,12 +312,12 @@ class WorkflowDef(Generic[I, R]):
     """
 
     name: str
-    fn: Callable[..., Coroutine[Any, Any, R]]
+    fn: Callable[..., Coroutine[Any, Any, R_co]]
     input_type: Any
     result_type: Any
     takes_input: bool
-    decode_input: Callable[[bytes], I] = field(repr=False)
-    decode_result: Callable[[bytes], R] = field(repr=False)
+    decode_input: Callable[[bytes], I_contra] = field(repr=False)
+    decode_result: Callable[[bytes], R_co] = field(repr=False)
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} ({self.fn.__module__}.{self.fn.__qualname__})>"

@@ -48,6 +48,7 @@ __all__ = [
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
+R = TypeVar("R")
 
 Duration = str | int | float | datetime.timedelta
 
@@ -577,8 +578,8 @@ class Ctx:
 
     def on_update(
         self,
-        update: UpdateDef[T],
-        handler: Callable[[T], Any],
+        update: UpdateDef[T, R],
+        handler: Callable[[T], R] | Callable[[T], Awaitable[R]],
         validator: Callable[[T], None] | None = None,
     ) -> None:
         """Accepts ``update``: ``validator`` may reject it (raise); ``handler`` runs at its turn.

@@ -9,6 +9,8 @@ from mypy import api
 
 SNIPPET = textwrap.dedent(
     """
+    from typing import Any
+
     import fusee
 
     review = fusee.signal("review", bool)
@@ -22,7 +24,15 @@ SNIPPET = textwrap.dedent(
     async def bare(ctx: fusee.Ctx) -> int:
         return 1
 
+    # A list of different workflows, named: annotate it (mypy joins
+    # WorkflowDef[int, str] and WorkflowDef[None, int] to object).
+    WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [w, bare]
+
     async def main(engine: fusee.Engine) -> None:
+        other = await fusee.Engine.open("memory", workflows=WORKFLOWS)
+        await other.close()
+        inline = await fusee.Engine.open("memory", workflows=[w, bare])
+        await inline.close()
         run = await engine.start(w, "a", 1)
         text: str = await run.result()
         await run.signal(review, True)

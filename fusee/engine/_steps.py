@@ -175,6 +175,8 @@ class StepExecutor:
         self.loop = loop
         # The loop's thread: a step's heartbeat from any other goes through the loop.
         self.thread_id = threading.get_ident()
+        # Attempts bounded on the engine's clock running in a worker thread now.
+        self.bounded_threads = 0
         # Each running step task's position and current attempt.
         self._attempts: dict[asyncio.Task[Any], tuple[int, _EngineStepCtx]] = {}
 
@@ -296,6 +298,7 @@ class StepExecutor:
         me = asyncio.current_task()
         while True:
             runner: Awaitable[Any]
+            first_done = first is None
             if first is not None:
                 # The eager first attempt ran already: finish it, do not call again.
                 sctx = first[2]
@@ -327,16 +330,22 @@ class StepExecutor:
             if me is not None:
                 self._attempts[me] = (seq, sctx)
             # An attempt bounded on the engine's clock is not "busy" to the
-            # test host: its advance() moves virtual time past it instead
-            # of waiting in real time for an attempt that may never end.
-            busy = 1 if call.timeout_s is None and call.heartbeat_timeout_s is None else 0
+            # test host: its advance() moves virtual time past it instead of
+            # waiting in real time for an attempt that may never end. One in
+            # a worker thread is working, though: a run's result() lets it
+            # finish before skipping idle time to its deadline.
+            bounded = call.timeout_s is not None or call.heartbeat_timeout_s is not None
+            busy = 0 if bounded else 1
+            threaded = int(bounded and runner_in_thread(fn, call) and first_done)
             hooks.busy_steps += busy
+            self.bounded_threads += threaded
             try:
                 try:
                     result = await self._bounded(runner, call, sctx)
                     payload = _encode_result(call, result)
                 finally:
                     hooks.busy_steps -= busy
+                    self.bounded_threads -= threaded
                     sctx.end()
             except asyncio.CancelledError:
                 sctx.cancelled.set()
@@ -516,8 +525,13 @@ async def _invoke(fn: Callable[..., Any], takes_ctx: bool, call: StepCall, sctx:
         _current_step.reset(token)
 
 
+def runner_in_thread(fn: Callable[..., Any], call: StepCall) -> bool:
+    """Whether an attempt of ``fn`` runs in a worker thread (not on the loop)."""
+    return not (call.is_async or call.inline or returns_awaitable(fn))
+
+
 async def _call(fn: Callable[..., Any], args: tuple[Any, ...], call: StepCall) -> Any:
-    if call.is_async or call.inline or returns_awaitable(fn):
+    if not runner_in_thread(fn, call):
         result = fn(*args)
     else:
         ctx = contextvars.copy_context()

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import fusee
+from fusee.testing import crash_everywhere
 
 from .conftest import Host, step_runs
 
@@ -375,3 +376,77 @@ async def test_engine_open_refuses_an_empty_target_and_a_regular_file(tmp_path: 
     f.write_text("not a directory")
     with pytest.raises(ValueError, match="is a file"):
         await fusee.Engine.open(f, workflows=[])
+
+
+# --- step timeouts on the engine's clock, and crashes at every record -----------------------------
+
+
+@pytest.mark.parametrize(
+    "kind", [pytest.param("async", id="async"), pytest.param("sync", id="sync")]
+)
+async def test_a_step_timeout_counts_the_engines_clock_not_real_time(host: Host, kind: str) -> None:
+    release = threading.Event()
+    started = threading.Event()
+    attempts: list[int] = []
+
+    async def async_step(s: fusee.StepCtx) -> str:
+        attempts.append(s.attempt)
+        if s.attempt == 1:
+            started.set()
+            await asyncio.Event().wait()
+        return f"attempt {s.attempt}"
+
+    def sync_step(s: fusee.StepCtx) -> str:
+        attempts.append(s.attempt)
+        if s.attempt == 1:
+            started.set()
+            release.wait(10)  # cannot be interrupted: abandoned, its result ignored
+            return "abandoned"
+        return f"attempt {s.attempt}"
+
+    fn: Any = async_step if kind == "async" else sync_step
+
+    @fusee.workflow("timed")
+    async def timed(ctx: fusee.Ctx) -> str:
+        return await ctx.step("slow", fn, timeout="1h", retry=fusee.Retry(initial="1m"))
+
+    async with host(workflows=[timed]) as t:
+        try:
+            run = await t.start(timed, "t-1")
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+            await t.advance("2h")
+            assert await run.result() == "attempt 2"
+            assert attempts == [1, 2]
+            await t.crash()
+            assert await run.result() == "attempt 2"
+            assert attempts == [1, 2]
+        finally:
+            release.set()
+
+
+async def test_an_await_completion_timeout_survives_a_crash_at_every_record() -> None:
+    @fusee.workflow("expiring")
+    async def expiring(ctx: fusee.Ctx) -> str:
+        try:
+            await ctx.await_completion("ok", lambda s: None, timeout="1d", result_type=bool)
+        except TimeoutError:
+            return "expired"
+        return "completed"
+
+    assert await crash_everywhere(expiring) == "expired"
+
+
+async def test_result_type_and_on_exhausted_fail_hold_at_every_crash_point() -> None:
+    def down() -> None:
+        raise ConnectionError("down")
+
+    @fusee.workflow("typed")
+    async def typed(ctx: fusee.Ctx) -> str:
+        q = await ctx.step("quote", lambda: Quote(5), result_type=Quote)
+        try:
+            await ctx.step("down", down, retry=fusee.Retry(attempts=2, on_exhausted="fail"))
+        except fusee.StepFailed as e:
+            return f"{type(q).__name__} {q.price}, then {e.type}"
+        return "no failure"
+
+    assert await crash_everywhere(typed) == "Quote 5, then ConnectionError"
