@@ -265,6 +265,11 @@ class TestEngine:
 
     async def settle(self) -> None:
         """Returns once the engine has nothing left to do at the current virtual time."""
+        await self._settle(threads=False)
+
+    async def _settle(self, *, threads: bool) -> None:
+        # threads: also wait for step attempts bounded on the virtual clock
+        # that run in a worker thread (a result() does; advance() does not).
         engine = self.engine
         quiet = 0
         while quiet < 3:
@@ -276,6 +281,7 @@ class TestEngine:
             # settle could return while one is still on its way.
             busy = (
                 engine.hooks.busy_steps > 0
+                or (threads and engine.steps.bounded_threads > 0)
                 or (not engine.committer.idle and engine.committer.failed is None)
                 or engine.tasks_in_flight > 0
             )
@@ -305,7 +311,7 @@ class TestEngine:
 
     async def _wait_skipping(self, fut: asyncio.Future[Any]) -> None:
         while not fut.done():
-            await self.settle()
+            await self._settle(threads=True)
             if fut.done():
                 return
             nxt = self.clock.next_at()
