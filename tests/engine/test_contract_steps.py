@@ -234,32 +234,45 @@ async def test_a_late_heartbeat_of_an_abandoned_attempt_is_not_the_next_attempts
 ) -> None:
     release = threading.Event()
     beat_sent = threading.Event()
+    first_started = threading.Event()
+    second_started = threading.Event()
+    go_on = threading.Event()
     progress: list[Any] = []
 
     def slow(s: fusee.StepCtx) -> str:
-        progress.append(s.progress)
         if s.attempt == 1:
+            first_started.set()
             release.wait(10)
-            s.heartbeat("stale")
+            s.heartbeat("stale")  # from an attempt that timed out long ago
             beat_sent.set()
             return "abandoned"
+        second_started.set()
+        go_on.wait(10)
+        progress.append(s.progress)
         return "done"
 
     @fusee.workflow("late")
     async def late(ctx: fusee.Ctx) -> str:
-        return await ctx.step("slow", slow, timeout="1m", retry=fusee.Retry(initial="1h"))
+        return await ctx.step("slow", slow, timeout="1m", retry=fusee.Retry(initial="1s"))
 
+    loop = asyncio.get_running_loop()
     async with host(workflows=[late]) as t:
-        run = await t.start(late, "l-1")
-        while not progress:
-            await asyncio.sleep(0.001)
-        await t.advance("2m")  # attempt 1 times out, abandoned in its thread
-        release.set()
-        await asyncio.get_running_loop().run_in_executor(None, beat_sent.wait, 10)
-        await t.settle()
-        await t.advance("2h")
-        assert await run.result() == "done"
-        assert progress == [None, None]
+        try:
+            run = await t.start(late, "l-1")
+            await loop.run_in_executor(None, first_started.wait, 10)
+            await t.advance("2m")  # attempt 1 times out, abandoned in its thread
+            await loop.run_in_executor(None, second_started.wait, 10)
+            release.set()
+            await loop.run_in_executor(None, beat_sent.wait, 10)
+            await t.settle()
+            go_on.set()
+            assert await run.result() == "done"
+            assert progress == [None]
+            await t.crash()
+            assert await run.result() == "done"
+        finally:
+            release.set()
+            go_on.set()
 
 
 async def test_await_completion_timeout_bounds_the_whole_wait(host: Host) -> None:
@@ -450,3 +463,68 @@ async def test_result_type_and_on_exhausted_fail_hold_at_every_crash_point() -> 
         return "no failure"
 
     assert await crash_everywhere(typed) == "Quote 5, then ConnectionError"
+
+
+@fusee.workflow("child-of")
+async def child_of(ctx: fusee.Ctx, n: int) -> int:
+    return n + 1
+
+
+async def test_ctx_send_and_ctx_child_refuse_wrong_values_in_the_workflow(host: Host) -> None:
+    @fusee.workflow("sender")
+    async def sender(ctx: fusee.Ctx) -> list[str]:
+        seen: list[str] = []
+        bad: Any = "yes"
+        for attempt in (
+            lambda: ctx.send("other", review, bad),
+            lambda: ctx.child(child_of, "c-1", bad),
+            lambda: ctx.child(child_of, "bad\ud800", 1),
+        ):
+            try:
+                attempt()
+            except (fusee.PayloadError, ValueError) as e:
+                seen.append(type(e).__name__)
+        seen.append(str(await ctx.child(child_of, "c-2", 1)))
+        return seen
+
+    async with host(workflows=[sender, child_of]) as t:
+        run = await t.start(sender, "s-1")
+        expected = ["PayloadError", "PayloadError", "ValueError", "2"]
+        assert await run.result() == expected
+        assert await t.engine.store.get("c-1") is None
+        await t.crash()
+        assert await run.result() == expected
+
+
+async def test_a_sync_step_running_in_its_thread_is_told_when_its_run_is_cancelled(
+    host: Host,
+) -> None:
+    started = threading.Event()
+    go = threading.Event()
+    done = threading.Event()
+    told: list[bool] = []
+
+    def long_export(s: fusee.StepCtx) -> str:
+        started.set()
+        go.wait(10)
+        told.append(s.cancelled.is_set())  # a long step polls it between pieces of work
+        done.set()
+        return "stopped" if s.cancelled else "finished"
+
+    @fusee.workflow("exporting")
+    async def exporting(ctx: fusee.Ctx) -> str:
+        return await ctx.step("export", long_export)
+
+    async with host(workflows=[exporting]) as t:
+        run = await t.start(exporting, "e-1")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, started.wait, 10)
+        await run.cancel("no longer needed")
+        with pytest.raises(fusee.Cancelled):
+            await run.result()
+        go.set()
+        await loop.run_in_executor(None, done.wait, 10)
+        assert told == [True]
+        await t.crash()
+        with pytest.raises(fusee.Cancelled):
+            await run.result()
