@@ -374,7 +374,8 @@ class StepExecutor:
             if self._ended(state, seq):
                 return
             if call.is_await:
-                self._attempts.pop(me, None)  # type: ignore[arg-type]
+                if me is not None:
+                    self._attempts.pop(me, None)
                 host.token_out(state, seq)
             else:
                 self._deliver(me, state, seq, _OK, payload)
