@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     import msgspec
     import pydantic
 
-__all__ = ["Ext", "decode", "decoder_for", "encode"]
+__all__ = ["Ext", "decode", "decoder_for", "encode", "structured_kind"]
 
 
 class Ext(enum.IntEnum):
@@ -1237,6 +1237,35 @@ def _pydantic_plan(cls: type[pydantic.BaseModel]) -> _Plan:
             raise _Mismatch(f"{name}.model_validate raised {type(e).__name__}: {e}") from None
 
     return _Plan(name, convert, lambda v: type(v) is dict)
+
+
+def structured_kind(value: object) -> str | None:
+    """What kind of typed record ``value`` is, if decoding it with no hint loses its type.
+
+    A dataclass instance, a pydantic model or a msgspec struct comes back as
+    a dict of its fields unless the decoder is told its type.
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class P:
+        ...     x: int
+        >>> structured_kind(P(1)), structured_kind({"x": 1})
+        ('dataclass', None)
+    """
+    cls = type(value)
+    if cls in _PLAIN_TYPES:
+        return None
+    if dataclasses.is_dataclass(cls):
+        return "dataclass"
+    if _pydantic_model(cls) is not None:
+        return "pydantic model"
+    if _msgspec_struct(cls) is not None:
+        return "msgspec struct"
+    return None
+
+
+_PLAIN_TYPES: Final = frozenset({type(None), bool, int, float, str, bytes, list, dict, tuple})
 
 
 def _msgspec_struct(cls: type) -> type[msgspec.Struct] | None:

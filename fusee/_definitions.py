@@ -12,10 +12,11 @@ import typing
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 
 from fusee._codec import decoder_for
 from fusee._durations import parse_duration
+from fusee.errors import PayloadError
 
 __all__ = [
     "QueryDef",
@@ -23,6 +24,7 @@ __all__ = [
     "SignalDef",
     "UpdateDef",
     "WorkflowDef",
+    "checked",
     "hints_of",
     "query",
     "signal",
@@ -30,9 +32,23 @@ __all__ = [
     "workflow",
 ]
 
-I = TypeVar("I", covariant=True)  # noqa: E741 - the conventional name for an input type
-R = TypeVar("R", covariant=True)
+I = TypeVar("I")  # noqa: E741 - the conventional name for an input type
+R = TypeVar("R")
 T = TypeVar("T")
+# WorkflowDef's own: its input type is contravariant (a covariant one would
+# let mypy widen it to ``object`` and accept any input in
+# ``engine.start(wf, id, input)``), its result type covariant, so a list of
+# different workflows is still a list of workflows.
+I_contra = TypeVar("I_contra", contravariant=True)
+R_co = TypeVar("R_co", covariant=True)
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as _TypeVarWithDefault
+
+    # An update's result type defaults to Any: ``UpdateDef[int]`` reads as
+    # ``UpdateDef[int, Any]`` (to type checkers; at run time name both).
+    U = _TypeVarWithDefault("U", default=Any)
+else:
+    U = TypeVar("U")
 
 Duration = str | int | float | timedelta
 
@@ -43,9 +59,10 @@ class Retry:
 
     A step that raises is retried after ``initial``, then after each delay
     times ``backoff``, capped at ``max_interval``, ``attempts`` times in all.
-    When the attempts run out the run is paused until ``run.resume()``.
-    Exceptions of the ``non_retryable`` types (and `fusee.Failure`) fail the
-    step at once: the workflow's ``await`` raises `fusee.StepFailed`.
+    When the attempts run out the step is paused (and so the run) until
+    ``run.resume()``, or, with ``on_exhausted="fail"``, fails: the
+    workflow's ``await`` raises `fusee.StepFailed`. Exceptions of the
+    ``non_retryable`` types (and `fusee.Failure`) fail the step at once.
 
     Example:
         >>> r = Retry(attempts=3, initial="1s", backoff=2.0, max_interval="3s")
@@ -58,6 +75,7 @@ class Retry:
     backoff: float = 2.0
     max_interval: Duration = "1m"
     non_retryable: tuple[type[BaseException], ...] = ()
+    on_exhausted: Literal["pause", "fail"] = "pause"
     initial_s: float = field(init=False, repr=False, compare=False)
     max_interval_s: float = field(init=False, repr=False, compare=False)
 
@@ -66,6 +84,10 @@ class Retry:
             raise ValueError(f"Retry(attempts={self.attempts!r}): attempts must be an int >= 1")
         if not isinstance(self.backoff, int | float) or self.backoff < 1:
             raise ValueError(f"Retry(backoff={self.backoff!r}): backoff must be a number >= 1")
+        if self.on_exhausted not in ("pause", "fail"):
+            raise ValueError(
+                f"Retry(on_exhausted={self.on_exhausted!r}): on_exhausted is 'pause' or 'fail'"
+            )
         for t in self.non_retryable:
             if not (isinstance(t, type) and issubclass(t, BaseException)):
                 raise ValueError(f"Retry(non_retryable=...): {t!r} is not an exception type")
@@ -107,6 +129,21 @@ class SignalDef(Generic[T]):
 
         return encode(value)
 
+    def encode_checked(self, value: object) -> bytes:
+        """The payload's bytes, once they are known to decode to the signal's type.
+
+        Raises:
+            fusee.PayloadError: ``value`` does not fit the type (nothing is sent).
+
+        Example:
+            >>> try:
+            ...     signal("review", bool).encode_checked("yes")
+            ... except PayloadError:
+            ...     print("refused")
+            refused
+        """
+        return checked(value, self.decode, f"the payload of signal '{self.name}'", self.type)
+
 
 @dataclass(frozen=True, slots=True)
 class QueryDef:
@@ -126,24 +163,28 @@ class QueryDef:
 
 
 @dataclass(frozen=True, slots=True)
-class UpdateDef(Generic[T]):
-    """An update a workflow accepts: its name and payload type.
+class UpdateDef(Generic[T, U]):
+    """An update a workflow accepts: its name, payload type and result type.
 
-    Make one with `fusee.update`.
+    Make one with `fusee.update`. ``run.update`` returns the handler's
+    result, decoded to ``result_type``.
 
     Example:
-        >>> bump = update("bump", int)
+        >>> bump = update("bump", int, int)
         >>> bump.decode(bump.encode(3))
         3
     """
 
     name: str
     type: Any = Any
+    result_type: Any = Any
     decode: Callable[[bytes], T] = field(init=False, repr=False, compare=False)
+    decode_result: Callable[[bytes], U] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_name("update", self.name)
         object.__setattr__(self, "decode", decoder_for(self.type))
+        object.__setattr__(self, "decode_result", decoder_for(self.result_type))
 
     @staticmethod
     def encode(value: object) -> bytes:
@@ -152,10 +193,61 @@ class UpdateDef(Generic[T]):
 
         return encode(value)
 
+    def encode_checked(self, value: object) -> bytes:
+        """The payload's bytes, once they are known to decode to the update's type.
+
+        Raises:
+            fusee.PayloadError: ``value`` does not fit the type (nothing is sent).
+
+        Example:
+            >>> len(update("bump", int).encode_checked(3))
+            1
+        """
+        return checked(value, self.decode, f"the payload of update '{self.name}'", self.type)
+
+
+def checked(value: object, decode: Callable[[bytes], Any], what: str, hint: object) -> bytes:
+    """``value``'s bytes, once ``decode`` (to its declared type ``hint``) accepts them.
+
+    The check is the decode the run will do, done at the door: a value that
+    does not fit is refused before anything is recorded.
+
+    Raises:
+        fusee.PayloadError: The value cannot be encoded, or does not fit ``hint``.
+
+    Example:
+        >>> from fusee._codec import decoder_for
+        >>> len(checked(3, decoder_for(int), "n", int))
+        1
+    """
+    from fusee._codec import encode
+
+    data = encode(value, name=what)
+    try:
+        decode(data)
+    except PayloadError as e:
+        raise PayloadError(
+            f"{what} does not fit its declared type {_type_name(hint)}, "
+            f"so nothing was recorded: {e}"
+        ) from None
+    return data
+
+
+def _type_name(hint: object) -> str:
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__qualname__
+    return repr(hint).replace("typing.", "")
+
 
 def _check_name(what: str, name: object) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError(f"a {what} needs a non-empty name, got {name!r}")
+
+
+@overload
+def signal(name: str, type: type[T]) -> SignalDef[T]: ...
+@overload
+def signal(name: str, type: Any = ...) -> SignalDef[Any]: ...
 
 
 def signal(name: str, type: Any = Any) -> SignalDef[Any]:
@@ -163,7 +255,9 @@ def signal(name: str, type: Any = Any) -> SignalDef[Any]:
 
     Args:
         name: The signal's name, as recorded in journals.
-        type: The payload's type; payloads are decoded to it.
+        type: The payload's type; payloads are checked against it when sent
+            and decoded to it. A class gives a `SignalDef` of that type to
+            mypy; other hints (``int | None``) give ``SignalDef[Any]``.
 
     Example:
         >>> review = signal("review", bool)
@@ -180,17 +274,30 @@ def query(name: str) -> QueryDef:
     return QueryDef(name)
 
 
-def update(name: str, type: Any = Any) -> UpdateDef[Any]:
+@overload
+def update(name: str, type: type[T], result_type: type[R]) -> UpdateDef[T, R]: ...
+@overload
+def update(name: str, type: type[T]) -> UpdateDef[T, Any]: ...
+@overload
+def update(name: str, type: Any = ..., result_type: Any = ...) -> UpdateDef[Any, Any]: ...
+
+
+def update(name: str, type: Any = Any, result_type: Any = Any) -> UpdateDef[Any, Any]:
     """Defines an update: ``ctx.on_update(u, handler)`` in the workflow, ``run.update(u, x)``.
 
+    Args:
+        name: The update's name, as recorded in journals.
+        type: The payload's type (checked when sent).
+        result_type: The handler's result type: ``run.update`` returns it.
+
     Example:
-        >>> bump = update("bump", int)
+        >>> bump = update("bump", int, int)
     """
-    return UpdateDef(name, type)
+    return UpdateDef(name, type, result_type)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class WorkflowDef(Generic[I, R]):
+class WorkflowDef(Generic[I_contra, R_co]):
     """A workflow: its name and its ``async def`` function.
 
     Make one with `fusee.workflow`. Its input and result are encoded with
@@ -205,12 +312,12 @@ class WorkflowDef(Generic[I, R]):
     """
 
     name: str
-    fn: Callable[..., Coroutine[Any, Any, R]]
+    fn: Callable[..., Coroutine[Any, Any, R_co]]
     input_type: Any
     result_type: Any
     takes_input: bool
-    decode_input: Callable[[bytes], I] = field(repr=False)
-    decode_result: Callable[[bytes], R] = field(repr=False)
+    decode_input: Callable[[bytes], I_contra] = field(repr=False)
+    decode_result: Callable[[bytes], R_co] = field(repr=False)
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} ({self.fn.__module__}.{self.fn.__qualname__})>"
@@ -285,17 +392,26 @@ def _make_workflow(fn: WorkflowFn, name: str | None) -> WorkflowDef[Any, Any]:
     )
 
 
-@overload
-def workflow(name: Callable[..., Coroutine[Any, Any, R]], /) -> WorkflowDef[Any, R]: ...
-@overload
-def workflow(
-    name: str | None = None, /
-) -> Callable[[Callable[..., Coroutine[Any, Any, R]]], WorkflowDef[Any, R]]: ...
+class WorkflowDecorator(Protocol):
+    """What ``@fusee.workflow("name")`` returns: a decorator typed by the function it gets."""
+
+    @overload
+    def __call__(self, fn: Callable[[Any, I], Coroutine[Any, Any, R]], /) -> WorkflowDef[I, R]: ...
+    @overload
+    def __call__(self, fn: Callable[[Any], Coroutine[Any, Any, R]], /) -> WorkflowDef[None, R]: ...
 
 
-def workflow(
-    name: str | WorkflowFn | None = None, /
-) -> WorkflowDef[Any, Any] | Callable[[WorkflowFn], WorkflowDef[Any, Any]]:
+# A function of (ctx, input) gives WorkflowDef[input's type, result type]; a
+# function of ctx alone gives WorkflowDef[None, R] (it is started with no input).
+@overload
+def workflow(name: Callable[[Any, I], Coroutine[Any, Any, R]], /) -> WorkflowDef[I, R]: ...
+@overload
+def workflow(name: Callable[[Any], Coroutine[Any, Any, R]], /) -> WorkflowDef[None, R]: ...
+@overload
+def workflow(name: str | None = None, /) -> WorkflowDecorator: ...
+
+
+def workflow(name: str | WorkflowFn | None = None, /) -> WorkflowDef[Any, Any] | WorkflowDecorator:
     """Makes an ``async def f(ctx, input)`` function a workflow.
 
     Use as ``@fusee.workflow("name")``, or bare ``@fusee.workflow`` to name

@@ -56,6 +56,8 @@ class StepCall:
         is_async: The callable is a coroutine function.
         attempt: The attempt it starts at, in its retry budget.
         not_before_ms: When it may start (`fusee.record.PAUSED`: after a resume).
+        declared: Its result type is declared (an annotation or ``result_type``).
+        heartbeat_timeout_s: An attempt that does not heartbeat this long fails.
     """
 
     seq: int
@@ -70,6 +72,8 @@ class StepCall:
     is_async: bool
     attempt: int
     not_before_ms: int
+    declared: bool = True
+    heartbeat_timeout_s: float | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -16,13 +16,14 @@ import asyncio
 import contextvars
 import datetime
 import os
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, overload
 
 from fusee import _codec
-from fusee._definitions import DEFAULT_RETRY, Retry
+from fusee._definitions import DEFAULT_RETRY, Retry, checked
 from fusee._durations import parse_duration
 from fusee._runtime import ContinueAsNew, StepCall
 from fusee._stepfn import StepShape, shape_of
@@ -35,9 +36,19 @@ if TYPE_CHECKING:
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
     from fusee._runtime import Runtime
 
-__all__ = ["Ctx", "StepCtx", "WorkflowInfo", "WorkflowStream", "begin_sleep", "current_step"]
+__all__ = [
+    "CancelFlag",
+    "Ctx",
+    "StepCtx",
+    "WorkflowInfo",
+    "WorkflowStream",
+    "begin_sleep",
+    "current_step",
+]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+R = TypeVar("R")
 
 Duration = str | int | float | datetime.timedelta
 
@@ -55,6 +66,22 @@ class WorkflowInfo:
     run: int
     workflow: str
     started_at: datetime.datetime
+
+
+class Waitable(Protocol[T_co]):
+    """What ``ctx.wait_for`` reads of a `fusee.SignalDef`: its name and decoder.
+
+    Covariant, unlike `fusee.SignalDef` (whose payload type must match
+    exactly where a payload is sent): waiting on a ``SignalDef[int]`` gives
+    an ``int``, also where an ``int | None`` is expected.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def type(self) -> Any: ...
+    @property
+    def decode(self) -> Callable[[bytes], T_co]: ...
 
 
 class Ctx:
@@ -112,10 +139,24 @@ class Ctx:
     def step(
         self,
         name: str,
+        fn: Callable[..., Any],
+        *,
+        result_type: type[T],
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+        heartbeat_timeout: Duration | None = None,
+        inline: bool = False,
+        read_only: bool = False,
+    ) -> asyncio.Future[T]: ...
+    @overload
+    def step(
+        self,
+        name: str,
         fn: Callable[..., Awaitable[T]],
         *,
         retry: Retry | None = None,
         timeout: Duration | None = None,
+        heartbeat_timeout: Duration | None = None,
         inline: bool = False,
         read_only: bool = False,
     ) -> asyncio.Future[T]: ...
@@ -127,6 +168,7 @@ class Ctx:
         *,
         retry: Retry | None = None,
         timeout: Duration | None = None,
+        heartbeat_timeout: Duration | None = None,
         inline: bool = False,
         read_only: bool = False,
     ) -> asyncio.Future[T]: ...
@@ -136,8 +178,10 @@ class Ctx:
         name: str,
         fn: Callable[..., Any],
         *,
+        result_type: Any = None,
         retry: Retry | None = None,
         timeout: Duration | None = None,
+        heartbeat_timeout: Duration | None = None,
         inline: bool = False,
         read_only: bool = False,
     ) -> asyncio.Future[Any]:
@@ -148,31 +192,49 @@ class Ctx:
             fn: A sync or async callable taking no argument or one
                 `StepCtx`. Sync functions run in a worker thread unless
                 ``inline``.
+            result_type: The type the result is decoded to when ``fn`` has
+                no return annotation (a lambda). A dataclass, pydantic model
+                or msgspec struct returned with no declared type fails the
+                step with `fusee.PayloadError`.
             retry: How failures are retried (default: `fusee.Retry()`).
-            timeout: Per-attempt limit (a duration); a timeout is a failure.
+            timeout: Per-attempt limit (a duration) on the engine's clock; a
+                timeout is a failure, retried.
+            heartbeat_timeout: An attempt that does not call
+                ``s.heartbeat()`` within this long (from its start and from
+                each heartbeat) is failed and retried.
             inline: Run a sync function on the engine's loop (it must not block).
             read_only: It changes nothing outside, so it may run before the
                 run's earlier records are durable.
 
         Returns:
-            A future of the result, decoded to ``fn``'s return annotation.
+            A future of the result, decoded to ``fn``'s return annotation
+            (or ``result_type``).
 
         Raises:
             fusee.StepFailed: (from the future) the step failed for good.
 
         Example:
-            >>> async def f(ctx: Ctx) -> int:
-            ...     return await ctx.step("add", lambda: 1 + 1)
+            >>> import dataclasses
+            >>> @dataclasses.dataclass
+            ... class Quote:
+            ...     price: int
+            >>> async def f(ctx: Ctx) -> Quote:
+            ...     return await ctx.step("quote", lambda: Quote(3), result_type=Quote)
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"ctx.step needs a non-empty name, got {name!r}")
         shape = shape_of(fn)
+        decode = shape.decode
+        declared = shape.declared
+        if result_type is not None and not declared:
+            decode = _codec.decoder_for(result_type, name=f"the result of step '{name}'")
+            declared = True
         d = self._rt
         try:
             seq, start = self._machine.begin_step(name)
         except DeterminismError as e:
             raise self._diverged(e) from None
-        fut = d.register(seq, "step", name, shape.decode)
+        fut = d.register(seq, "step", name, decode)
         if start.attempt != 0:
             self._run(
                 seq,
@@ -185,6 +247,8 @@ class Ctx:
                 timeout,
                 inline=inline,
                 read_only=read_only,
+                declared=declared,
+                heartbeat_timeout=heartbeat_timeout,
             )
         return fut
 
@@ -202,6 +266,8 @@ class Ctx:
         inline: bool = False,
         read_only: bool = False,
         is_await: bool = False,
+        declared: bool = True,
+        heartbeat_timeout: Duration | None = None,
     ) -> None:
         # Hands the host a step (or a token function) to run.
         call = StepCall(
@@ -217,14 +283,40 @@ class Ctx:
             is_async=shape.is_async,
             attempt=attempt,
             not_before_ms=not_before_ms,
+            declared=declared,
+            heartbeat_timeout_s=(
+                parse_duration(heartbeat_timeout) if heartbeat_timeout is not None else None
+            ),
         )
         self._rt.run_step(call)
+
+    @overload
+    def await_completion(
+        self,
+        name: str,
+        fn: Callable[[StepCtx], Any],
+        *,
+        result_type: type[T],
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+    ) -> asyncio.Future[T]: ...
+    @overload
+    @overload
+    def await_completion(
+        self,
+        name: str,
+        fn: Callable[[StepCtx], Any],
+        *,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+    ) -> asyncio.Future[Any]: ...
 
     def await_completion(
         self,
         name: str,
         fn: Callable[[StepCtx], Any],
         *,
+        result_type: Any = None,
         retry: Retry | None = None,
         timeout: Duration | None = None,
     ) -> asyncio.Future[Any]:
@@ -234,19 +326,37 @@ class Ctx:
         run waits, costing nothing, for the outside world to complete the
         token.
 
+        Args:
+            name: The operation's name, as recorded.
+            fn: Hands ``s.token`` out (an email, a webhook registration).
+            result_type: The completion's type: ``engine.complete`` refuses a
+                value that does not fit it, and the value is decoded to it.
+            retry: How ``fn``'s failures are retried.
+            timeout: Bounds the whole wait (``fn``'s attempts and the wait
+                for ``complete``), on a durable timer: the ``await`` raises
+                `TimeoutError`, and a later ``complete`` is ignored.
+
         Example:
             >>> async def f(ctx: Ctx) -> bool:
-            ...     return await ctx.await_completion("approval", lambda s: print(s.token))
+            ...     return await ctx.await_completion(
+            ...         "approval", lambda s: print(s.token), result_type=bool, timeout="1d"
+            ...     )
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"ctx.await_completion needs a non-empty name, got {name!r}")
         shape = shape_of(fn)
+        timeout_s = parse_duration(timeout) if timeout is not None else None
+        decode = (
+            _codec.decoder_for(result_type, name=f"the completion of '{name}'")
+            if result_type is not None
+            else _codec.decode
+        )
         d = self._rt
         try:
             seq, start = self._machine.begin_await(name)
         except DeterminismError as e:
             raise self._diverged(e) from None
-        fut = d.register(seq, "await", name, _codec.decode)
+        fut = d.register(seq, "await", name, decode)
         if start.mode == "run":
             self._run(
                 seq,
@@ -256,10 +366,16 @@ class Ctx:
                 start.attempt,
                 start.not_before_ms,
                 retry,
-                timeout,
+                None,
                 is_await=True,
             )
-        return fut
+        if timeout_s is None:
+            return fut
+        # The bound is a durable timer (the operation after the await's), so
+        # a crash keeps it: replay takes the same two positions and races
+        # them the same way.
+        _, timer = begin_sleep(d, f"{name} (timeout)", timeout_s)
+        return d.loop.create_task(_bounded(fut, timer, name, timeout_s), name=f"fusee:{name}")
 
     # --- time, signals, children -----------------------------------------------------------------
 
@@ -282,7 +398,7 @@ class Ctx:
         return fut
 
     def wait_for(
-        self, signal: SignalDef[T], *, timeout: Duration | None = None
+        self, signal: Waitable[T], *, timeout: Duration | None = None
     ) -> asyncio.Future[T | None]:
         """Waits for the next ``signal``; resolves to its payload, or None on timeout.
 
@@ -329,8 +445,11 @@ class Ctx:
         """
         if not isinstance(id, str) or not id:
             raise TypeError(f"ctx.child needs a non-empty run id, got {id!r}")
+        _check_text(id, "ctx.child's run id")
         d = self._rt
-        data = _codec.encode(input, name=f"the input of child '{id}'")
+        data = checked(
+            input, workflow.decode_input, f"the input of child '{id}'", workflow.input_type
+        )
         try:
             seq, arm = self._machine.begin_child(
                 workflow.name, id, DETACHED if detached else 0, 0, data
@@ -353,7 +472,10 @@ class Ctx:
             >>> async def f(ctx: Ctx) -> None:
             ...     ctx.send("other-run", go, True)
         """
-        data = _codec.encode(payload, name=f"the payload of signal '{signal.name}'")
+        if not isinstance(target, str) or not target:
+            raise TypeError(f"ctx.send needs a non-empty run id, got {target!r}")
+        _check_text(target, "ctx.send's run id")
+        data = signal.encode_checked(payload)
         try:
             _, record = self._machine.send(target, signal.name, data)
         except DeterminismError as e:
@@ -456,8 +578,8 @@ class Ctx:
 
     def on_update(
         self,
-        update: UpdateDef[T],
-        handler: Callable[[T], Any],
+        update: UpdateDef[T, R],
+        handler: Callable[[T], R] | Callable[[T], Awaitable[R]],
         validator: Callable[[T], None] | None = None,
     ) -> None:
         """Accepts ``update``: ``validator`` may reject it (raise); ``handler`` runs at its turn.
@@ -563,12 +685,100 @@ def begin_sleep(rt: Runtime, name: str, delay_s: float) -> tuple[int, asyncio.Fu
     return seq, rt.register(seq, "sleep", name, None)
 
 
+async def _bounded(
+    fut: asyncio.Future[Any], timer: asyncio.Future[Any], name: str, timeout_s: float
+) -> Any:
+    """``fut``'s result, unless ``timer`` fires first: then `TimeoutError`, ``fut`` dropped."""
+    try:
+        await asyncio.wait([fut, timer], return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        fut.cancel()
+        timer.cancel()
+        raise
+    if fut.done():
+        timer.cancel()
+        return fut.result()
+    fut.cancel()
+    timer.result()  # a cancelled run's timer raises its cancellation
+    raise TimeoutError(
+        f"await_completion '{name}' was not completed within {timeout_s:g}s "
+        "(its token is no longer accepted)"
+    )
+
+
+def _check_text(id: str, what: str) -> None:
+    try:
+        id.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} {id!r} is not valid text (a lone surrogate has no UTF-8 form); "
+            "use an id of valid characters"
+        ) from None
+
+
 # About 100 years: a deadline past it is a bug (or an overflow), not a plan.
 _MAX_SLEEP_S = 100 * 365 * 86400.0
 
 _current_step: contextvars.ContextVar[StepCtx | None] = contextvars.ContextVar(
     "fusee_current_step", default=None
 )
+
+
+class CancelFlag:
+    """Set when a step attempt is no longer wanted (``s.cancelled``); readable from any thread.
+
+    Like `asyncio.Event`: ``is_set()`` (or plain truth) from sync code,
+    ``await wait()`` from async code.
+
+    Example:
+        >>> flag = CancelFlag()
+        >>> (bool(flag), flag.is_set())
+        (False, False)
+        >>> flag.set()
+        >>> bool(flag)
+        True
+    """
+
+    __slots__ = ("_event", "_lock", "_waiters")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def is_set(self) -> bool:
+        """Whether the attempt was cancelled."""
+        return self._event.is_set()
+
+    def __bool__(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        """Sets the flag and wakes every ``wait()``, on each waiter's own loop."""
+        with self._lock:
+            self._event.set()
+            waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            fut.get_loop().call_soon_threadsafe(_wake, fut)
+
+    async def wait(self) -> None:
+        """Returns once the flag is set (at once if it is)."""
+        fut = asyncio.get_running_loop().create_future()
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._waiters.append(fut)
+        try:
+            await fut
+        finally:
+            with self._lock:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class StepCtx:
@@ -579,13 +789,17 @@ class StepCtx:
             attempt and after a crash; pass it to payment APIs and the like.
         attempt: This attempt's number in the current retry budget (1-based).
         token: For ``ctx.await_completion``: the token to hand out.
+        cancelled: A `CancelFlag` set when this attempt is no longer wanted
+            (it timed out, the workflow dropped the step, the run was
+            cancelled or ended): a long sync step polls it and stops. An
+            async step's task is also cancelled.
 
     Example:
         >>> def charge(s: StepCtx) -> str:
         ...     return f"charged with key {s.key} on attempt {s.attempt}"
     """
 
-    __slots__ = ("_heartbeat", "_progress", "_stream", "attempt", "key", "token")
+    __slots__ = ("_heartbeat", "_progress", "_stream", "attempt", "cancelled", "key", "token")
 
     def __init__(
         self,
@@ -599,6 +813,7 @@ class StepCtx:
         self.key = key
         self.attempt = attempt
         self.token = token
+        self.cancelled = CancelFlag()
         self._progress = progress
         self._heartbeat = heartbeat
         self._stream = stream

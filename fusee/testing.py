@@ -38,7 +38,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fusee._durations import parse_duration
 from fusee.engine._clock import VirtualClock
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = ["TestEngine", "crash_everywhere"]
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741 - a workflow's input type
 
 
 class TestEngine:
@@ -171,33 +172,69 @@ class TestEngine:
 
     # --- the Engine API, on the current engine ---------------------------------------------
 
+    @overload
     async def start(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[None, T],
+        id: str,
+        input: None = None,
+        *,
+        id_policy: IdPolicy = ...,
+    ) -> Run[T]: ...
+    @overload
+    async def start(
+        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+    ) -> Run[T]: ...
+    @overload
+    async def start(
+        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+    ) -> Run[Any]: ...
+
+    async def start(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> Run[T]:
+    ) -> Run[Any]:
         """`Engine.start`; the handle stays valid across crashes."""
         run = await self.engine.start(workflow, id, input, id_policy=id_policy)
         return Run(self, run.id)
 
+    @overload
     async def execute(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[None, T],
+        id: str,
+        input: None = None,
+        *,
+        id_policy: IdPolicy = ...,
+    ) -> T: ...
+    @overload
+    async def execute(
+        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+    ) -> T: ...
+    @overload
+    async def execute(
+        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+    ) -> Any: ...
+
+    async def execute(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> T:
+    ) -> Any:
         """`Engine.execute`, skipping idle time."""
         run = await self.start(workflow, id, input, id_policy=id_policy)
         return await run.result()
 
     def get(self, id: str) -> Run[Any]:
         """`Engine.get`; the handle stays valid across crashes."""
-        return Run(self, id)
+        return Run(self, self.engine.get(id).id)
 
     def list(self, **filters: Any) -> AsyncIterator[RunInfo]:
         """`Engine.list`."""
@@ -337,6 +374,11 @@ class TestEngine:
             >>> async def test(t: TestEngine) -> None:
             ...     await t.settle()
         """
+        await self._settle(threads=False)
+
+    async def _settle(self, *, threads: bool) -> None:
+        # threads: also wait for step attempts bounded on the virtual clock
+        # that run in a worker thread (a result() does; advance() does not).
         engine = self.engine
         loop = asyncio.get_running_loop()
         quiet = 0
@@ -349,8 +391,10 @@ class TestEngine:
             # store, which for SQLite happens on a thread: busy too, or a
             # settle could return while one is still on its way.
             internal = (
-                not engine.committer.idle and engine.committer.failed is None
-            ) or engine.tasks_in_flight > 0
+                (not engine.committer.idle and engine.committer.failed is None)
+                or engine.tasks_in_flight > 0
+                or (threads and engine.steps.bounded_threads > 0)
+            )
             stepping = engine.hooks.busy_steps > 0
             if internal or stepping:
                 if not internal and grace_ends is not None and loop.time() >= grace_ends:
@@ -384,7 +428,7 @@ class TestEngine:
 
     async def _wait_skipping(self, fut: asyncio.Future[Any]) -> None:
         while not fut.done():
-            await self.settle()
+            await self._settle(threads=True)
             if fut.done():
                 return
             nxt = self.clock.next_at()

@@ -18,9 +18,10 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fusee import _codec
+from fusee._definitions import checked
 from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._clock import Clock, WallClock
@@ -29,7 +30,7 @@ from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
 from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._messages import Messages
-from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
+from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
@@ -51,6 +52,7 @@ __all__ = ["Engine"]
 log = logging.getLogger("fusee")
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741 - a workflow's input type
 
 _STATUS_OF_END = {
     Status.OK: RunStatus.COMPLETED,
@@ -125,7 +127,8 @@ class Engine:
         self.steps = StepExecutor(self.host, self.loop)
         self.closed = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
-        self._starting: set[str] = set()
+        # Starts in flight, by id: an ATTACH to one returns once it is durable.
+        self._starting: dict[str, asyncio.Future[None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stuck: dict[str, DeterminismError] = {}
         # How the last runs to end ended: `Run.result` soon after the end
@@ -168,7 +171,17 @@ class Engine:
             ...     async with await Engine.open("./data", workflows=[]) as engine:
             ...         ...
         """
-        store = open_store(os.fspath(target), durability=durability)
+        path = os.fspath(target)
+        if not isinstance(path, str) or not path:
+            raise ValueError(
+                "Engine.open needs a target: a directory path, 'memory' or a postgresql:// URL"
+            )
+        if "://" not in path and path != "memory" and os.path.isfile(path):
+            raise ValueError(
+                f"Engine.open({path!r}): that is a file, not a directory; pass the directory "
+                "that holds (or will hold) fusee's database"
+            )
+        store = open_store(path, durability=durability)
         await store.open()
         engine = cls(
             store,
@@ -343,50 +356,85 @@ class Engine:
             raise UnknownWorkflow(unknown_workflow(name, self.workflows))
         return wf
 
+    @overload
     async def start(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[None, T],
+        id: str,
+        input: None = None,
+        *,
+        id_policy: IdPolicy = ...,
+    ) -> Run[T]: ...
+    @overload
+    async def start(
+        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+    ) -> Run[T]: ...
+    @overload
+    async def start(
+        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+    ) -> Run[Any]: ...
+
+    async def start(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> Run[T]:
+    ) -> Run[Any]:
         """Starts a run of ``workflow`` with id ``id``; returns once its start is durable.
 
         Raises:
+            TypeError: ``workflow`` is not a `fusee.WorkflowDef` (decorate the
+                function with ``@fusee.workflow``) nor a workflow's name.
+            ValueError: ``id`` is empty or not valid text.
             fusee.UnknownWorkflow: The engine was not given that workflow.
             fusee.AlreadyExists: The id is taken (see `IdPolicy`).
-            fusee.PayloadError: ``input`` cannot be encoded.
+            fusee.PayloadError: ``input`` cannot be encoded, or does not fit
+                the workflow's input type (nothing is recorded).
 
         Example:
             >>> async def main(engine: Engine) -> None:
             ...     run = await engine.start("checkout", "order-1", {"sku": "A1"})
         """
         self.check_open()
-        wf = self.workflow(workflow)
-        if not isinstance(id, str) or not id:
-            raise ValueError(f"a run needs a non-empty string id, got {id!r}")
-        data = _codec.encode(input, name=f"the input of run '{id}'")
-        if id in self._starting:
+        wf = self.workflow(check_workflow(workflow))
+        check_id(id, "a run")
+        data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
+        starting = self._starting.get(id)
+        if starting is not None:
             if id_policy is IdPolicy.ATTACH:
+                # Acknowledged only once that start is durable, as it is.
+                await asyncio.shield(starting)
                 return Run(self, id)
             raise AlreadyExists(f"run '{id}' is being started; {_policy_hint()}")
-        self._starting.add(id)
+        done: asyncio.Future[None] = self.loop.create_future()
+        self._starting[id] = done
         try:
-            existing = self.runs.loaded(id) is not None or self.runs.is_loading(id)
+            loaded = self.runs.loaded(id)
+            existing = loaded is not None or self.runs.is_loading(id)
             row = None if existing else await self.store.get(id)
             if existing or row is not None:
                 status = row.status if row is not None else RunStatus.RUNNING
                 if id_policy is IdPolicy.ATTACH:
+                    if loaded is not None:
+                        await self.committer.durable(loaded.start_lsn)
+                    _settle(done)
                     return Run(self, id)
                 if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                     raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
             lsn = self.create_run(
                 wf, id, data, parent=None, policy=0, run=row.run + 1 if row is not None else 1
             )
+            await self.committer.durable(lsn)
+            _settle(done)
+        except BaseException as e:
+            if not done.done():
+                done.set_exception(e)
+                done.exception()  # retrieved: the caller gets it, ATTACH callers too
+            raise
         finally:
-            self._starting.discard(id)
-        await self.committer.durable(lsn)
+            del self._starting[id]
         return Run(self, id)
 
     def create_run(
@@ -421,6 +469,7 @@ class Engine:
         )
         lsn = self.committer.append(id, run, encode(start))
         state = self.runs.make_state(wf, [start], lsn)
+        state.start_lsn = lsn
         self.runs.shard(id).add(state)
         self.runs.put_row(state)
         for sig in signals:
@@ -432,14 +481,32 @@ class Engine:
         state.driver.start()
         return state.driver.machine.gate
 
+    @overload
     async def execute(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[None, T],
+        id: str,
+        input: None = None,
+        *,
+        id_policy: IdPolicy = ...,
+    ) -> T: ...
+    @overload
+    async def execute(
+        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+    ) -> T: ...
+    @overload
+    async def execute(
+        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+    ) -> Any: ...
+
+    async def execute(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> T:
+    ) -> Any:
         """Starts a run and waits for its result.
 
         Example:
@@ -452,10 +519,14 @@ class Engine:
     def get(self, id: str) -> Run[Any]:
         """A handle on the run with id ``id`` (checked when used).
 
+        Raises:
+            ValueError: ``id`` is empty or not valid text.
+
         Example:
             >>> async def main(engine: Engine) -> None:
             ...     await engine.get("order-1").cancel("customer asked")
         """
+        check_id(id, "a run")
         return Run(self, id)
 
     async def list(
@@ -498,7 +569,25 @@ class Engine:
             >>> async def main(engine: Engine, token: str) -> None:
             ...     await engine.complete(token, {"approved": True})
         """
+        await self._check_completion(token, value)
         await self.messages.complete(token, value)
+
+    async def _check_completion(self, token: str, value: Any) -> None:
+        # The value must fit the await_completion's declared result_type,
+        # checked before anything is recorded. A token that does not parse,
+        # or whose run is gone, is left to `Messages.complete` to judge.
+        try:
+            id, _run, seq, _attempt = token.rsplit("/", 3)
+            seq_n = int(seq)
+        except (AttributeError, ValueError):
+            return
+        state = await self.runs.wake(id)
+        if state is None:
+            return
+        op = state.driver._ops.get(seq_n)
+        if op is None or op.kind != "await" or op.decode is None:
+            return
+        checked(value, op.decode, f"the completion of '{op.name}'", "its result_type")
 
     # --- run handle operations (`Run` calls these) -------------------------------------------
 
@@ -680,6 +769,11 @@ def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:
         elif isinstance(rec, Waited) and rec.outcome.is_signal:
             consumed.add(rec.outcome.ordinal)
     return [s for i, s in enumerate(signals) if i not in consumed]
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _policy_hint() -> str:

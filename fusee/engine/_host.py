@@ -12,28 +12,37 @@ stream's chunk read) waits until the record that produced it is durable.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 from fusee import _codec
 from fusee._status import RunStatus
 from fusee.engine._streams import StepStream
 from fusee.engine._timers import DEADLINE, TIMER
 from fusee.record import (
+    Attempt,
     Attributes,
+    Awaiting,
     Cancel,
     Child,
+    ChildDone,
     Chunk,
     Completed,
     Done,
     Fired,
+    Heartbeat,
+    Patch,
     Record,
+    Resume,
     Send,
+    Signal,
+    Start,
     Status,
     Step,
     StreamEnd,
     Timer,
     Update,
     UpdateDone,
+    Value,
     Wait,
     Waited,
     encode,
@@ -108,40 +117,60 @@ class EngineHost:
     def _react(self, state: RunState, record: Record, lsn: int) -> None:
         engine = self._engine
         id, run = state.id, state.run
-        if isinstance(record, Timer):
-            engine.timers.arm(id, run, record.seq, record.fire_at_ms, TIMER)
-        elif isinstance(record, Wait):
-            state.waits[record.seq] = record.name
-            if record.deadline_ms:
-                engine.timers.arm(id, run, record.seq, record.deadline_ms, DEADLINE)
-            engine.messages.match(state)
-        elif isinstance(record, Waited):
-            state.waits.pop(record.seq, None)
-            engine.timers.disarm(id, record.seq)
-        elif isinstance(record, Child):
-            state.outbox.add(record.seq)
-            engine.committer.on_durable(
-                lsn, lambda: engine.spawn(engine.messages.start_child(state, record))
-            )
-        elif isinstance(record, Send):
-            state.outbox.add(record.seq)
-            engine.committer.on_durable(
-                lsn, lambda: engine.spawn(engine.messages.send(state, record))
-            )
-        elif isinstance(record, Update):
-            state.update_ids[record.id] = len(state.update_ids)
-        elif isinstance(record, UpdateDone):
-            state.update_outcomes[record.ordinal] = (record.status, record.payload)
-        elif isinstance(record, Attributes):
-            state.attributes.update(_codec.decode(record.payload))
-            engine.runs.put_row(state)
-        elif isinstance(record, Chunk | StreamEnd):
-            engine.committer.on_durable(lsn, lambda: engine.streams.notify(id))
-        elif isinstance(record, Done):
-            engine.ended(state, record, lsn)
-        elif isinstance(record, Cancel):
-            state.cancelled = True
-            engine.timers.disarm_waits(state)
+        match record:
+            case Timer():
+                engine.timers.arm(id, run, record.seq, record.fire_at_ms, TIMER)
+            case Wait():
+                state.waits[record.seq] = record.name
+                if record.deadline_ms:
+                    engine.timers.arm(id, run, record.seq, record.deadline_ms, DEADLINE)
+                engine.messages.match(state)
+            case Waited():
+                state.waits.pop(record.seq, None)
+                engine.timers.disarm(id, record.seq)
+            case Child():
+                state.outbox.add(record.seq)
+                engine.committer.on_durable(
+                    lsn, lambda: engine.spawn(engine.messages.start_child(state, record))
+                )
+            case Send():
+                state.outbox.add(record.seq)
+                engine.committer.on_durable(
+                    lsn, lambda: engine.spawn(engine.messages.send(state, record))
+                )
+            case Update():
+                state.update_ids[record.id] = len(state.update_ids)
+            case UpdateDone():
+                state.update_outcomes[record.ordinal] = (record.status, record.payload)
+            case Attributes():
+                state.attributes.update(_codec.decode(record.payload))
+                engine.runs.put_row(state)
+            case Chunk() | StreamEnd():
+                engine.committer.on_durable(lsn, lambda: engine.streams.notify(id))
+            case Done():
+                engine.ended(state, record, lsn)
+            case Cancel():
+                state.cancelled = True
+                engine.timers.disarm_waits(state)
+            case (
+                Start()
+                | Step()
+                | Attempt()
+                | Resume()
+                | Fired()
+                | Signal()
+                | Value()
+                | ChildDone()
+                | Heartbeat()
+                | Awaiting()
+                | Completed()
+                | Patch()
+            ):
+                # The machine's own bookkeeping (or, for a signal, recorded
+                # by `Messages.signal` itself): nothing for the host to do.
+                return
+            case _:
+                assert_never(record)
 
     def run_step(self, driver: RunDriver, call: StepCall) -> None:
         state: RunState | None = driver.host_data
@@ -154,6 +183,10 @@ class EngineHost:
 
     def turned(self, driver: RunDriver) -> None:
         state: RunState | None = driver.host_data
+        if state is not None and state.steps:
+            # A turn may drop a running step (a lost race, a cancel) or end
+            # the run: the step hears it and its task is cancelled.
+            self._engine.steps.drop_unwanted(state)
         if state is None or not state.loaded or driver.end is not None:
             return
         engine = self._engine

@@ -93,6 +93,9 @@ class Messages:
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, f"signal '{name}'")
         if dedup and dedup in state.dedups:
+            # Acknowledged as the first was: once it is durable (everything
+            # appended so far is, then).
+            await engine.committer.durable(state.driver.machine.gate)
             return
         if dedup:
             state.dedups.add(dedup)

@@ -10,9 +10,10 @@ import datetime
 import enum
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from fusee import _codec
+from fusee._definitions import WorkflowDef
 from fusee._status import RunStatus
 
 if TYPE_CHECKING:
@@ -20,9 +21,21 @@ if TYPE_CHECKING:
     from fusee.engine._state import RunState
     from fusee.store import RunRow
 
-__all__ = ["IdPolicy", "Run", "RunInfo", "RunOperations", "dedup_key", "info_of", "status_of"]
+__all__ = [
+    "IdPolicy",
+    "Run",
+    "RunInfo",
+    "RunOperations",
+    "check_id",
+    "check_workflow",
+    "dedup_key",
+    "info_of",
+    "status_of",
+]
 
 T = TypeVar("T")
+P = TypeVar("P")  # a signal's or update's payload type
+R = TypeVar("R")  # an update's result type
 
 
 class IdPolicy(enum.Enum):
@@ -80,8 +93,59 @@ class RunOperations(Protocol):
     async def _describe(self, id: str) -> RunInfo: ...
 
 
+def check_id(id: object, what: str) -> None:
+    """Refuses a run id (or dedup key) that is not a non-empty string of valid text.
+
+    Ids are stored as UTF-8: a string with a lone surrogate (``"\\ud800"``)
+    has no UTF-8 form, so it is refused here rather than by the store.
+
+    Raises:
+        ValueError: ``id`` is empty, not a string, or not valid text.
+
+    Example:
+        >>> check_id("order-1", "a run")
+        >>> try:
+        ...     check_id("bad\\ud800", "a run")
+        ... except ValueError:
+        ...     print("refused")
+        refused
+    """
+    if not isinstance(id, str) or not id:
+        raise ValueError(f"{what} needs a non-empty string id, got {id!r}")
+    try:
+        id.encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what}'s id {id!r} is not valid text (a lone surrogate has no UTF-8 form); "
+            "use an id of valid characters"
+        ) from None
+
+
+def check_workflow(workflow: object) -> WorkflowDef[Any, Any] | str:
+    """``workflow`` if it is a `fusee.WorkflowDef` or a workflow's name.
+
+    Raises:
+        TypeError: It is anything else (an undecorated function, say).
+
+    Example:
+        >>> check_workflow("checkout")
+        'checkout'
+    """
+    if isinstance(workflow, WorkflowDef | str):
+        return workflow
+    name = getattr(workflow, "__qualname__", None)
+    what = f"function {name}" if callable(workflow) and name else repr(workflow)
+    raise TypeError(
+        f"expected a workflow, got {what}; decorate the `async def` with @fusee.workflow "
+        "(or pass the workflow's name)"
+    )
+
+
 def dedup_key(dedup: str | None) -> int:
     """A signal's dedup id as the 63-bit key its record keeps (0: none).
+
+    Raises:
+        ValueError: ``dedup`` is empty or not valid text.
 
     Example:
         >>> dedup_key(None), dedup_key("a") == dedup_key("a")
@@ -89,6 +153,7 @@ def dedup_key(dedup: str | None) -> int:
     """
     if dedup is None:
         return 0
+    check_id(dedup, "a dedup key")
     import hashlib
 
     # 63 bits so that 0 stays "no key".
@@ -128,6 +193,15 @@ class Run(Generic[T]):
         """
         return await self._engine._result(self.id)  # type: ignore[no-any-return]
 
+    @overload
+    async def signal(
+        self, signal: SignalDef[None], payload: None = None, *, dedup: str | None = None
+    ) -> None: ...
+    @overload
+    async def signal(
+        self, signal: SignalDef[P], payload: P, *, dedup: str | None = None
+    ) -> None: ...
+
     async def signal(
         self, signal: SignalDef[Any], payload: Any = None, *, dedup: str | None = None
     ) -> None:
@@ -135,30 +209,50 @@ class Run(Generic[T]):
 
         Args:
             signal: The signal definition.
-            payload: Its payload.
+            payload: Its payload, of the signal's type.
             dedup: An id: a second signal with the same id is ignored.
 
         Raises:
+            fusee.PayloadError: ``payload`` does not fit the signal's type
+                (nothing is recorded).
             fusee.NotFound: No run has this id.
             fusee.FuseeError: The run has finished.
         """
-        await self._engine._signal(
-            self.id, signal.name, _codec.encode(payload), dedup_key(dedup), None
-        )
+        data = signal.encode_checked(payload)
+        await self._engine._signal(self.id, signal.name, data, dedup_key(dedup), None)
 
     async def query(self, query: QueryDef, arg: Any = None) -> Any:
         """Asks the run's query handler; works on parked and finished runs too."""
         return await self._engine._query(self.id, query.name, _codec.encode(arg))
 
+    @overload
     async def update(
-        self, update: UpdateDef[Any], payload: Any = None, *, id: str | None = None
+        self, update: UpdateDef[None, R], payload: None = None, *, id: str | None = None
+    ) -> R: ...
+    @overload
+    async def update(self, update: UpdateDef[P, R], payload: P, *, id: str | None = None) -> R: ...
+
+    async def update(
+        self, update: UpdateDef[Any, Any], payload: Any = None, *, id: str | None = None
     ) -> Any:
         """Sends an update; returns the handler's result once it is durable.
 
+        The result is decoded to the update's ``result_type``.
+
         Raises:
+            fusee.PayloadError: ``payload`` does not fit the update's type
+                (nothing is recorded).
             fusee.FuseeError: The validator rejected it or the handler raised.
         """
-        return await self._engine._update(self.id, update.name, id, _codec.encode(payload))
+        if id is not None:
+            check_id(id, "an update")
+        data = update.encode_checked(payload)
+        result = await self._engine._update(self.id, update.name, id, data)
+        if update.result_type is Any:
+            return result
+        return update.decode_result(
+            _codec.encode(result, name=f"the result of update '{update.name}'")
+        )
 
     async def cancel(self, reason: str = "cancelled") -> None:
         """Cancels the run: every pending operation raises `fusee.Cancelled` in the code."""

@@ -14,7 +14,7 @@ parked or crashed run comes back exactly as it was.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from fusee import _codec
 from fusee._driver import ReplayHost, RunDriver
@@ -25,19 +25,29 @@ from fusee.engine._timers import DEADLINE, TIMER, WAKE
 from fusee.errors import FuseeError, UnknownWorkflow
 from fusee.machine import Completion, OpKind
 from fusee.record import (
+    Attempt,
     Attributes,
+    Awaiting,
     Cancel,
     Child,
     ChildDone,
+    Chunk,
+    Completed,
     Done,
     Fired,
+    Heartbeat,
+    Patch,
     Record,
+    Resume,
     Send,
     Signal,
     Start,
+    Step,
+    StreamEnd,
     Timer,
     Update,
     UpdateDone,
+    Value,
     Wait,
     Waited,
 )
@@ -210,38 +220,57 @@ class Runs:
         children: dict[int, Child] = {}
         sends: list[Send] = []
         for rec in records:
-            if isinstance(rec, Signal):
-                state.signals.append(rec)
-                if rec.dedup:
-                    state.dedups.add(rec.dedup)
-            elif isinstance(rec, Send):
-                sends.append(rec)
-            elif isinstance(rec, Update):
-                state.update_ids[rec.id] = len(state.update_ids)
-            elif isinstance(rec, UpdateDone):
-                state.update_outcomes[rec.ordinal] = (rec.status, rec.payload)
-            elif isinstance(rec, Wait):
-                state.waits[rec.seq] = rec.name
-                if rec.deadline_ms:
-                    deadlines[rec.seq] = rec.deadline_ms
-            elif isinstance(rec, Waited):
-                state.waits.pop(rec.seq, None)
-                deadlines.pop(rec.seq, None)
-                if rec.outcome.is_signal:
-                    state.consumed.add(rec.outcome.ordinal)
-            elif isinstance(rec, Timer):
-                timers[rec.seq] = rec.fire_at_ms
-            elif isinstance(rec, Fired):
-                timers.pop(rec.seq, None)
-            elif isinstance(rec, Child):
-                children[rec.seq] = rec
-            elif isinstance(rec, ChildDone):
-                children.pop(rec.seq, None)
-            elif isinstance(rec, Attributes):
-                state.attributes.update(_codec.decode(rec.payload))
-            elif isinstance(rec, Cancel):
-                deadlines.clear()
-                state.cancelled = True
+            match rec:
+                case Signal():
+                    state.signals.append(rec)
+                    if rec.dedup:
+                        state.dedups.add(rec.dedup)
+                case Send():
+                    sends.append(rec)
+                case Update():
+                    state.update_ids[rec.id] = len(state.update_ids)
+                case UpdateDone():
+                    state.update_outcomes[rec.ordinal] = (rec.status, rec.payload)
+                case Wait():
+                    state.waits[rec.seq] = rec.name
+                    if rec.deadline_ms:
+                        deadlines[rec.seq] = rec.deadline_ms
+                case Waited():
+                    state.waits.pop(rec.seq, None)
+                    deadlines.pop(rec.seq, None)
+                    if rec.outcome.is_signal:
+                        state.consumed.add(rec.outcome.ordinal)
+                case Timer():
+                    timers[rec.seq] = rec.fire_at_ms
+                case Fired():
+                    timers.pop(rec.seq, None)
+                case Child():
+                    children[rec.seq] = rec
+                case ChildDone():
+                    children.pop(rec.seq, None)
+                case Attributes():
+                    state.attributes.update(_codec.decode(rec.payload))
+                case Cancel():
+                    deadlines.clear()
+                    state.cancelled = True
+                case (
+                    Start()
+                    | Step()
+                    | Attempt()
+                    | Resume()
+                    | Value()
+                    | Done()
+                    | Heartbeat()
+                    | Awaiting()
+                    | Completed()
+                    | Patch()
+                    | Chunk()
+                    | StreamEnd()
+                ):
+                    # The machine rebuilds these itself (`RunMachine`).
+                    continue
+                case _:
+                    assert_never(rec)
         for seq, at in timers.items():
             engine.timers.arm(id, run, seq, at, TIMER)
         for seq, at in deadlines.items():

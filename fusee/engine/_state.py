@@ -69,6 +69,9 @@ class RunState:
     # Attached children whose wait the code dropped (cancelled): cancelled
     # with it, and never started if they were not yet.
     dropped_children: set[int] = field(default_factory=set)
+    # The LSN of its run's `Start` when this engine appended it (0: loaded
+    # from the store, durable already): an ATTACH returns once it is durable.
+    start_lsn: int = 0
     # The ended run's row, held back while its outbox is not empty.
     final_row: RunRow | None = None
     attributes: dict[str, Any] = field(default_factory=dict)

@@ -26,7 +26,7 @@ import anyio.to_thread
 from fusee import _codec
 from fusee._driver import error_payload
 from fusee._stepfn import mark_returns_awaitable, returns_awaitable, takes_arg
-from fusee.context import StepCtx, _current_step
+from fusee.context import CancelFlag, StepCtx, _current_step
 from fusee.errors import Failure, PayloadError, StoreError
 from fusee.record import PAUSED, Status
 
@@ -105,7 +105,7 @@ class _EngineStepCtx(StepCtx):
     trivial step's time).
     """
 
-    __slots__ = ("_executor", "_seq", "_state")
+    __slots__ = ("_executor", "_seq", "_state", "beat_ms", "live")
 
     def __init__(
         self,
@@ -119,9 +119,18 @@ class _EngineStepCtx(StepCtx):
         self.key = key
         self.attempt = attempt
         self.token = token
+        self.cancelled = CancelFlag()
         self._executor = executor
         self._state = state
         self._seq = seq
+        # When the attempt last showed life (its start, then each heartbeat),
+        # on the engine's clock; and whether it is still the current attempt.
+        self.beat_ms = executor.host.clock.now_ms()
+        self.live = True
+
+    def end(self) -> None:
+        """The attempt is over or abandoned: its later heartbeats are ignored."""
+        self.live = False
 
     @property
     def progress(self) -> Any:
@@ -132,17 +141,26 @@ class _EngineStepCtx(StepCtx):
         data = _codec.encode(progress, name="the heartbeat's progress")
         ex = self._executor
         if threading.get_ident() == ex.thread_id:
-            ex.host.heartbeat(self._state, self._seq, data)
+            self._beat(data)
         else:
-            ex.loop.call_soon_threadsafe(ex.host.heartbeat, self._state, self._seq, data)
+            ex.loop.call_soon_threadsafe(self._beat, data)
+
+    def _beat(self, data: bytes) -> None:
+        # On the engine's loop. An attempt that timed out may still run in
+        # its thread: its progress must not become the next attempt's.
+        if not self.live:
+            return
+        self.beat_ms = self._executor.host.clock.now_ms()
+        self._executor.host.heartbeat(self._state, self._seq, data)
 
     def stream(self, name: str) -> StepStream:
         return self._executor.host.step_stream(self._state, self._seq, name)
 
 
 # What an eager first attempt left: ("suspended", (coroutine, yielded)),
-# ("awaitable", awaitable) or ("raised", exception).
-_First = tuple[str, Any]
+# ("awaitable", awaitable) or ("raised", exception), and the attempt's StepCtx
+# (the one its code holds: its `cancelled` flag is the one to set).
+_First = tuple[str, Any, "_EngineStepCtx"]
 
 
 class StepExecutor:
@@ -157,6 +175,10 @@ class StepExecutor:
         self.loop = loop
         # The loop's thread: a step's heartbeat from any other goes through the loop.
         self.thread_id = threading.get_ident()
+        # Attempts bounded on the engine's clock running in a worker thread now.
+        self.bounded_threads = 0
+        # Each running step task's position and current attempt.
+        self._attempts: dict[asyncio.Task[Any], tuple[int, _EngineStepCtx]] = {}
 
     def run(self, state: RunState, call: StepCall) -> None:
         """Runs ``call`` for ``state``'s run: eagerly once its gate is durable, else as a task."""
@@ -199,12 +221,13 @@ class StepExecutor:
 
     def _task_done(self, state: RunState, task: asyncio.Task[None]) -> None:
         state.steps.discard(task)
+        self._attempts.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("fusee step task failed", exc_info=task.exception())
         if not state.steps:
             state.driver.host.turned(state.driver)
 
-    def _step_ctx(self, state: RunState, call: StepCall, attempt: int) -> StepCtx:
+    def _step_ctx(self, state: RunState, call: StepCall, attempt: int) -> _EngineStepCtx:
         m = state.driver.machine
         seq = call.seq
         token = None
@@ -242,12 +265,12 @@ class StepExecutor:
                 except StopIteration as stop:
                     result = stop.value
                 else:
-                    return ("suspended", (result, yielded))
+                    return ("suspended", (result, yielded), sctx)
             elif inspect.isawaitable(result):
-                return ("awaitable", result)
-            payload = _codec.encode(result, name=f"the result of step '{call.name}'")
+                return ("awaitable", result, sctx)
+            payload = _encode_result(call, result)
         except Exception as e:
-            return ("raised", e)
+            return ("raised", e, sctx)
         finally:
             _current_step.reset(token)
         if call.is_await:
@@ -272,11 +295,14 @@ class StepExecutor:
         not_before = call.not_before_ms
         fn = hooks.mock(driver.workflow.name, call.name) or call.fn
         takes_ctx = call.takes_ctx if fn is call.fn else takes_arg(fn)
+        me = asyncio.current_task()
         while True:
             runner: Awaitable[Any]
+            first_done = first is None
             if first is not None:
                 # The eager first attempt ran already: finish it, do not call again.
-                runner = _finish_first(first, self._step_ctx(state, call, attempt))
+                sctx = first[2]
+                runner = _finish_first(first, sctx)
                 first = None
             else:
                 if not_before == PAUSED:
@@ -307,23 +333,40 @@ class StepExecutor:
                 sctx = self._step_ctx(state, call, attempt)
                 hooks.step_started(driver.id, driver.run, seq)
                 runner = _invoke(fn, takes_ctx, call, sctx)
-            hooks.busy_steps += 1
+            if me is not None:
+                self._attempts[me] = (seq, sctx)
+            # An attempt bounded on the engine's clock is not "busy" to the
+            # test host: its advance() moves virtual time past it instead of
+            # waiting in real time for an attempt that may never end. One in
+            # a worker thread is working, though: a run's result() lets it
+            # finish before skipping idle time to its deadline.
+            bounded = call.timeout_s is not None or call.heartbeat_timeout_s is not None
+            busy = 0 if bounded else 1
+            threaded = int(bounded and runner_in_thread(fn, call) and first_done)
+            hooks.busy_steps += busy
+            self.bounded_threads += threaded
             try:
                 try:
-                    result = await runner
-                    payload = _codec.encode(result, name=f"the result of step '{call.name}'")
+                    result = await self._bounded(runner, call, sctx)
+                    payload = _encode_result(call, result)
                 finally:
-                    hooks.busy_steps -= 1
+                    hooks.busy_steps -= busy
+                    self.bounded_threads -= threaded
+                    sctx.end()
             except asyncio.CancelledError:
+                sctx.cancelled.set()
                 raise
             except Exception as e:
                 if self._ended(state, seq):
                     return
                 if isinstance(e, (Failure | PayloadError, call.retry.non_retryable)):
-                    host.step_result(state, seq, _FAILED, error_payload(e))
+                    self._deliver(me, state, seq, _FAILED, error_payload(e))
                     return
                 err = error_payload(e)
                 if attempt >= call.retry.attempts:
+                    if call.retry.on_exhausted == "fail":
+                        self._deliver(me, state, seq, _FAILED, err)
+                        return
                     driver.append(m.step_retry(seq, PAUSED, err))
                     host.step_paused(state)
                     not_before = PAUSED
@@ -337,14 +380,111 @@ class StepExecutor:
             if self._ended(state, seq):
                 return
             if call.is_await:
+                if me is not None:
+                    self._attempts.pop(me, None)
                 host.token_out(state, seq)
             else:
-                host.step_result(state, seq, _OK, payload)
+                self._deliver(me, state, seq, _OK, payload)
             return
+
+    def _deliver(
+        self, me: asyncio.Task[Any] | None, state: RunState, seq: int, status: Status, data: bytes
+    ) -> None:
+        # The step is done: the turn this result starts must not take it
+        # for a dropped step.
+        if me is not None:
+            self._attempts.pop(me, None)
+        self.host.step_result(state, seq, status, data)
+
+    async def _bounded(self, runner: Awaitable[Any], call: StepCall, sctx: _EngineStepCtx) -> Any:
+        """Awaits one attempt, failing it when it outlives its limits on the engine's clock.
+
+        ``timeout`` counts from the attempt's start, ``heartbeat_timeout``
+        from its start and from each heartbeat. The engine's clock (virtual
+        under the test host) decides, not asyncio's. An attempt that runs
+        past its limit is cancelled (a sync one is abandoned in its thread,
+        its result and heartbeats ignored) and awaited.
+        """
+        timeout_s = call.timeout_s
+        beat_s = call.heartbeat_timeout_s
+        if timeout_s is None and beat_s is None:
+            return await runner
+        host = self.host
+        clock = host.clock
+        started = clock.now_ms()
+        sctx.beat_ms = started
+        task: asyncio.Future[Any] = asyncio.ensure_future(runner)
+        try:
+            while True:
+                limits = []
+                if timeout_s is not None:
+                    limits.append((started + round(timeout_s * 1000), "ran longer than", timeout_s))
+                if beat_s is not None:
+                    limits.append(
+                        (sctx.beat_ms + round(beat_s * 1000), "sent no heartbeat for", beat_s)
+                    )
+                at, what, limit_s = min(limits, key=lambda x: x[0])
+                if clock.now_ms() >= at:
+                    raise StepTimeout(
+                        f"step '{call.name}' attempt {sctx.attempt} {what} {limit_s:g}s"
+                    )
+                sleeper = asyncio.ensure_future(host.sleep_until(at))
+                try:
+                    await asyncio.wait([task, sleeper], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not sleeper.done():
+                        sleeper.cancel()
+                        await asyncio.wait([sleeper])
+                if task.done():
+                    return task.result()
+        finally:
+            if not task.done():
+                sctx.end()
+                sctx.cancelled.set()
+                task.cancel()
+                await asyncio.wait([task])
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: an abandoned attempt's error is not "never retrieved"
+
+    def drop_unwanted(self, state: RunState) -> None:
+        """Cancels the step tasks of ``state`` that its run no longer wants.
+
+        A step the code dropped (a lost race, a timeout, a cancel) or whose
+        run ended: its attempt's ``s.cancelled`` is set and its task is
+        cancelled; the task stays referenced until it has run its cleanup.
+        """
+        ended = state.driver.end is not None
+        for task in list(state.steps):
+            held = self._attempts.get(task)
+            seq = held[0] if held is not None else None
+            if seq is None and not ended:
+                continue
+            if ended or (seq is not None and self._ended(state, seq)):
+                if held is not None:
+                    held[1].cancelled.set()
+                self._attempts.pop(task, None)
+                task.cancel()
+
+
+def _encode_result(call: StepCall, result: Any) -> bytes:
+    """A step's result as bytes; refused if its type would be lost on the way back.
+
+    With no declared type the result comes back as its plain shape (a
+    dataclass as a dict), while the workflow's types say otherwise.
+    """
+    if not call.declared and not call.is_await:
+        kind = _codec.structured_kind(result)
+        if kind is not None:
+            raise PayloadError(
+                f"step '{call.name}' returned a {kind} ({type(result).__qualname__}) but declares "
+                "no result type, so it would come back as a dict; annotate the step function's "
+                f"return type, or pass result_type={type(result).__qualname__} to ctx.step"
+            )
+    return _codec.encode(result, name=f"the result of step '{call.name}'")
 
 
 async def _finish_first(first: _First, sctx: StepCtx) -> Any:
-    kind, obj = first
+    kind, obj, _ = first
     if kind == "raised":
         raise obj
     token = _current_step.set(sctx)
@@ -387,25 +527,24 @@ async def _invoke(fn: Callable[..., Any], takes_ctx: bool, call: StepCall, sctx:
     args = (sctx,) if takes_ctx else ()
     token = _current_step.set(sctx)
     try:
-        if call.timeout_s is None:
-            return await _call(fn, args, call)
-        try:
-            async with asyncio.timeout(call.timeout_s):
-                return await _call(fn, args, call)
-        except TimeoutError:
-            raise StepTimeout(
-                f"step '{call.name}' attempt {sctx.attempt} ran longer than {call.timeout_s}s"
-            ) from None
+        return await _call(fn, args, call)
     finally:
         _current_step.reset(token)
 
 
+def runner_in_thread(fn: Callable[..., Any], call: StepCall) -> bool:
+    """Whether an attempt of ``fn`` runs in a worker thread (not on the loop)."""
+    return not (call.is_async or call.inline or returns_awaitable(fn))
+
+
 async def _call(fn: Callable[..., Any], args: tuple[Any, ...], call: StepCall) -> Any:
-    if call.is_async or call.inline or returns_awaitable(fn):
+    if not runner_in_thread(fn, call):
         result = fn(*args)
     else:
         ctx = contextvars.copy_context()
-        result = await anyio.to_thread.run_sync(ctx.run, fn, *args)
+        # Abandoned on cancel: a thread cannot be interrupted, so a timed-out
+        # or dropped sync attempt runs on there, its result ignored.
+        result = await anyio.to_thread.run_sync(ctx.run, fn, *args, abandon_on_cancel=True)
         if inspect.isawaitable(result):
             mark_returns_awaitable(fn)
     if inspect.isawaitable(result):

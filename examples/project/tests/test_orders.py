@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import fusee
 from fusee.pytest_plugin import EngineFactory
 from fusee.testing import TestEngine, crash_everywhere
@@ -9,7 +11,8 @@ from fusee.testing import TestEngine, crash_everywhere
 from shop.orders import Order, Outcome, notify, packed, process_order
 
 ORDER = Order("o-1", "ada@example.com", 1290)
-WORKFLOWS = [process_order, notify]
+# Annotated: mypy joins workflows of different input types to `object`.
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [process_order, notify]
 
 
 async def test_a_packed_order_ships_after_a_crash(fusee_engine: EngineFactory) -> None:
