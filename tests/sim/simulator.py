@@ -173,7 +173,12 @@ class Sim:
         rng = self.rng
         self.counter += 1
         n = self.counter
-        kind = rng.choices(["steps", "parent", "inbox", "cancellable"], [3, 2, 3, 2])[0]
+        kind = rng.choices(["steps", "parent", "inbox", "cancellable", "sender"], [3, 2, 3, 2, 2])[
+            0
+        ]
+        inboxes = [op.id for op in self._started("sim_inbox") if op.acked]
+        if kind == "sender" and not inboxes:
+            kind = "inbox"
         if kind == "steps":
             op = _Op("start", f"steps-{n}", "sim_steps", self._steps_spec())
         elif kind == "parent":
@@ -186,6 +191,14 @@ class Sim:
         elif kind == "inbox":
             state = {"got": [], "total": 0, "per": rng.randint(2, 5)}
             op = _Op("start", f"inbox-{n}", "sim_inbox", state)
+        elif kind == "sender":
+            spec = {
+                "before": self._step_spec(),
+                "target": rng.choice(inboxes),
+                "item": 100_000 + n,
+                "after": self._step_spec(),
+            }
+            op = _Op("start", f"sender-{n}", "sim_sender", spec)
         else:
             spec = {
                 "book": self._step_spec(),
@@ -229,6 +242,10 @@ class Sim:
             self.send(_Op("signal", target, f"item-{self.counter}", self.counter))
         elif kind == "update":
             self.send(_Op("update", target, f"u-{self.counter}", rng.randint(1, 9)))
+        elif kind == "stop":
+            # An inbox told to end while items may still be on their way:
+            # each must be delivered, or refused as sent to an ended run.
+            self.send(_Op("signal", target, "stop-early", STOP))
         elif not any(op.kind == "cancel" and op.id == target for op in self.ops):
             self.send(_Op("cancel", target, "cancel", None))
 
@@ -262,6 +279,7 @@ class Sim:
             "signal": 3,
             "update": 1.5,
             "cancel": 0.8,
+            "stop": 0.3,
             "resend": 0.3,
             "turns": 2,
             "advance": 2,
@@ -277,7 +295,7 @@ class Sim:
             failed = t.engine.committer.failed is not None
             if move == "start":
                 self._new_start()
-            elif move in ("signal", "update", "cancel"):
+            elif move in ("signal", "update", "cancel", "stop"):
                 self._message(move)
             elif move == "resend":
                 self._resend()
@@ -341,17 +359,19 @@ class Sim:
         await self.drain()
 
     async def quiet_phase(self) -> None:
-        t = self.t
         await self.resend_unacknowledged()
+        # Senders end before their inboxes are stopped, so that each send
+        # finds its inbox waiting; a last item races each stop.
+        await self._run_to_end([id for id in self._ids() if not id.startswith("inbox-")])
         for op in self._started("sim_inbox"):
             if op.acked:
                 self.send(_Op("signal", op.id, "stop", STOP))
+                if self.rng.random() < 0.3:
+                    self.counter += 1
+                    self.send(_Op("signal", op.id, f"item-{self.counter}", self.counter))
         await self.resend_unacknowledged()
         ids = self._ids()
-        for _ in range(200):
-            if all([await self._finished(id) for id in ids]):
-                break
-            await t.advance("6h")
+        await self._run_to_end(ids)
         for id in ids:
             row = await self.store.get(id)
             if row is None or row.status not in FINISHED_STATUSES:
@@ -366,6 +386,12 @@ class Sim:
                 id: (outcomes.get(id), v) for id, v in again.items() if v != outcomes.get(id)
             }
             self.violation("result_changed", f"results changed in a crash: {changed}")
+
+    async def _run_to_end(self, ids: list[str]) -> None:
+        for _ in range(200):
+            if all([await self._finished(id) for id in ids]):
+                return
+            await self.t.advance("6h")
 
     def _ids(self) -> list[str]:
         ids = [op.id for op in self.ops if op.kind == "start" and op.acked]
@@ -407,6 +433,9 @@ class Sim:
                 cancelled = any(c.kind == "cancel" and c.id == op.id and c.acked for c in self.ops)
                 if cancelled and isinstance(got, str) and "Cancelled" in got:
                     continue
+            elif op.key == "sim_sender":
+                spec = op.value
+                want = spec["before"]["value"] + spec["after"]["value"]
             else:
                 self._check_inbox(op.id, got)
                 continue
@@ -415,9 +444,17 @@ class Sim:
 
     def _check_inbox(self, id: str, got: Any) -> None:
         mine = [op for op in self.ops if op.id == id]
-        items = [op for op in mine if op.kind == "signal" and op.key != "stop"]
+        items = [op for op in mine if op.kind == "signal" and op.value != STOP]
+        # Sends may find an inbox stopped early ended: only a waiting one must get them.
+        early = any(op.key == "stop-early" for op in mine)
         acked = sorted(op.value for op in items if op.acked)
         sent = {op.value for op in items}
+        # A sender that ended has sent its item: its `Send` was durable.
+        for op in self._started("sim_sender"):
+            if op.value["target"] == id:
+                sent.add(op.value["item"])
+                if not early and self.seen_ends.get(op.id, (0, -1, b""))[1] == 0:
+                    acked.append(op.value["item"])
         if not isinstance(got, dict):
             self.violation("delivered", f"inbox {id} ended with {got!r}")
             return

@@ -24,6 +24,7 @@ __all__ = [
     "sim_cancellable",
     "sim_inbox",
     "sim_parent",
+    "sim_sender",
     "sim_steps",
 ]
 
@@ -55,7 +56,20 @@ def _retry(fails: int) -> fusee.Retry:
 
 def _step(ctx: fusee.Ctx, name: str, spec: dict[str, Any]) -> asyncio.Future[int]:
     value, fails, turns = spec["value"], spec["fails"], spec["turns"]
-    return ctx.step(name, lambda s: work(s, value, fails, turns), retry=_retry(fails))
+
+    # An async function, not a lambda returning a coroutine: the engine then
+    # runs it on the loop (no thread), so a seed's interleaving repeats.
+    async def body(s: fusee.StepCtx) -> int:
+        return await work(s, value, fails, turns)
+
+    return ctx.step(name, body, retry=_retry(fails))
+
+
+def _constant(ctx: fusee.Ctx, name: str, value: int) -> asyncio.Future[int]:
+    async def body() -> int:
+        return value
+
+    return ctx.step(name, body)
 
 
 def expected_of_steps(spec: dict[str, Any]) -> int:
@@ -106,7 +120,7 @@ async def sim_inbox(ctx: fusee.Ctx, state: dict[str, Any]) -> dict[str, Any]:
         got.append(value)
         fresh += 1
         if fresh >= state["per"]:
-            await ctx.step("checkpoint", lambda: len(got))
+            await _constant(ctx, "checkpoint", len(got))
             ctx.continue_as_new({"got": got, "total": total[0], "per": state["per"]})
 
 
@@ -118,8 +132,16 @@ async def sim_cancellable(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
         await ctx.sleep("hold", spec["hold"])
         return done + await _step(ctx, "confirm", spec["confirm"])
     except fusee.Cancelled:
-        await ctx.step("refund", lambda: done)
+        await _constant(ctx, "refund", done)
         raise
 
 
-WORKFLOWS = [sim_steps, sim_parent, sim_inbox, sim_cancellable]
+@fusee.workflow("sim_sender")
+async def sim_sender(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
+    """A step, then `ctx.send` of an item to an inbox, then a step: a message between runs."""
+    first = await _step(ctx, "before", spec["before"])
+    ctx.send(spec["target"], msg, spec["item"])
+    return first + await _step(ctx, "after", spec["after"])
+
+
+WORKFLOWS = [sim_steps, sim_parent, sim_inbox, sim_cancellable, sim_sender]
