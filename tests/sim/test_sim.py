@@ -1,0 +1,103 @@
+"""The simulator in CI: a fixed list of seeds passes, and the checkers catch what they must.
+
+`make sim SEEDS=N` runs as many seeds as asked (`python -m tests.sim`);
+these tests run the seeds below on every `make test`, in a few seconds.
+The seeds in `FAILING_TODAY` find the engine bugs the contract issue lists
+(they join CI once those are fixed); the seeds here are the ones that pass
+on the engine as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from fusee.store import Entry, MemoryStore, RunRow, Store
+
+from . import simulator
+from .simulator import reproduce_command, simulate
+
+pytestmark = pytest.mark.asyncio
+
+# Seeds 1 to 200 that pass on the memory store (where a seed replays exactly).
+MEMORY_SEEDS = [
+    1, 2, 4, 10, 26, 27, 28, 31, 32, 33, 43, 46, 49, 50, 52, 55, 57, 65, 70, 76, 81, 84, 85, 88,
+    89, 90, 91, 97, 100, 114, 119, 120, 121, 123, 127, 134, 137, 138, 139, 146, 155, 165, 171,
+    186, 190, 192, 194, 199,
+]  # fmt: skip
+
+# Seeds that passed on SQLite 8 times in 8 (its writer thread's timing varies).
+SQLITE_SEEDS = [1, 2, 46, 49, 88, 90, 91, 111, 112, 121, 137, 190]
+
+# What the other seeds of 1 to 200 find on the engine today, one seed per
+# kind (`make sim SEEDS=1 SEED=N` shows each):
+FAILING_TODAY = {
+    3: "a signal journaled after its run's Done; the run's result() then raises StoreError",
+    4: "continue-as-new drops a buffered signal: an acknowledged item never arrives",
+    13: "a signal resent with its dedup id after continue-as-new is delivered again",
+    18: "an update resent with its id is applied twice (update ids do not deduplicate)",
+}
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, id=f"memory-{s}") for s in MEMORY_SEEDS])
+async def test_a_ci_seed_finds_no_violation_on_the_memory_store(seed: int) -> None:
+    report = await simulate(seed, "memory")
+    assert report.violations == [], report.summary()
+    assert report.figures["crashes"] > 0
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, id=f"sqlite-{s}") for s in SQLITE_SEEDS])
+async def test_a_ci_seed_finds_no_violation_on_sqlite(seed: int) -> None:
+    report = await simulate(seed, "sqlite")
+    assert report.violations == [], report.summary()
+
+
+async def test_a_seed_replays_the_same_script_and_findings_on_the_memory_store() -> None:
+    first = await simulate(3, "memory")
+    again = await simulate(3, "memory")
+    assert first.violations == again.violations
+    assert first.figures == again.figures
+
+
+async def test_a_failing_seed_names_the_command_that_reproduces_it() -> None:
+    report = await simulate(3, "memory")
+    assert report.violations, "seed 3 finds the signal-at-the-end race on the engine today"
+    assert report.summary().endswith("reproduce: make sim SEEDS=1 SEED=3 STORE=memory")
+    assert reproduce_command(3, "sqlite") == "make sim SEEDS=1 SEED=3 STORE=sqlite"
+
+
+class _ForgetfulMemory(MemoryStore):
+    """A store bug: a reopen loses the last batch it acknowledged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: tuple[list[Entry], list[RunRow]] | None = None
+
+    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+        await super().append(entries, runs)
+        self.last = (list(entries), list(runs))
+
+    async def open(self) -> None:
+        if self.last is not None:
+            for e in self.last[0]:
+                journal = self._journals.get((e.id, e.run), [])
+                if journal and journal[-1][0] == e.lsn:
+                    journal.pop()
+            self.last = None
+        await super().open()
+
+
+def _forgetful(kind: str, directory: Path) -> Callable[[], Store]:
+    store = _ForgetfulMemory()
+    return lambda: store
+
+
+async def test_the_checkers_catch_a_store_that_loses_acknowledged_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(simulator, "_make_store", _forgetful)
+    found = [v for s in MEMORY_SEEDS[:5] for v in (await simulate(s, "memory")).violations]
+    checkers = {v.split("]")[0] + "]" for v in found}
+    assert checkers & {"[acked_start]", "[acked_signal]", "[delivered]", "[step_ran_again]"}, found
