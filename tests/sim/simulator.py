@@ -57,7 +57,7 @@ from fusee.testing import TestEngine
 from .faults import FaultyStore
 from .workload import STOP, WORKFLOWS, add, expected_of_steps, msg
 
-__all__ = ["Report", "reproduce_command", "simulate"]
+__all__ = ["Report", "Workload", "check_outcomes", "reproduce_command", "simulate"]
 
 STORES = ("memory", "sqlite")
 _HOUR_MS = 3_600_000
@@ -104,11 +104,87 @@ class _Op:
     in_flight: bool = False
 
 
+class Workload:
+    """Makes the runs' inputs: a seed's random choices, on a virtual or a real clock.
+
+    Args:
+        rng: The seed's random.
+        real_time: Short sleeps and holds (the torture's processes run on the
+            wall clock), instead of the simulator's minutes, hours and days.
+        prefix: Put before every run id.
+    """
+
+    def __init__(self, rng: random.Random, *, real_time: bool = False, prefix: str = "") -> None:
+        self.rng = rng
+        self.prefix = prefix
+        if real_time:
+            self.sleeps: list[int | str] = [0, 0, "20ms", "100ms", "300ms"]
+            self.holds = ["200ms", "1s", "3s"]
+            self.fails = [0, 0, 0, 0, 1]
+        else:
+            self.sleeps = [0, 0, "5s", "1m", "2h"]
+            self.holds = ["10m", "2h", "1d"]
+            self.fails = [0, 0, 0, 1, 2]
+
+    def new_start(self, n: int, inboxes: list[str]) -> _Op:
+        """The start of a new run, number ``n``; a sender targets one of ``inboxes``."""
+        rng = self.rng
+        kinds = ["steps", "parent", "inbox", "cancellable", "sender"]
+        kind = rng.choices(kinds, [3, 2, 3, 2, 2])[0]
+        if kind == "sender" and not inboxes:
+            kind = "inbox"
+        p = self.prefix
+        if kind == "steps":
+            return _Op("start", f"{p}steps-{n}", "sim_steps", self.steps_spec())
+        if kind == "parent":
+            spec: dict[str, Any] = {
+                "before": self.step_spec(),
+                "child": self.steps_spec(),
+                "after": self.step_spec(),
+            }
+            return _Op("start", f"{p}parent-{n}", "sim_parent", spec)
+        if kind == "inbox":
+            state = {"got": [], "total": 0, "per": rng.randint(2, 5)}
+            return _Op("start", f"{p}inbox-{n}", "sim_inbox", state)
+        if kind == "sender":
+            spec = {
+                "before": self.step_spec(),
+                "target": rng.choice(inboxes),
+                "item": 100_000 + n,
+                "after": self.step_spec(),
+            }
+            return _Op("start", f"{p}sender-{n}", "sim_sender", spec)
+        spec = {
+            "book": self.step_spec(),
+            "hold": rng.choice(self.holds),
+            "confirm": self.step_spec(),
+        }
+        return _Op("start", f"{p}cancellable-{n}", "sim_cancellable", spec)
+
+    def step_spec(self) -> dict[str, int]:
+        rng = self.rng
+        return {
+            "value": rng.randint(1, 1000),
+            "fails": rng.choice(self.fails),
+            "turns": rng.randint(0, 8),
+        }
+
+    def steps_spec(self) -> dict[str, Any]:
+        rng = self.rng
+        count = rng.randint(1, 3)
+        return {
+            "steps": [self.step_spec() for _ in range(count)],
+            "sleeps": [rng.choice(self.sleeps) for _ in range(count)],
+            "fan": [self.step_spec() for _ in range(rng.randint(0, 4))],
+        }
+
+
 class Sim:
     """One seed's world: the engine, its store, the outside callers and the checkers."""
 
     def __init__(self, seed: int, t: TestEngine, store: FaultyStore) -> None:
         self.rng = random.Random(seed)
+        self.workload = Workload(self.rng)
         self.t = t
         self.store = store
         self.ops: list[_Op] = []
@@ -170,60 +246,9 @@ class Sim:
             op.in_flight = False
 
     def _new_start(self) -> None:
-        rng = self.rng
         self.counter += 1
-        n = self.counter
-        kind = rng.choices(["steps", "parent", "inbox", "cancellable", "sender"], [3, 2, 3, 2, 2])[
-            0
-        ]
         inboxes = [op.id for op in self._started("sim_inbox") if op.acked]
-        if kind == "sender" and not inboxes:
-            kind = "inbox"
-        if kind == "steps":
-            op = _Op("start", f"steps-{n}", "sim_steps", self._steps_spec())
-        elif kind == "parent":
-            spec: dict[str, Any] = {
-                "before": self._step_spec(),
-                "child": self._steps_spec(),
-                "after": self._step_spec(),
-            }
-            op = _Op("start", f"parent-{n}", "sim_parent", spec)
-        elif kind == "inbox":
-            state = {"got": [], "total": 0, "per": rng.randint(2, 5)}
-            op = _Op("start", f"inbox-{n}", "sim_inbox", state)
-        elif kind == "sender":
-            spec = {
-                "before": self._step_spec(),
-                "target": rng.choice(inboxes),
-                "item": 100_000 + n,
-                "after": self._step_spec(),
-            }
-            op = _Op("start", f"sender-{n}", "sim_sender", spec)
-        else:
-            spec = {
-                "book": self._step_spec(),
-                "hold": rng.choice(["10m", "2h", "1d"]),
-                "confirm": self._step_spec(),
-            }
-            op = _Op("start", f"cancellable-{n}", "sim_cancellable", spec)
-        self.send(op)
-
-    def _step_spec(self) -> dict[str, int]:
-        rng = self.rng
-        return {
-            "value": rng.randint(1, 1000),
-            "fails": rng.choice([0, 0, 0, 1, 2]),
-            "turns": rng.randint(0, 8),
-        }
-
-    def _steps_spec(self) -> dict[str, Any]:
-        rng = self.rng
-        count = rng.randint(1, 3)
-        return {
-            "steps": [self._step_spec() for _ in range(count)],
-            "sleeps": [rng.choice([0, 0, "5s", "1m", "2h"]) for _ in range(count)],
-            "fan": [self._step_spec() for _ in range(rng.randint(0, 4))],
-        }
+        self.send(self.workload.new_start(self.counter, inboxes))
 
     def _started(self, workflow: str) -> list[_Op]:
         return [op for op in self.ops if op.kind == "start" and op.key == workflow]
@@ -414,66 +439,10 @@ class Sim:
         return got
 
     def _check_outcomes(self, outcomes: dict[str, Any]) -> None:
-        for op in self.ops:
-            if op.kind != "start" or op.id not in outcomes:
-                continue
-            got = outcomes[op.id]
-            if op.key == "sim_steps":
-                want: Any = expected_of_steps(op.value)
-            elif op.key == "sim_parent":
-                spec = op.value
-                want = (
-                    spec["before"]["value"]
-                    + expected_of_steps(spec["child"])
-                    + spec["after"]["value"]
-                )
-            elif op.key == "sim_cancellable":
-                spec = op.value
-                want = spec["book"]["value"] + spec["confirm"]["value"]
-                cancelled = any(c.kind == "cancel" and c.id == op.id and c.acked for c in self.ops)
-                if cancelled and isinstance(got, str) and "Cancelled" in got:
-                    continue
-            elif op.key == "sim_sender":
-                spec = op.value
-                want = spec["before"]["value"] + spec["after"]["value"]
-            else:
-                self._check_inbox(op.id, got)
-                continue
-            if got != want:
-                self.violation("delivered", f"{op.key} {op.id} returned {got!r}, not {want!r}")
+        def sender_ok(id: str) -> bool:
+            return self.seen_ends.get(id, (0, -1, b""))[1] == 0
 
-    def _check_inbox(self, id: str, got: Any) -> None:
-        mine = [op for op in self.ops if op.id == id]
-        items = [op for op in mine if op.kind == "signal" and op.value != STOP]
-        # Sends may find an inbox stopped early ended: only a waiting one must get them.
-        early = any(op.key == "stop-early" for op in mine)
-        acked = sorted(op.value for op in items if op.acked)
-        sent = {op.value for op in items}
-        # A sender that ended has sent its item: its `Send` was durable.
-        for op in self._started("sim_sender"):
-            if op.value["target"] == id:
-                sent.add(op.value["item"])
-                if not early and self.seen_ends.get(op.id, (0, -1, b""))[1] == 0:
-                    acked.append(op.value["item"])
-        if not isinstance(got, dict):
-            self.violation("delivered", f"inbox {id} ended with {got!r}")
-            return
-        received = got["got"]
-        missing = sorted(set(acked) - set(received))
-        if missing:
-            self.violation("delivered", f"inbox {id} never received acknowledged items {missing}")
-        if len(received) != len(set(received)):
-            self.violation("delivered", f"inbox {id} received an item twice: {received}")
-        if extra := sorted(set(received) - sent):
-            self.violation("delivered", f"inbox {id} received items nobody sent: {extra}")
-        updates = {op.key: op for op in mine if op.kind == "update"}
-        low = sum(op.value for op in updates.values() if op.acked)
-        high = sum(op.value for op in updates.values())
-        if not low <= got["total"] <= high:
-            self.violation(
-                "delivered",
-                f"inbox {id} totals {got['total']}; its updates account for {low} to {high}",
-            )
+        check_outcomes(self.ops, outcomes, sender_ok, self.violation)
 
     # --- the checkers --------------------------------------------------------------------------
 
@@ -551,6 +520,83 @@ class Sim:
                 self.violation(
                     "step_ran_again", f"step {key} ran in life {life} though its result was durable"
                 )
+
+
+def check_outcomes(
+    ops: list[_Op],
+    outcomes: dict[str, Any],
+    sender_ok: Callable[[str], bool],
+    violation: Callable[[str, str], None],
+) -> None:
+    """The ``delivered`` checker: each run's end is what its input and its messages say.
+
+    ``sender_ok(id)`` tells whether sender ``id`` completed (its send is durable).
+    """
+    for op in ops:
+        if op.kind != "start" or op.id not in outcomes:
+            continue
+        got = outcomes[op.id]
+        if op.key == "sim_steps":
+            want: Any = expected_of_steps(op.value)
+        elif op.key == "sim_parent":
+            spec = op.value
+            want = (
+                spec["before"]["value"] + expected_of_steps(spec["child"]) + spec["after"]["value"]
+            )
+        elif op.key == "sim_cancellable":
+            spec = op.value
+            want = spec["book"]["value"] + spec["confirm"]["value"]
+            cancelled = any(c.kind == "cancel" and c.id == op.id and c.acked for c in ops)
+            if cancelled and isinstance(got, str) and "Cancelled" in got:
+                continue
+        elif op.key == "sim_sender":
+            spec = op.value
+            want = spec["before"]["value"] + spec["after"]["value"]
+        else:
+            _check_inbox(ops, op.id, got, sender_ok, violation)
+            continue
+        if got != want:
+            violation("delivered", f"{op.key} {op.id} returned {got!r}, not {want!r}")
+
+
+def _check_inbox(
+    ops: list[_Op],
+    id: str,
+    got: Any,
+    sender_ok: Callable[[str], bool],
+    violation: Callable[[str, str], None],
+) -> None:
+    mine = [op for op in ops if op.id == id]
+    items = [op for op in mine if op.kind == "signal" and op.value != STOP]
+    # Sends may find an inbox stopped early ended: only a waiting one must get them.
+    early = any(op.key == "stop-early" for op in mine)
+    acked = sorted(op.value for op in items if op.acked)
+    sent = {op.value for op in items}
+    # A sender that ended has sent its item: its `Send` was durable.
+    for op in [o for o in ops if o.kind == "start" and o.key == "sim_sender"]:
+        if op.value["target"] == id:
+            sent.add(op.value["item"])
+            if not early and sender_ok(op.id):
+                acked.append(op.value["item"])
+    if not isinstance(got, dict):
+        violation("delivered", f"inbox {id} ended with {got!r}")
+        return
+    received = got["got"]
+    missing = sorted(set(acked) - set(received))
+    if missing:
+        violation("delivered", f"inbox {id} never received acknowledged items {missing}")
+    if len(received) != len(set(received)):
+        violation("delivered", f"inbox {id} received an item twice: {received}")
+    if extra := sorted(set(received) - sent):
+        violation("delivered", f"inbox {id} received items nobody sent: {extra}")
+    updates = {op.key: op for op in mine if op.kind == "update"}
+    low = sum(op.value for op in updates.values() if op.acked)
+    high = sum(op.value for op in updates.values())
+    if not low <= got["total"] <= high:
+        violation(
+            "delivered",
+            f"inbox {id} totals {got['total']}; its updates account for {low} to {high}",
+        )
 
 
 def _says_finished(e: BaseException) -> bool:

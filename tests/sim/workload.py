@@ -12,6 +12,7 @@ crash returns what it returned before.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import fusee
@@ -26,6 +27,7 @@ __all__ = [
     "sim_parent",
     "sim_sender",
     "sim_steps",
+    "step_log",
 ]
 
 msg = fusee.signal("msg", int)
@@ -36,12 +38,19 @@ add = fusee.update("add", int)
 
 STOP = -1
 
+step_log: Callable[[str], None] | None = None
+"""Called with `StepCtx.key` as each step attempt starts, when set (the torture's
+worker sets it to keep a log outside the store; the simulator reads
+`TestEngine.step_log` instead)."""
+
 
 async def work(s: fusee.StepCtx, value: int, fails: int, turns: int) -> int:
     """A step body: fails its first ``fails`` attempts, then takes ``turns`` loop turns.
 
     The turns let steps started together finish in a seed-chosen order.
     """
+    if step_log is not None:
+        step_log(s.key)
     for _ in range(turns):
         await asyncio.sleep(0)
     if s.attempt <= fails:
@@ -66,7 +75,9 @@ def _step(ctx: fusee.Ctx, name: str, spec: dict[str, Any]) -> asyncio.Future[int
 
 
 def _constant(ctx: fusee.Ctx, name: str, value: int) -> asyncio.Future[int]:
-    async def body() -> int:
+    async def body(s: fusee.StepCtx) -> int:
+        if step_log is not None:
+            step_log(s.key)
         return value
 
     return ctx.step(name, body)
