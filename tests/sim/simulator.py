@@ -306,6 +306,7 @@ class Sim:
             "cancel": 0.8,
             "stop": 0.3,
             "resend": 0.3,
+            "retry": 0.5,
             "turns": 2,
             "advance": 2,
             "jump": 0.6,
@@ -324,6 +325,12 @@ class Sim:
                 self._message(move)
             elif move == "resend":
                 self._resend()
+            elif move == "retry":
+                # A client that timed out resends a call still in flight.
+                waiting = [op for op in self.ops if op.in_flight]
+                if waiting:
+                    self.send(rng.choice(waiting))
+                    self.figures["retries"] = self.figures.get("retries", 0) + 1
             elif move == "turns":
                 await self.turns()
             elif move == "advance" and not store.holding and not failed:
