@@ -19,8 +19,6 @@ from fusee.store import Entry, MemoryStore, RunRow, Store
 from . import simulator
 from .simulator import Report, reproduce_command, simulate
 
-pytestmark = pytest.mark.asyncio
-
 # Seeds 1 to 200 that pass on the memory store (where a seed replays exactly).
 MEMORY_SEEDS = [
     2, 4, 21, 28, 32, 33, 39, 51, 54, 55, 57, 59, 70, 73, 80, 82, 87, 88, 89, 91, 104, 107, 112,
