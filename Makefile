@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install system-deps test lint typecheck pytest bench bench-restate demo docs docs-serve clean
+.PHONY: install system-deps test lint typecheck pytest sim torture bench bench-restate demo docs docs-serve clean
 
 # pip's output goes to a log, shown only when an install fails.
 LOG := $(VENV)/install.log
@@ -33,6 +33,20 @@ pytest: install system-deps
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest
+
+# The seeded simulator (tests/sim): SEEDS seeds from 1 (or the one SEED) on
+# STORE (memory, sqlite or both). A failing seed prints the command that
+# reproduces it. `make test` runs a fixed list of seeds (tests/sim/test_sim.py).
+SEEDS ?= 20
+STORE ?= both
+sim: install
+	$(BIN)/python -m tests.sim --seeds $(SEEDS) --store $(STORE) $(if $(SEED),--seed $(SEED))
+
+# Not in CI: SIGKILLs of real worker processes on SQLite (or TORTURE_STORE, a
+# postgresql:// URL), for MINUTES minutes; appends its figures to bench/RESULTS.md.
+MINUTES ?= 10
+torture: install
+	$(BIN)/python -m tests.sim.torture --minutes $(MINUTES) $(if $(TORTURE_STORE),--store $(TORTURE_STORE))
 
 bench: install
 	$(BIN)/python bench/run.py

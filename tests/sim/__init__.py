@@ -1,0 +1,1 @@
+"""The seeded whole-system simulator (`make sim`) and the SIGKILL torture (`make torture`)."""

@@ -1,0 +1,674 @@
+"""The seeded simulator: a mixed workload under faults, checked after every recovery.
+
+`simulate(seed)` runs one seed on a `TestEngine` (virtual clock) over a
+`FaultyStore`. A `random.Random(seed)` picks everything: the runs started
+(`tests.sim.workload`), the signals, updates and cancels sent from outside
+(each with a dedup id, resent after a crash as a real client would), and
+the faults (crashes at any point, failed, held and torn appends, clock
+jumps). Completions are reordered by the workload itself (each step takes a
+seed-chosen number of loop turns). After the fault phase the store behaves,
+the outside callers resend whatever was not acknowledged, every inbox gets
+its stop, and the clock runs until every run ends.
+
+The checkers (`Sim.check`, after every recovery, and at the end):
+
+- ``acked_start``: every acknowledged start has its row and exactly one
+  `Start`, first in its journal;
+- ``acked_signal`` / ``acked_update``: every acknowledged signal or update is
+  in a journal of its id, and no journal holds one dedup id twice (sent
+  ones that were not acknowledged: at most once per journal);
+- ``result_changed``: a run's end, once seen, never changes;
+- ``step_ran_again``: no step whose result was durable before a crash runs
+  again afterwards (`TestEngine.step_log`, kept outside the store);
+- ``never_finished``: every run ends once faults stop, within a bound;
+- ``after_end``: no record follows a run's `Done`;
+- ``decodes``: every journal record decodes;
+- ``delivered``: each inbox returns every acknowledged item once, and
+  a total its acknowledged updates account for; each other run returns what its
+  input says it must;
+- ``caller_error``: a caller not interrupted by a crash gets only
+  `fusee.FuseeError` errors.
+
+The rule: the simulator's only randomness is its `random.Random(seed)`, so a
+seed replays the same script; on the memory store the whole run is then the
+same each time (SQLite adds its writer thread's timing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import tempfile
+import traceback
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import fusee
+from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._run import dedup_key
+from fusee.errors import NotFound
+from fusee.record import Done, Signal, Start, Update, decode
+from fusee.store import MemoryStore, SqliteStore, Store
+from fusee.testing import TestEngine
+
+from .faults import FaultyStore
+from .workload import STOP, WORKFLOWS, add, expected_of_steps, msg
+
+__all__ = ["Report", "Workload", "check_outcomes", "reproduce_command", "simulate"]
+
+STORES = ("memory", "sqlite")
+_HOUR_MS = 3_600_000
+
+
+def reproduce_command(seed: int, store: str) -> str:
+    """The one-line command that runs ``seed`` again on ``store``."""
+    return f"make sim SEEDS=1 SEED={seed} STORE={store}"
+
+
+@dataclasses.dataclass
+class Report:
+    """What one seed did and found."""
+
+    seed: int
+    store: str
+    violations: list[str] = dataclasses.field(default_factory=list)
+    figures: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def command(self) -> str:
+        return reproduce_command(self.seed, self.store)
+
+    def summary(self) -> str:
+        if not self.violations:
+            return f"seed {self.seed} ({self.store}): ok {self.figures}"
+        first = self.violations[0]
+        more = f" (+{len(self.violations) - 1} more)" if len(self.violations) > 1 else ""
+        head = f"seed {self.seed} ({self.store}): VIOLATION"
+        return f"{head} {first}{more}; reproduce: {self.command}"
+
+
+@dataclasses.dataclass
+class _Op:
+    """One outside call: what it is, and whether it was acknowledged."""
+
+    kind: str  # start, signal, update, cancel
+    id: str
+    key: str  # the dedup id (signals, updates); the workflow name (starts)
+    value: Any
+    acked: bool = False
+    refused: bool = False  # the run had finished (a signal or cancel)
+    result: Any = None
+    in_flight: bool = False
+
+
+class Workload:
+    """Makes the runs' inputs: a seed's random choices, on a virtual or a real clock.
+
+    Args:
+        rng: The seed's random.
+        real_time: Short sleeps and holds (the torture's processes run on the
+            wall clock), instead of the simulator's minutes, hours and days.
+        prefix: Put before every run id.
+    """
+
+    def __init__(self, rng: random.Random, *, real_time: bool = False, prefix: str = "") -> None:
+        self.rng = rng
+        self.prefix = prefix
+        if real_time:
+            self.sleeps: list[int | str] = [0, 0, "20ms", "100ms", "300ms"]
+            self.holds = ["200ms", "1s", "3s"]
+            self.fails = [0, 0, 0, 0, 1]
+        else:
+            self.sleeps = [0, 0, "5s", "1m", "2h"]
+            self.holds = ["10m", "2h", "1d"]
+            self.fails = [0, 0, 0, 1, 2]
+
+    def new_start(self, n: int, inboxes: list[str]) -> _Op:
+        """The start of a new run, number ``n``; a sender targets one of ``inboxes``."""
+        rng = self.rng
+        kinds = ["steps", "parent", "inbox", "cancellable", "sender"]
+        kind = rng.choices(kinds, [3, 2, 3, 2, 2])[0]
+        if kind == "sender" and not inboxes:
+            kind = "inbox"
+        p = self.prefix
+        if kind == "steps":
+            return _Op("start", f"{p}steps-{n}", "sim_steps", self.steps_spec())
+        if kind == "parent":
+            spec: dict[str, Any] = {
+                "before": self.step_spec(),
+                "child": self.steps_spec(),
+                "after": self.step_spec(),
+            }
+            return _Op("start", f"{p}parent-{n}", "sim_parent", spec)
+        if kind == "inbox":
+            state = {"got": [], "total": 0, "per": rng.randint(2, 5)}
+            return _Op("start", f"{p}inbox-{n}", "sim_inbox", state)
+        if kind == "sender":
+            spec = {
+                "before": self.step_spec(),
+                "target": rng.choice(inboxes),
+                "item": 100_000 + n,
+                "after": self.step_spec(),
+            }
+            return _Op("start", f"{p}sender-{n}", "sim_sender", spec)
+        spec = {
+            "book": self.step_spec(),
+            "hold": rng.choice(self.holds),
+            "confirm": self.step_spec(),
+        }
+        return _Op("start", f"{p}cancellable-{n}", "sim_cancellable", spec)
+
+    def step_spec(self) -> dict[str, int]:
+        rng = self.rng
+        return {
+            "value": rng.randint(1, 1000),
+            "fails": rng.choice(self.fails),
+            "turns": rng.randint(0, 8),
+        }
+
+    def steps_spec(self) -> dict[str, Any]:
+        rng = self.rng
+        count = rng.randint(1, 3)
+        return {
+            "steps": [self.step_spec() for _ in range(count)],
+            "sleeps": [rng.choice(self.sleeps) for _ in range(count)],
+            "fan": [self.step_spec() for _ in range(rng.randint(0, 4))],
+        }
+
+
+class Sim:
+    """One seed's world: the engine, its store, the outside callers and the checkers."""
+
+    def __init__(self, seed: int, t: TestEngine, store: FaultyStore) -> None:
+        self.rng = random.Random(seed)
+        self.workload = Workload(self.rng)
+        self.t = t
+        self.store = store
+        self.ops: list[_Op] = []
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.violations: list[str] = []
+        self.seen_ends: dict[str, tuple[int, int, bytes]] = {}
+        self.durable_at_crash: list[frozenset[tuple[str, int, int]]] = []
+        self.counter = 0
+        self.figures: dict[str, int] = {"crashes": 0, "jumps": 0, "checks": 0}
+
+    # --- outside callers ---------------------------------------------------------------------
+
+    def violation(self, checker: str, detail: str) -> None:
+        text = f"[{checker}] {detail}"
+        if text not in self.violations:
+            self.violations.append(text)
+
+    def _call(self, op: _Op) -> Coroutine[Any, Any, Any]:
+        t = self.t
+        if op.kind == "start":
+            return t.start(op.key, op.id, op.value, id_policy=fusee.IdPolicy.ATTACH)
+        run = t.get(op.id)
+        if op.kind == "signal":
+            return run.signal(msg, op.value, dedup=op.key)
+        if op.kind == "update":
+            return run.update(add, op.value, id=op.key)
+        return run.cancel("simulated cancel")
+
+    def send(self, op: _Op) -> None:
+        """Makes ``op``'s call as a task of its own: it may be in flight at a crash."""
+        if op not in self.ops:
+            self.ops.append(op)
+        op.in_flight = True
+        life = self.t.crashes
+        task = asyncio.ensure_future(self._run_op(op, life))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run_op(self, op: _Op, life: int) -> None:
+        try:
+            result = await self._call(op)
+        except (Exception, asyncio.CancelledError) as e:
+            crashed = self.t.crashes != life
+            if isinstance(e, fusee.FuseeError) and _says_finished(e):
+                op.refused = True
+            elif not crashed and not isinstance(e, fusee.FuseeError | asyncio.CancelledError):
+                self.violation(
+                    "caller_error", f"{op.kind} {op.id} {op.key} raised {type(e).__name__}: {e}"
+                )
+        else:
+            if op.kind == "update" and op.acked and op.result != result:
+                self.violation(
+                    "acked_update",
+                    f"update {op.key} of {op.id} answered {result!r} after {op.result!r}",
+                )
+            op.acked = True
+            op.result = result
+        finally:
+            op.in_flight = False
+
+    def _new_start(self) -> None:
+        self.counter += 1
+        inboxes = [op.id for op in self._started("sim_inbox") if op.acked]
+        self.send(self.workload.new_start(self.counter, inboxes))
+
+    def _started(self, workflow: str) -> list[_Op]:
+        return [op for op in self.ops if op.kind == "start" and op.key == workflow]
+
+    def _message(self, kind: str) -> None:
+        rng = self.rng
+        if kind == "cancel":
+            targets = self._started("sim_cancellable")
+        else:
+            targets = self._started("sim_inbox")
+        if not targets:
+            return
+        target = rng.choice(targets).id
+        self.counter += 1
+        if kind == "signal":
+            self.send(_Op("signal", target, f"item-{self.counter}", self.counter))
+        elif kind == "update":
+            self.send(_Op("update", target, f"u-{self.counter}", rng.randint(1, 9)))
+        elif kind == "stop":
+            # An inbox told to end while items may still be on their way:
+            # each must be delivered, or refused as sent to an ended run.
+            self.send(_Op("signal", target, "stop-early", STOP))
+        elif not any(op.kind == "cancel" and op.id == target for op in self.ops):
+            self.send(_Op("cancel", target, "cancel", None))
+
+    def _resend(self) -> None:
+        # A client that resends what was already acknowledged (with its dedup id).
+        done = [op for op in self.ops if op.kind in ("signal", "update") and op.acked]
+        if done:
+            self.send(self.rng.choice(done))
+            self.figures["resends"] = self.figures.get("resends", 0) + 1
+
+    # --- faults ------------------------------------------------------------------------------
+
+    async def turns(self, most: int = 30) -> None:
+        for _ in range(self.rng.randint(0, most)):
+            await asyncio.sleep(0)
+
+    async def crash(self) -> None:
+        """Crashes wherever the engine is, recovers, and runs the checkers."""
+        self.durable_at_crash.append(frozenset(self.store.durable_steps))
+        self.store.release()
+        await self.t.crash()
+        self.figures["crashes"] += 1
+        await self.check()
+
+    async def fault_phase(self, actions: int) -> None:
+        rng = self.rng
+        t = self.t
+        store = self.store
+        moves: dict[str, float] = {
+            "start": 3,
+            "signal": 3,
+            "update": 1.5,
+            "cancel": 0.8,
+            "stop": 0.3,
+            "resend": 0.3,
+            "retry": 0.5,
+            "turns": 2,
+            "advance": 2,
+            "jump": 0.6,
+            "crash": 1.2,
+            "fail": 0.4,
+            "hold": 0.8,
+            "tear": 0.4,
+        }
+        names, weights = list(moves), list(moves.values())
+        for _ in range(actions):
+            move = rng.choices(names, weights)[0]
+            failed = t.engine.committer.failed is not None
+            if move == "start":
+                self._new_start()
+            elif move in ("signal", "update", "cancel", "stop"):
+                self._message(move)
+            elif move == "resend":
+                self._resend()
+            elif move == "retry":
+                # A client that timed out resends a call still in flight.
+                waiting = [op for op in self.ops if op.in_flight]
+                if waiting:
+                    self.send(rng.choice(waiting))
+                    self.figures["retries"] = self.figures.get("retries", 0) + 1
+            elif move == "turns":
+                await self.turns()
+            elif move == "advance" and not store.holding and not failed:
+                await t.advance(f"{rng.randint(1, 180)}s")
+            elif move == "jump" and not store.holding and not failed:
+                self.figures["jumps"] += 1
+                t.clock.advance_to(t.clock.now_ms() + rng.randint(1, 30 * 24) * _HOUR_MS)
+                await t.settle()
+            elif move == "crash":
+                await self.turns()
+                await self.crash()
+            elif move == "fail":
+                store.fail_appends()
+                await self.turns()
+                await self.crash()
+            elif move == "hold" and not store.holding:
+                store.hold()
+                await self.turns()
+                if rng.random() < 0.5:
+                    store.release()  # a delayed flush
+                    await self.turns()
+                else:
+                    await self.crash()  # the unflushed tail is lost
+            elif move == "tear":
+                store.tear_next(rng.random())
+                for _ in range(200):
+                    if t.engine.committer.failed is not None:
+                        break
+                    await asyncio.sleep(0)
+                await self.crash()
+            if t.engine.committer.failed is not None:
+                # A failed store stops the engine until it is reopened.
+                await self.crash()
+        await self.turns()
+        if store.holding or t.engine.committer.failed is not None:
+            await self.crash()
+
+    # --- the quiet phase ---------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Waits for the calls in flight, moving time on; gives up on those that never return."""
+        for _ in range(60):
+            if not self.tasks:
+                return
+            await self.t.advance("10s")
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def resend_unacknowledged(self) -> None:
+        for _ in range(4):
+            await self.drain()
+            todo = [op for op in self.ops if not op.acked and not op.refused]
+            if not todo:
+                return
+            for op in todo:
+                self.send(op)
+        await self.drain()
+
+    async def quiet_phase(self) -> None:
+        await self.resend_unacknowledged()
+        # Senders end before their inboxes are stopped, so that each send
+        # finds its inbox waiting; a last item races each stop.
+        await self._run_to_end([id for id in self._ids() if not id.startswith("inbox-")])
+        for op in self._started("sim_inbox"):
+            if op.acked:
+                self.send(_Op("signal", op.id, "stop", STOP))
+                if self.rng.random() < 0.3:
+                    self.counter += 1
+                    self.send(_Op("signal", op.id, f"item-{self.counter}", self.counter))
+        await self.resend_unacknowledged()
+        ids = self._ids()
+        await self._run_to_end(ids)
+        for id in ids:
+            row = await self.store.get(id)
+            if row is None or row.status not in FINISHED_STATUSES:
+                status = None if row is None else row.status
+                self.violation("never_finished", f"run {id} is still {status} once faults stopped")
+        outcomes = await self._outcomes()
+        self._check_outcomes(outcomes)
+        await self.check()
+        await self.crash()
+        if (again := await self._outcomes()) != outcomes:
+            changed = {
+                id: (outcomes.get(id), v) for id, v in again.items() if v != outcomes.get(id)
+            }
+            self.violation("result_changed", f"results changed in a crash: {changed}")
+
+    async def _run_to_end(self, ids: list[str]) -> None:
+        for _ in range(200):
+            if all([await self._finished(id) for id in ids]):
+                return
+            await self.t.advance("6h")
+
+    def _ids(self) -> list[str]:
+        ids = [op.id for op in self.ops if op.kind == "start" and op.acked]
+        ids += [f"{op.id}-kid" for op in self._started("sim_parent") if op.acked]
+        return ids
+
+    async def _finished(self, id: str) -> bool:
+        row = await self.store.get(id)
+        return row is not None and row.status in FINISHED_STATUSES - {RunStatus.CONTINUED}
+
+    async def _outcomes(self) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        for op in self.ops:
+            if op.kind != "start" or not op.acked or not await self._finished(op.id):
+                continue
+            try:
+                got[op.id] = await asyncio.wait_for(self.t.get(op.id).result(), 30)
+            except (Exception, asyncio.CancelledError) as e:
+                got[op.id] = f"raised {type(e).__name__}: {e}"
+        return got
+
+    def _check_outcomes(self, outcomes: dict[str, Any]) -> None:
+        def sender_ok(id: str) -> bool:
+            return self.seen_ends.get(id, (0, -1, b""))[1] == 0
+
+        check_outcomes(self.ops, outcomes, sender_ok, self.violation)
+
+    # --- the checkers --------------------------------------------------------------------------
+
+    async def check(self) -> None:
+        self.figures["checks"] += 1
+        journals: dict[tuple[str, int], list[Any]] = {}
+        for id, run in sorted(self.store.journals):
+            try:
+                entries = await self.store.load(id, run)
+            except NotFound:
+                continue
+            records = []
+            for lsn, data in entries:
+                try:
+                    records.append(decode(data))
+                except Exception as e:
+                    self.violation("decodes", f"record {lsn} of {id}/{run}: {e}")
+            journals[(id, run)] = records
+            for i, rec in enumerate(records):
+                if isinstance(rec, Done) and i != len(records) - 1:
+                    after = [type(r).__name__ for r in records[i + 1 :]]
+                    self.violation("after_end", f"{id}/{run} has {after} after its Done")
+        by_id: dict[str, list[list[Any]]] = {}
+        for (id, _), records in journals.items():
+            by_id.setdefault(id, []).append(records)
+        for op in self.ops:
+            if op.kind == "start" and op.acked:
+                await self._check_start(op, by_id.get(op.id, []))
+            elif op.kind in ("signal", "update"):
+                self._check_message(op, by_id.get(op.id, []))
+        await self._check_ends(journals)
+        self._check_steps()
+
+    async def _check_start(self, op: _Op, journals: list[list[Any]]) -> None:
+        if await self.store.get(op.id) is None:
+            self.violation("acked_start", f"the acknowledged start of {op.id} has no row")
+        if not journals:
+            self.violation("acked_start", f"the acknowledged start of {op.id} has no journal")
+        for records in journals:
+            starts = [r for r in records if isinstance(r, Start)]
+            if len(starts) != 1 or not isinstance(records[0], Start):
+                self.violation("acked_start", f"a journal of {op.id} holds {len(starts)} starts")
+
+    def _check_message(self, op: _Op, journals: list[list[Any]]) -> None:
+        if op.kind == "signal":
+            key = dedup_key(op.key)
+            counts = [
+                sum(1 for r in rs if isinstance(r, Signal) and r.dedup == key) for rs in journals
+            ]
+        else:
+            counts = [
+                sum(1 for r in rs if isinstance(r, Update) and r.id == op.key) for rs in journals
+            ]
+        checker = f"acked_{op.kind}"
+        if any(c > 1 for c in counts):
+            times = max(counts)
+            self.violation(checker, f"{op.kind} {op.key} to {op.id} is journaled {times} times")
+        if op.acked and not any(counts):
+            self.violation(checker, f"acknowledged {op.kind} {op.key} to {op.id} is in no journal")
+
+    async def _check_ends(self, journals: dict[tuple[str, int], list[Any]]) -> None:
+        for (id, run), records in journals.items():
+            if not records or not isinstance(records[-1], Done):
+                continue
+            done = records[-1]
+            if done.status.name == "CONTINUED":
+                continue
+            seen = self.seen_ends.setdefault(id, (run, int(done.status), done.payload))
+            if seen != (run, int(done.status), done.payload):
+                self.violation("result_changed", f"the end of {id} changed: {seen} then {done}")
+
+    def _check_steps(self) -> None:
+        for life, key in self.t.step_log:
+            if 0 < life <= len(self.durable_at_crash) and key in self.durable_at_crash[life - 1]:
+                self.violation(
+                    "step_ran_again", f"step {key} ran in life {life} though its result was durable"
+                )
+
+
+def check_outcomes(
+    ops: list[_Op],
+    outcomes: dict[str, Any],
+    sender_ok: Callable[[str], bool],
+    violation: Callable[[str, str], None],
+) -> None:
+    """The ``delivered`` checker: each run's end is what its input and its messages say.
+
+    ``sender_ok(id)`` tells whether sender ``id`` completed (its send is durable).
+    """
+    for op in ops:
+        if op.kind != "start" or op.id not in outcomes:
+            continue
+        got = outcomes[op.id]
+        if op.key == "sim_steps":
+            want: Any = expected_of_steps(op.value)
+        elif op.key == "sim_parent":
+            spec = op.value
+            want = (
+                spec["before"]["value"] + expected_of_steps(spec["child"]) + spec["after"]["value"]
+            )
+        elif op.key == "sim_cancellable":
+            spec = op.value
+            want = spec["book"]["value"] + spec["confirm"]["value"]
+            cancelled = any(c.kind == "cancel" and c.id == op.id and c.acked for c in ops)
+            if cancelled and isinstance(got, str) and "Cancelled" in got:
+                continue
+        elif op.key == "sim_sender":
+            spec = op.value
+            want = spec["before"]["value"] + spec["after"]["value"]
+        else:
+            _check_inbox(ops, op.id, got, sender_ok, violation)
+            continue
+        if got != want:
+            violation("delivered", f"{op.key} {op.id} returned {got!r}, not {want!r}")
+
+
+def _check_inbox(
+    ops: list[_Op],
+    id: str,
+    got: Any,
+    sender_ok: Callable[[str], bool],
+    violation: Callable[[str, str], None],
+) -> None:
+    mine = [op for op in ops if op.id == id]
+    items = [op for op in mine if op.kind == "signal" and op.value != STOP]
+    # Sends may find an inbox stopped early ended: only a waiting one must get them.
+    early = any(op.key == "stop-early" for op in mine)
+    acked = sorted(op.value for op in items if op.acked)
+    sent = {op.value for op in items}
+    # A sender that ended has sent its item: its `Send` was durable.
+    for op in [o for o in ops if o.kind == "start" and o.key == "sim_sender"]:
+        if op.value["target"] == id:
+            sent.add(op.value["item"])
+            if not early and sender_ok(op.id):
+                acked.append(op.value["item"])
+    if not isinstance(got, dict):
+        violation("delivered", f"inbox {id} ended with {got!r}")
+        return
+    received = got["got"]
+    missing = sorted(set(acked) - set(received))
+    if missing:
+        violation("delivered", f"inbox {id} never received acknowledged items {missing}")
+    if len(received) != len(set(received)):
+        violation("delivered", f"inbox {id} received an item twice: {received}")
+    if extra := sorted(set(received) - sent):
+        violation("delivered", f"inbox {id} received items nobody sent: {extra}")
+    updates = {op.key: op for op in mine if op.kind == "update"}
+    low = sum(op.value for op in updates.values() if op.acked)
+    high = sum(op.value for op in updates.values())
+    if not low <= got["total"] <= high:
+        violation(
+            "delivered",
+            f"inbox {id} totals {got['total']}; its updates account for {low} to {high}",
+        )
+
+
+def _says_finished(e: BaseException) -> bool:
+    return type(e).__name__ == "RunFinished" or "has finished" in str(e) or "ended" in str(e)
+
+
+def _make_store(kind: str, directory: Path) -> Callable[[], Store]:
+    if kind == "memory":
+        memory = MemoryStore()
+        return lambda: memory
+    if kind == "sqlite":
+        return lambda: SqliteStore(directory, durability="none")
+    raise ValueError(f"store must be one of {', '.join(STORES)}, not {kind!r}")
+
+
+async def simulate(seed: int, store: str = "memory", actions: int | None = None) -> Report:
+    """Runs one seed on ``store`` (``"memory"`` or ``"sqlite"``) and checks it.
+
+    Args:
+        seed: The seed: the same seed makes the same script.
+        store: Which real store the fault wrapper wraps.
+        actions: How many fault-phase moves (default: 30 to 70, chosen by the seed).
+
+    Returns:
+        The report: the violations found (none: the seed passed) and figures.
+    """
+    report = Report(seed, store)
+    with tempfile.TemporaryDirectory(prefix=f"fusee-sim-{seed}-") as tmp:
+        faulty = FaultyStore(_make_store(store, Path(tmp) / "store"))
+        t = TestEngine(WORKFLOWS, faulty)
+        sim = Sim(seed, t, faulty)
+        async with t:
+            try:
+                await sim.fault_phase(actions or sim.rng.randint(30, 70))
+                await sim.quiet_phase()
+            except Exception as e:
+                where = traceback.extract_tb(e.__traceback__)[-1]
+                sim.violation(
+                    "crashed",
+                    f"the simulator stopped: {type(e).__name__}: {e} "
+                    f"({Path(where.filename).name}:{where.lineno})",
+                )
+            finally:
+                for task in list(sim.tasks):
+                    task.cancel()
+                with contextlib.suppress(Exception):
+                    await asyncio.gather(*sim.tasks, return_exceptions=True)
+        report.violations = sim.violations
+        report.figures = {
+            **sim.figures,
+            **faulty.faults,
+            "runs": sum(1 for op in sim.ops if op.kind == "start" and op.acked),
+            "acked": sum(1 for op in sim.ops if op.acked),
+            "steps_run": len(t.step_log),
+        }
+    return report
+
+
+def run_seeds(
+    seeds: list[int], store: str, say: Callable[[str], Awaitable[None] | None] = print
+) -> list[Report]:
+    """Runs each seed in a fresh event loop, printing a line per seed."""
+    reports = []
+    for seed in seeds:
+        report = asyncio.run(simulate(seed, store))
+        say(report.summary())
+        reports.append(report)
+    return reports
