@@ -247,19 +247,31 @@ class EngineHost:
 
     # --- StepHost -----------------------------------------------------------------------------
 
+    def _acting(self, state: RunState) -> bool:
+        """Whether what a step reports may still be recorded for ``state``'s run.
+
+        Not once the store failed: what the run did since its last good write
+        is lost, and reopening the engine recovers it from its journal.
+        """
+        return state.loaded and self._engine.committer.failed is None
+
     def step_result(self, state: RunState, seq: int, status: Status, payload: bytes) -> None:
-        if state.loaded:
+        if self._acting(state):
             state.driver.step_done(seq, status, payload)
 
     def step_paused(self, state: RunState) -> None:
         state.resumed.clear()
-        self.turned(state.driver)
+        if self._acting(state):
+            self.turned(state.driver)
 
     def token_out(self, state: RunState, seq: int) -> None:
-        state.driver.append(state.driver.machine.awaiting(seq))
-        self.turned(state.driver)
+        if self._acting(state):
+            state.driver.append(state.driver.machine.awaiting(seq))
+            self.turned(state.driver)
 
     def heartbeat(self, state: RunState, seq: int, data: bytes) -> None:
+        if not self._acting(state):
+            return
         # Coalesced: while one heartbeat of a step is on its way to the disk,
         # later ones replace each other and only the last is appended.
         if seq in state.heartbeat_due:

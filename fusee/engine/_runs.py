@@ -379,16 +379,25 @@ class Runs:
 
 
 def through_end(records: list[Record]) -> list[Record]:
-    """A journal up to its run's `Done`: records a store holds after it are never read.
+    """A run's journal as it is read: from its last `Start` up to its `Done`.
 
     No record follows a run's end; a store written before that rule held
     may still have some (a signal acknowledged while the run was ending),
-    and must still read.
+    and must still read. A `Start` whose batch was torn (a store that broke
+    its all-or-nothing rule, so the start was never acknowledged) leaves a
+    prefix the next start of the run follows: that prefix is never read.
     """
+    start = 0
+    end = len(records)
     for i, rec in enumerate(records):
-        if type(rec) is Done:
-            return records if i == len(records) - 1 else records[: i + 1]
-    return records
+        t = type(rec)
+        if t is Start and i > start:
+            start, end = i, len(records)
+        elif t is Done and end == len(records):
+            end = i + 1
+    if start == 0 and end == len(records):
+        return records
+    return records[start:end]
 
 
 def unknown_workflow(name: str, workflows: Any) -> str:

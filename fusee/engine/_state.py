@@ -113,10 +113,14 @@ class Shard:
         self.timers: dict[tuple[str, int], TimerHandle] = {}
 
     def add(self, state: RunState) -> None:
-        """Makes ``state`` its run's loaded one."""
+        """Makes ``state`` its run's loaded one (a state it replaces is ended)."""
         old = self.runs.get(state.id)
-        if old is not None:
+        if old is not None and old is not state:
             old.loaded = False
+            # A state replaced while loaded was cut short (its store failed
+            # in the middle of a turn): its code is ended here, not left to
+            # the garbage collector.
+            old.driver.close()
         self.runs[state.id] = state
         state.loaded = True
 
