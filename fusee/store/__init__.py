@@ -1,8 +1,10 @@
 """Where journals live: the `Store` protocol, its value types, and `open_store`.
 
 A store keeps, durably, each run's journal (encoded records, as opaque bytes
-in log-sequence order) and one `RunRow` per workflow id (its latest run: for
-listing, describing and recovery). The engine talks to storage only through
+in log-sequence order), one `RunRow` per workflow id (its latest run: for
+listing, describing and recovery), and the commands inbox: `Command` rows
+that clients post (`fusee.Client`, the CLI) and the serving engine takes,
+applies and answers (`Answer`). The engine talks to storage only through
 `Store`; `MemoryStore` (tests, ``"memory"``), `SqliteStore` (a directory) and
 `PostgresStore` (a ``postgresql://`` URL) implement it. Each backend's module
 is imported when first named, so ``import fusee`` never imports asyncpg.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import builtins
 import os
+import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,8 +36,11 @@ if TYPE_CHECKING:
     from fusee.store.sqlite import SqliteStore
 
 __all__ = [
+    "COMMAND_KINDS",
     "RUN_STATUSES",
     "UNFINISHED_STATUSES",
+    "Answer",
+    "Command",
     "Entry",
     "MemoryStore",
     "PostgresStore",
@@ -45,6 +52,11 @@ __all__ = [
 
 RUN_STATUSES: Final = frozenset(RunStatus)
 """Every value `RunRow.status` may take (`fusee.RunStatus`)."""
+
+COMMAND_KINDS: Final = frozenset(
+    {"start", "signal", "update", "query", "cancel", "resume", "complete", "stop"}
+)
+"""Every value `Command.kind` may take."""
 
 _DURABILITIES: Final = ("fsync", "none")
 
@@ -119,6 +131,90 @@ class RunRow:
         # hands back the very object): a caller's dict must not change them.
         if type(self.attributes) is not MappingProxyType:
             object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A request for the engine that serves a store, posted to the store's inbox.
+
+    Attributes:
+        id: Unique per command (`Command.new` makes a random one); posting
+            one id twice stores it once, and the engine applies it once.
+        kind: One of `COMMAND_KINDS`.
+        run_id: The workflow id it is about ("" for a ``stop``).
+        payload: Its arguments, encoded by the poster (opaque to the store).
+        dedup: A dedup id the poster gave (a signal's), or None.
+        created_ms: When it was posted (Unix time, milliseconds).
+        attempt: How many times a serving engine has taken it, this time
+            included (set by `Store.take_commands`; 0 in a posted command).
+            Above 1, an engine took it before and stopped before answering.
+
+    Example:
+        >>> c = Command.new("cancel", "order-1", b"\\x90")
+        >>> (c.kind, c.run_id, len(c.id), c.attempt)
+        ('cancel', 'order-1', 32, 0)
+    """
+
+    id: str
+    kind: str
+    run_id: str
+    payload: bytes = b""
+    dedup: str | None = None
+    created_ms: int = 0
+    attempt: int = 0
+
+    @classmethod
+    def new(
+        cls, kind: str, run_id: str, payload: bytes = b"", *, dedup: str | None = None
+    ) -> Command:
+        """A command with a fresh random id, created now.
+
+        Raises:
+            ValueError: ``kind`` is not one of `COMMAND_KINDS`.
+
+        Example:
+            >>> Command.new("resume", "r-1").payload
+            b''
+        """
+        _check_command_kind(kind)
+        return cls(uuid.uuid4().hex, kind, run_id, payload, dedup, time.time_ns() // 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The serving engine's answer to a `Command`.
+
+    Attributes:
+        ok: Whether the command was applied.
+        payload: Its result, or its error, encoded by the engine.
+        answered_ms: When it was answered (Unix time, milliseconds).
+
+    Example:
+        >>> Answer(True, b"", 0).ok
+        True
+    """
+
+    ok: bool
+    payload: bytes
+    answered_ms: int
+
+
+def _check_command_kind(kind: str) -> None:
+    if kind not in COMMAND_KINDS:
+        raise ValueError(f"command kind {kind!r} is not one of {', '.join(sorted(COMMAND_KINDS))}")
+
+
+def _check_command(command: Command) -> None:
+    """Checks a command before it is posted (a bad one is refused, nothing stored)."""
+    _check_command_kind(command.kind)
+    if not isinstance(command.id, str) or not command.id:
+        raise ValueError(f"a command needs a non-empty string id, not {command.id!r}")
+    if type(command.payload) is not bytes:
+        raise TypeError(f"command payload must be bytes, not {type(command.payload).__name__}")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @runtime_checkable
@@ -222,9 +318,58 @@ class Store(Protocol):
         """Returns a run number never used before in this store (from 1 up)."""
         ...
 
+    # --- the commands inbox ----------------------------------------------------------------
+
+    async def post_command(self, command: Command) -> str:
+        """Stores ``command`` in the inbox, durably; returns its id.
+
+        A client store (``open_store(..., client=True)``) may post; so may the
+        engine's own. Posting an id already there stores nothing new.
+
+        Raises:
+            ValueError: An unknown kind or an empty id; nothing is stored.
+            StoreError: The write failed, or the store is read-only.
+        """
+        ...
+
+    async def take_commands(self, limit: int = 100) -> builtins.list[Command]:
+        """The serving engine's next unanswered commands, oldest first, at most ``limit``.
+
+        Each comes back once per opening of the store (with its `Command.attempt`
+        counted up, durably, before it is returned): an engine that stopped
+        before answering takes it again after it opens the store again.
+
+        Raises:
+            StoreError: The store is read-only or a client's.
+        """
+        ...
+
+    async def wait_commands(self, timeout_s: float) -> None:
+        """Returns when commands may have been posted, or after ``timeout_s``.
+
+        A hint, never a promise: the caller takes commands after it returns.
+        """
+        ...
+
+    async def answer_command(self, id: str, ok: bool, payload: bytes) -> None:
+        """Stores the answer to command ``id``, durably; it is not taken again."""
+        ...
+
+    async def get_answer(self, id: str) -> Answer | None:
+        """The answer to command ``id``, or None while it has none (or no such command)."""
+        ...
+
+    async def forget_commands(self, answered_before_ms: int) -> int:
+        """Deletes the commands answered before that time; returns how many."""
+        ...
+
 
 def open_store(
-    target: str | os.PathLike[str], *, durability: str = "fsync", readonly: bool = False
+    target: str | os.PathLike[str],
+    *,
+    durability: str = "fsync",
+    readonly: bool = False,
+    client: bool = False,
 ) -> Store:
     """Makes the store a target names; the caller then awaits its ``open()``.
 
@@ -238,6 +383,9 @@ def open_store(
             ``"none"`` (the OS writes when it likes: for tests and demos).
         readonly: Open an existing store to read only (the CLI's way, while an
             engine writes it).
+        client: Open it as a client (`fusee.Client`): it reads, and writes
+            nothing but commands to the inbox; it never takes the engine's
+            writer lock, so it works while an engine serves the store.
 
     Returns:
         The store, not opened yet.
@@ -245,7 +393,7 @@ def open_store(
     Raises:
         ValueError: ``durability`` is not one the store knows.
         StoreError: The target is a URL of another kind, or ``"memory"`` with
-            ``readonly=True``.
+            ``readonly=True`` or ``client=True``.
 
     Example:
         >>> type(open_store("memory")).__name__
@@ -257,10 +405,13 @@ def open_store(
         fusee.errors.StoreError: 'mysql' stores are not supported; pass a directory path ...
     """
     _check_durability(durability)
+    if readonly and client:
+        raise ValueError("a store opens read-only or as a client, not both")
     if isinstance(target, str) and target == "memory":
-        if readonly:
+        if readonly or client:
             raise StoreError(
                 "a memory store keeps nothing to read; pass the directory of an engine's store"
+                " (or, in one process, the engine's MemoryStore itself)"
             )
         from fusee.store.memory import MemoryStore
 
@@ -270,14 +421,14 @@ def open_store(
         if scheme in {"postgres", "postgresql"}:
             from fusee.store.postgres import PostgresStore
 
-            return PostgresStore(target, durability=durability, readonly=readonly)
+            return PostgresStore(target, durability=durability, readonly=readonly, client=client)
         raise StoreError(
             f"{scheme!r} stores are not supported; pass a directory path (an SQLite store, "
             "the default), a postgresql:// URL or 'memory'"
         )
     from fusee.store.sqlite import SqliteStore
 
-    return SqliteStore(target, durability=durability, readonly=readonly)
+    return SqliteStore(target, durability=durability, readonly=readonly, client=client)
 
 
 def _check_durability(durability: str) -> None:
