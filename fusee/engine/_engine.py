@@ -27,6 +27,7 @@ from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
+from fusee.engine._inbox import Inbox
 from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._messages import Messages
 from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
@@ -134,6 +135,7 @@ class Engine:
             collections.OrderedDict()
         )
         self._watchdog: Watchdog | None = None
+        self.inbox = Inbox(self)
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -207,6 +209,7 @@ class Engine:
         # open lost that write in a crash, so its next run starts now.
         for row in await self.store.list(status=RunStatus.CONTINUED):
             self.spawn(self._continue(row))
+        self.inbox.start()
 
     def _watchdog_report(self, text: str) -> None:
         self.hooks.watchdog_reports.append(text)
@@ -252,6 +255,7 @@ class Engine:
 
     def _stop(self) -> None:
         self.closed = True
+        self.inbox.stop()
         # Stream readers and update callers of this engine hear that it
         # closed instead of waiting forever.
         self.streams.release_all()
