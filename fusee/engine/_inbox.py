@@ -281,7 +281,7 @@ class Inbox:
             warning = self.check_signal(name, payload) if self.check_signal is not None else None
             # Without a dedup id of its own, the command's id is one: a command
             # applied again by the engine's next life signals once.
-            dedup = dedup_key(command.dedup or f"command/{command.id}")
+            dedup = int(p.get("dedup") or 0) or dedup_key(command.dedup or f"command/{command.id}")
             await engine._signal(id, name, payload, dedup, None)
             fields: dict[str, Any] = {"message": f"signal {name!r} delivered to run {id!r}"}
             if warning is not None:
