@@ -149,7 +149,7 @@ class Inbox:
     """Serves one engine's inbox: a task from `start` (``Engine.recover``) to `stop`.
 
     Attributes:
-        check_signal: Called with a signal's name and payload before it is
+        check_signal: Called with a signal's run id, name and payload before it is
             delivered (the ``fusee worker`` checks it against the signals its
             modules declare): returns a warning for the answer, or None;
             raises `fusee.PayloadError` to refuse it.
@@ -168,7 +168,7 @@ class Inbox:
         self._applying: set[asyncio.Task[None]] = set()
         # The last command applied to each run: the next one to it waits for it.
         self._chains: dict[str, asyncio.Task[None]] = {}
-        self.check_signal: Callable[[str, bytes], str | None] | None = None
+        self.check_signal: Callable[[str, str, bytes], str | None] | None = None
         self.on_answer: Callable[[Command, bool, dict[str, Any]], None] | None = None
         self.stop_requested = asyncio.Event()
 
@@ -234,6 +234,7 @@ class Inbox:
             del self._chains[run_id]
 
     async def _run(self, command: Command, before: asyncio.Task[None] | None) -> None:
+        id = command.run_id
         if before is not None:
             await asyncio.wait((before,))
         fields: dict[str, Any]
@@ -243,11 +244,18 @@ class Inbox:
         except asyncio.CancelledError:
             if self._task is None:
                 raise  # the engine stops: the next life takes the command again
-            fields = {"error": encode_error(_errors.Cancelled("cancelled")), "type": "Cancelled"}
+            cancelled = _errors.Cancelled("cancelled")
+            fields = {"error": encode_error(cancelled), "type": "Cancelled", "message": "cancelled"}
             ok = False
         except (FuseeError, ValueError, TypeError, KeyError) as e:
             error = e if not isinstance(e, KeyError) else PayloadError(f"missing field {e}")
-            fields = {"error": encode_error(error), "type": type(error).__name__}
+            fields = {
+                "error": encode_error(error),
+                "type": type(error).__name__,
+                "message": f"{command.kind} of run {id!r} failed: {error}"
+                if command.kind != "signal" or not isinstance(error, PayloadError)
+                else str(error),
+            }
             ok = False
         try:
             await self._engine.store.answer_command(command.id, ok, encode_payload(fields))
@@ -278,7 +286,8 @@ class Inbox:
         if kind == "signal":
             name = str(p["name"])
             payload = bytes(p.get("payload") or _codec.encode(None))
-            warning = self.check_signal(name, payload) if self.check_signal is not None else None
+            check = self.check_signal
+            warning = check(id, name, payload) if check is not None else None
             # Without a dedup id of its own, the command's id is one: a command
             # applied again by the engine's next life signals once.
             dedup = int(p.get("dedup") or 0) or dedup_key(command.dedup or f"command/{command.id}")

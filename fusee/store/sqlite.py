@@ -46,6 +46,7 @@ import sqlite3
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ from fusee.store import (
 )
 from fusee.store._lock import try_lock, unlock
 
-__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "PAGE_SIZE", "SqliteStore"]
+__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "PAGE_SIZE", "SqliteStore", "is_served"]
 
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
@@ -124,6 +125,9 @@ _INSERT_COMMAND: Final = (
 )
 # How often `wait_commands` looks at the files for another process's commit.
 _POLL_S: Final = 0.01
+# Tries to take the writer's lock, and the pause between them (`_lock_writer`).
+_LOCK_TRIES: Final = 5
+_LOCK_PAUSE_S: Final = 0.01
 
 _ROW_COLUMNS: Final = (
     "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
@@ -1109,7 +1113,13 @@ class SqliteStore:
                 f"cannot open {self._path}: {e.strerror}; check the path and its permissions"
             ) from e
         try:
-            taken = try_lock(f)
+            # A few tries: `is_served` (the CLI asking whether an engine serves
+            # the store) holds the lock for an instant.
+            for _ in range(_LOCK_TRIES):
+                taken = try_lock(f)
+                if taken:
+                    break
+                time.sleep(_LOCK_PAUSE_S)
         except OSError as e:
             f.close()
             raise StoreError(
@@ -1334,6 +1344,35 @@ class SqliteStore:
         # A loop closed without closing the store: nobody is left to tell.
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(fn, *args)
+
+
+def is_served(directory: str | os.PathLike[str]) -> bool:
+    """Whether an engine (a worker, or a program's own) holds the store in ``directory`` open.
+
+    Its writer lock is probed for an instant; an engine opening meanwhile
+    tries again.
+
+    Example:
+        >>> import asyncio, tempfile
+        >>> async def demo(directory: str) -> tuple[bool, bool]:
+        ...     store = SqliteStore(directory, durability="none")
+        ...     await store.open()
+        ...     served = is_served(directory)
+        ...     await store.close()
+        ...     return served, is_served(directory)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     asyncio.run(demo(d))
+        (True, False)
+    """
+    try:
+        f = (Path(directory) / FILENAME).open("rb")
+    except OSError:
+        return False
+    with f:
+        if try_lock(f):
+            unlock(f)
+            return False
+        return True
 
 
 # Rows per multi-row INSERT: 4 or 9 parameters each, under SQLite's limit of
