@@ -199,7 +199,7 @@ class Inbox:
         while not engine.closed:
             try:
                 commands = await store.take_commands(_BATCH)
-            except FuseeError as e:
+            except Exception as e:  # the inbox outlives any one failure of its store
                 if engine.closed:
                     return
                 log.error("taking commands from the store failed; retrying: %s", e)
@@ -215,7 +215,7 @@ class Inbox:
                     await store.forget_commands(_now_ms() - _KEEP_ANSWERS_MS)
             try:
                 await store.wait_commands(_IDLE_S)
-            except FuseeError:
+            except Exception:
                 if engine.closed:
                     return
                 await asyncio.sleep(_IDLE_S)

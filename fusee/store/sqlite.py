@@ -125,6 +125,9 @@ _INSERT_COMMAND: Final = (
 )
 # How often `wait_commands` looks at the files for another process's commit.
 _POLL_S: Final = 0.01
+# The bytes of the WAL index's header that change with every commit (its
+# first copy: version, change counter, mxFrame, page count, checksums, salts).
+_SHM_HEADER: Final = 48
 # Tries to take the writer's lock, and the pause between them (`_lock_writer`).
 _LOCK_TRIES: Final = 5
 _LOCK_PAUSE_S: Final = 0.01
@@ -234,7 +237,7 @@ class SqliteStore:
         # files' (mtime, size) when last looked at (`wait_commands`).
         self._taken: set[str] = set()
         self._seen_seq = 0
-        self._files_seen: tuple[int, ...] = ()
+        self._files_seen: tuple[int | bytes, ...] = ()
         self._posted: asyncio.Event | None = None
         self._lock_file: Any = None
         # Whether the file is shorter than its header says (see `_inspect`).
@@ -778,9 +781,9 @@ class SqliteStore:
     async def wait_commands(self, timeout_s: float) -> None:
         """Returns when a command may have been posted, or after ``timeout_s``.
 
-        Another process's commit changes the database's files: they are
-        looked at every 10 ms (a ``stat``, no query), and only when they
-        changed is the inbox asked for a command newer than the last seen.
+        Another process's commit changes the WAL index (``-shm``): its
+        header is read every 10 ms (no query), and only when it changed is
+        the inbox asked for a command newer than the last seen.
         A command posted through this store object wakes it at once.
 
         Example:
@@ -819,8 +822,16 @@ class SqliteStore:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(posted.wait(), min(_POLL_S, left))
 
-    def _files_state(self) -> tuple[int, ...]:
-        state: builtins.list[int] = []
+    def _files_state(self) -> tuple[int | bytes, ...]:
+        # The WAL index's header (the start of -shm) counts every commit of
+        # every connection (its mxFrame, and the WAL's salts after a reset):
+        # a file's mtime would miss two commits within one clock tick.
+        state: builtins.list[int | bytes] = []
+        try:
+            with (self._path.with_name(self._path.name + "-shm")).open("rb") as f:
+                state.append(f.read(_SHM_HEADER))
+        except OSError:
+            state.append(b"")
         for path in (self._path, self._path.with_name(self._path.name + "-wal")):
             try:
                 st = path.stat()
