@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import types
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -25,7 +25,7 @@ from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._inbox import decode_error, decode_payload, encode_payload
 from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
-from fusee.errors import FuseeError, StoreError
+from fusee.errors import Cancelled, FuseeError, StoreError
 from fusee.record import Chunk, Done, StreamEnd
 from fusee.store import Answer, Command, Store, open_store
 
@@ -361,6 +361,26 @@ def answer_fields(answer: Answer) -> dict[str, Any]:
     return fields
 
 
+def _blocking(portal: BlockingPortal, call: Callable[[], Awaitable[T]]) -> T:
+    """Runs ``call()`` on the portal's loop and waits; a `fusee.Cancelled` is raised as itself.
+
+    (A portal turns an exception of the `asyncio.CancelledError` family
+    into a cancelled future: the run's cancellation would read as the
+    caller's.)
+    """
+
+    async def guarded() -> tuple[bool, Any]:
+        try:
+            return True, await call()
+        except Cancelled as e:
+            return False, e
+
+    ok, value = portal.call(guarded)
+    if not ok:
+        raise value
+    return cast("T", value)
+
+
 class SyncRun(Generic[T]):
     """A `fusee.Run` whose calls block: what `SyncClient` hands out.
 
@@ -381,40 +401,40 @@ class SyncRun(Generic[T]):
 
     def result(self) -> T:
         """Waits for the run to end and returns its result (`fusee.Run.result`)."""
-        return self._portal.call(self._run.result)
+        return _blocking(self._portal, self._run.result)
 
     def signal(
         self, signal: SignalDef[Any], payload: Any = None, *, dedup: str | None = None
     ) -> None:
         """Sends ``signal`` to the run (`fusee.Run.signal`)."""
-        self._portal.call(lambda: self._run.signal(signal, payload, dedup=dedup))
+        _blocking(self._portal, lambda: self._run.signal(signal, payload, dedup=dedup))
 
     def query(self, query: QueryDef, arg: Any = None) -> Any:
         """Asks the run's query handler (`fusee.Run.query`)."""
-        return self._portal.call(self._run.query, query, arg)
+        return _blocking(self._portal, lambda: self._run.query(query, arg))
 
     def update(self, update: UpdateDef[Any], payload: Any = None, *, id: str | None = None) -> Any:
         """Sends an update and returns its result (`fusee.Run.update`)."""
-        return self._portal.call(lambda: self._run.update(update, payload, id=id))
+        return _blocking(self._portal, lambda: self._run.update(update, payload, id=id))
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Cancels the run (`fusee.Run.cancel`)."""
-        self._portal.call(self._run.cancel, reason)
+        _blocking(self._portal, lambda: self._run.cancel(reason))
 
     def resume(self) -> None:
         """Resumes the run's paused steps (`fusee.Run.resume`)."""
-        self._portal.call(self._run.resume)
+        _blocking(self._portal, self._run.resume)
 
     def describe(self) -> RunInfo:
         """The run's status, times and attributes (`fusee.Run.describe`)."""
-        return self._portal.call(self._run.describe)
+        return _blocking(self._portal, self._run.describe)
 
     def stream(self, name: str) -> Iterator[Any]:
         """Reads stream ``name`` from its start until it ends (`fusee.Run.stream`)."""
         chunks = self._run.stream(name)
         while True:
             try:
-                yield self._portal.call(chunks.__anext__)
+                yield _blocking(self._portal, chunks.__anext__)
             except StopAsyncIteration:
                 return
 
@@ -492,8 +512,8 @@ class SyncClient:
         id_policy: IdPolicy = IdPolicy.REJECT,
     ) -> SyncRun[T]:
         """Starts a run on the serving worker (`Client.start`)."""
-        run = self._portal.call(
-            lambda: self._client.start(workflow, id, input, id_policy=id_policy)
+        run = _blocking(
+            self._portal, lambda: self._client.start(workflow, id, input, id_policy=id_policy)
         )
         return SyncRun(self._portal, run)
 
@@ -517,8 +537,8 @@ class SyncClient:
             )
             return [info async for info in listing]
 
-        return self._portal.call(collect)
+        return _blocking(self._portal, collect)
 
     def complete(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``."""
-        self._portal.call(self._client.complete, token, value)
+        _blocking(self._portal, lambda: self._client.complete(token, value))

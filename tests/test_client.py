@@ -139,9 +139,13 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
                 assert run.query(wfs.total) == 6
                 run.signal(wfs.add, 0)
                 result = run.result()
-                ids = [info.id for info in sync.list()]
+                ids = [info.id for info in sync.list(status="completed")]
                 with pytest.raises(fusee.AlreadyExists):
                     sync.start(wfs.tally, "t-1", 1)
+                other = sync.start("tally", "t-2", 0)
+                other.cancel("stop")
+                with pytest.raises(fusee.Cancelled, match="stop"):
+                    other.result()
                 return result, ids, next(iter(run.stream("log")))
 
         assert await asyncio.to_thread(script) == (6, ["t-1"], "total 6")

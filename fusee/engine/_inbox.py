@@ -13,7 +13,8 @@ only by an engine's next life (it stopped before answering), and each kind
 is applied so that a second time changes nothing: a signal carries the
 command's id as its dedup id, an update its id, a start taken again that
 finds its run answers as applied, and cancel, resume and complete are
-idempotent.
+idempotent. A signal whose dedup id the run's journal holds already is
+answered as applied, even once the run has ended.
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ import msgpack
 
 from fusee import _codec
 from fusee import errors as _errors
+from fusee.engine._journal import decode_journal
 from fusee.engine._run import IdPolicy, dedup_key
-from fusee.errors import AlreadyExists, FuseeError, PayloadError
+from fusee.errors import AlreadyExists, FuseeError, NotFound, PayloadError
+from fusee.record import Signal
 from fusee.store import Command
 
 if TYPE_CHECKING:
@@ -291,7 +294,13 @@ class Inbox:
             # Without a dedup id of its own, the command's id is one: a command
             # applied again by the engine's next life signals once.
             dedup = int(p.get("dedup") or 0) or dedup_key(command.dedup or f"command/{command.id}")
-            await engine._signal(id, name, payload, dedup, None)
+            try:
+                await engine._signal(id, name, payload, dedup, None)
+            except FuseeError as e:
+                # A retry (the poster's, or this command taken again) after the
+                # run ended: delivered already, so applied, as a retry is.
+                if isinstance(e, NotFound) or not await self._delivered(id, dedup):
+                    raise
             fields: dict[str, Any] = {"message": f"signal {name!r} delivered to run {id!r}"}
             if warning is not None:
                 fields["warning"] = warning
@@ -318,6 +327,15 @@ class Inbox:
             self.stop_requested.set()
             return {"message": "worker stopping"}
         raise ValueError(f"command kind {kind!r} is not one this engine applies")
+
+    async def _delivered(self, id: str, dedup: int) -> bool:
+        """Whether run ``id``'s journal holds a signal with dedup key ``dedup``."""
+        store = self._engine.store
+        row = await store.get(id)
+        if row is None:
+            return False
+        records = decode_journal(id, row.run, await store.load(id, row.run))
+        return any(isinstance(rec, Signal) and rec.dedup == dedup for rec in records)
 
     async def _started_by_us(self, id: str, workflow: str) -> bool:
         # Taken again after the engine's last life stopped before answering:

@@ -141,6 +141,18 @@ async def test_a_cancel_and_a_signal_to_a_finished_run_are_answered(host: Host) 
         assert "has finished" in str(raised)
 
 
+async def test_a_signal_retried_with_its_dedup_id_after_the_run_ended_is_answered_as_applied(
+    host: Host,
+) -> None:
+    async with host(workflows=[gate]) as t:
+        run = await t.start(gate, "g-1", 2)
+        assert (await apply(t, signal("g-1", True, dedup="pay-1"))).ok
+        assert await run.result() == 4
+        assert (await apply(t, signal("g-1", True, dedup="pay-1"))).ok
+        raised = error_of(await apply(t, signal("g-1", True, dedup="pay-2")))
+        assert "has finished" in str(raised)
+
+
 async def test_a_command_posted_while_no_engine_runs_is_applied_when_one_starts(
     stores: Stores, fusee_engine: Any
 ) -> None:
