@@ -20,6 +20,7 @@ import pytest_asyncio
 from _postgres import Cluster
 
 import fusee
+from fusee.client import SyncRun
 from fusee.store import MemoryStore, PostgresStore, Store
 
 HERE = Path(__file__).parent
@@ -142,7 +143,7 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
                 ids = [info.id for info in sync.list(status="completed")]
                 with pytest.raises(fusee.AlreadyExists):
                     sync.start(wfs.tally, "t-1", 1)
-                other = sync.start("tally", "t-2", 0)
+                other: SyncRun[int] = sync.start("tally", "t-2", 0)
                 other.cancel("stop")
                 with pytest.raises(fusee.Cancelled, match="stop"):
                     other.result()
