@@ -250,7 +250,9 @@ class Inbox:
             cancelled = _errors.Cancelled("cancelled")
             fields = {"error": encode_error(cancelled), "type": "Cancelled", "message": "cancelled"}
             ok = False
-        except (FuseeError, ValueError, TypeError, KeyError) as e:
+        except Exception as e:  # every command is answered: its poster waits for one
+            if not isinstance(e, FuseeError | ValueError | TypeError | KeyError):
+                log.exception("applying command %s (%s) failed", command.id, command.kind)
             error = e if not isinstance(e, KeyError) else PayloadError(f"missing field {e}")
             fields = {
                 "error": encode_error(error),
