@@ -156,9 +156,9 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
 
 
 @contextlib.contextmanager
-def worker_process(target: Path | str) -> Iterator[subprocess.Popen[str]]:
+def worker_process(target: Path | str, durability: str = "none") -> Iterator[subprocess.Popen[str]]:
     process = subprocess.Popen(
-        [sys.executable, str(HERE / "client_worker.py"), str(target)],
+        [sys.executable, str(HERE / "client_worker.py"), str(target), durability],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -185,6 +185,17 @@ async def test_a_client_drives_a_run_a_worker_process_serves(tmp_path: Path) -> 
             assert await run.query(wfs.total) == 2
             await run.signal(wfs.add, 0)
             assert await run.result() == 2
+
+
+async def test_every_command_of_a_quick_series_from_another_process_is_applied(
+    tmp_path: Path,
+) -> None:
+    # Hundreds of commits from two processes into one WAL, while the worker
+    # watches the WAL index for new commands: none may be lost.
+    with worker_process(tmp_path, durability="fsync"):
+        async with await fusee.Client.connect(tmp_path) as client:
+            runs = [await client.start(wfs.echo, f"e-{n}", str(n)) for n in range(300)]
+            assert [await run.result() for run in runs] == [str(n) for n in range(300)]
 
 
 async def test_commands_posted_while_no_worker_runs_are_applied_when_one_starts(

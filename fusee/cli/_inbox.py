@@ -145,8 +145,10 @@ async def send_command(
 ) -> int:
     """Posts a command through a `fusee.Client` and reports the serving engine's answer."""
     target = store_target(args)
+    # Asked before the client opens the store: probing opens (and closes) the
+    # database file, which drops this process's SQLite locks on it.
+    served = _served(target)
     async with await Client.connect(target) as client:
-        served = _served(target)
         command = await client.post(kind, run_id, fields, dedup=dedup)
         report: dict[str, Any] = {"command": kind, "id": run_id, "queued": command.id}
         if served is False or args.no_wait:

@@ -239,6 +239,7 @@ class SqliteStore:
         self._seen_seq = 0
         self._files_seen: tuple[int | bytes, ...] = ()
         self._posted: asyncio.Event | None = None
+        self._shm_fd: int | None = None
         self._lock_file: Any = None
         # Whether the file is shorter than its header says (see `_inspect`).
         self._suspect = False
@@ -825,11 +826,16 @@ class SqliteStore:
     def _files_state(self) -> tuple[int | bytes, ...]:
         # The WAL index's header (the start of -shm) counts every commit of
         # every connection (its mxFrame, and the WAL's salts after a reset):
-        # a file's mtime would miss two commits within one clock tick.
+        # a file's mtime would miss two commits within one clock tick. Its
+        # descriptor stays open until the store's connections are closed:
+        # closing it would drop the POSIX locks SQLite holds on the file for
+        # this process, and another process's writer would write the WAL
+        # beside ours.
         state: builtins.list[int | bytes] = []
         try:
-            with (self._path.with_name(self._path.name + "-shm")).open("rb") as f:
-                state.append(f.read(_SHM_HEADER))
+            if self._shm_fd is None:
+                self._shm_fd = os.open(self._path.with_name(self._path.name + "-shm"), os.O_RDONLY)
+            state.append(os.pread(self._shm_fd, _SHM_HEADER, 0))
         except OSError:
             state.append(b"")
         for path in (self._path, self._path.with_name(self._path.name + "-wal")):
@@ -1052,6 +1058,10 @@ class SqliteStore:
         finally:
             reader.shutdown(wait=True)
             self._reader = None
+            # After the connections: its close drops the process's locks on -shm.
+            shm, self._shm_fd = self._shm_fd, None
+            if shm is not None:
+                os.close(shm)
             self._unlock_writer()
 
     def _prepare_client(self) -> None:
@@ -1063,7 +1073,8 @@ class SqliteStore:
                 f"cannot create the store directory {self._directory}: {e.strerror}; "
                 "pass a directory you can write"
             ) from e
-        if _inspect(self._path) is None:
+        # `stat` only (see `_open_reader`): `_create` makes a whole store or none.
+        if not self._path.exists():
             _create(self._path, fsync=self._durability == "fsync")
 
     def _open_client(self) -> None:
@@ -1157,7 +1168,12 @@ class SqliteStore:
 
     def _open_reader(self) -> tuple[int, int]:
         """Opens the read-only connection and checks the store; the writer's check first."""
-        if self._readonly:
+        if self._client:
+            # No file of the store is opened but by SQLite: in a process with
+            # an engine on it, closing one would drop SQLite's locks (POSIX
+            # locks are the process's). SQLite's own checks follow.
+            pass
+        elif self._readonly:
             suspect = _inspect(self._path)
             if suspect is None:
                 raise StoreError(
@@ -1361,19 +1377,15 @@ def is_served(directory: str | os.PathLike[str]) -> bool:
     """Whether an engine (a worker, or a program's own) holds the store in ``directory`` open.
 
     Its writer lock is probed for an instant; an engine opening meanwhile
-    tries again.
+    tries again. Ask before this process opens the store: the probe opens
+    and closes the database file, and a close drops the POSIX locks SQLite
+    holds on it for the whole process.
 
     Example:
-        >>> import asyncio, tempfile
-        >>> async def demo(directory: str) -> tuple[bool, bool]:
-        ...     store = SqliteStore(directory, durability="none")
-        ...     await store.open()
-        ...     served = is_served(directory)
-        ...     await store.close()
-        ...     return served, is_served(directory)
+        >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d:
-        ...     asyncio.run(demo(d))
-        (True, False)
+        ...     is_served(d)
+        False
     """
     try:
         f = (Path(directory) / FILENAME).open("rb")
