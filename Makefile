@@ -25,6 +25,7 @@ system-deps:
 lint: install
 	$(BIN)/ruff check fusee tests bench examples
 	$(BIN)/ruff format --check fusee tests bench examples
+	$(BIN)/python scripts/check_layers.py
 
 typecheck: install
 	$(BIN)/mypy

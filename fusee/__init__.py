@@ -3,6 +3,7 @@
 # The layers, each using only the ones below it:
 #
 #   cli        the `fusee` command
+#   client     Client, SyncClient: runs served elsewhere, through the store
 #   testing    TestEngine: virtual clock, crashes, mocks
 #   engine     Engine, Run handles, shards, steps, timers, group commit
 #   store      Store protocol; memory, sqlite (loaded by name)
@@ -38,6 +39,7 @@ from fusee._definitions import (
 from fusee._loop import as_completed, select, wait
 from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
+from fusee.client import Client, SyncClient
 from fusee.context import Ctx, StepCtx, WorkflowInfo, WorkflowStream, current_step
 from fusee.engine import Engine, IdPolicy, Run, RunInfo
 from fusee.errors import (
@@ -67,6 +69,7 @@ __all__ = [
     "AlreadyExists",
     "Cancelled",
     "ChildFailed",
+    "Client",
     "CorruptRecord",
     "Ctx",
     "DeterminismError",
@@ -89,6 +92,7 @@ __all__ = [
     "StepCtx",
     "StepFailed",
     "StoreError",
+    "SyncClient",
     "UnknownWorkflow",
     "UpdateDef",
     "UpdateFailed",

@@ -63,9 +63,15 @@ def module_name(root: Path, path: Path) -> str:
 
 
 def rank_of(module: str) -> int | None:
-    """The rank of ``module``: its own, or its nearest listed package's."""
-    name = module
-    while name:
+    """The rank of ``module``: its own, or its nearest listed package's.
+
+    The top package's rank is its own only: a new module directly under it
+    must be given a rank.
+    """
+    if module in RANKS:
+        return RANKS[module]
+    name = module.rpartition(".")[0]
+    while "." in name:
         if name in RANKS:
             return RANKS[name]
         name = name.rpartition(".")[0]

@@ -7,9 +7,10 @@
     fusee result ID [--wait]                              a run's result
     fusee start MODULE:WORKFLOW ID [JSON]                 start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
-    fusee worker MODULE...                                serve a module's workflows
+    fusee worker MODULE... [--store URL]                  serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee check                                           what is damaged in a store
+    fusee ui [--port 8700] [--token T]                    a web page of the runs
     fusee disk-check [DIR]                                the flush latency of a disk
 
 Reading commands (``list``, ``show``, ``result``, ``replay``, ``check``) open the store
@@ -17,10 +18,10 @@ read-only: they work while an engine writes it from another process.
 
 The rule: one engine writes a store. So the commands that change runs
 (``start``, ``signal``, ``cancel``, ``resume``) never open an engine: they
-drop a command file in the store's inbox (``DATA/inbox/*.json``), and the
-one ``fusee worker`` serving the directory (it holds ``DATA/worker.lock``)
-applies it with its engine and answers. With no worker running, the command
-waits in the inbox and the next worker applies it when it starts.
+post a command to the store's inbox through a `fusee.Client` (a row of its
+``commands`` table), and the engine serving the store (``fusee worker``, or
+a program's own) applies it and answers. With no worker running, the
+command waits in the inbox and the next worker applies it when it starts.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from fusee.cli._inbox import writer_lock
 from fusee.cli._output import CliError, Output
 from fusee.cli._replay import replay_command
 from fusee.cli._show import show_command
+from fusee.cli._ui import ui_command
 from fusee.cli._worker import worker_command
 from fusee.engine import IdPolicy
 from fusee.errors import FuseeError
@@ -58,11 +60,11 @@ _EPILOG: Final = """\
 the store: --data DIR (default ./data) or --store URL; reading commands open it
 read-only and work while an engine writes it.
 
-changing runs: start, signal, cancel and resume never write the store. They queue
-a command in DIR/inbox/; the `fusee worker` serving DIR (it holds DIR/worker.lock)
-applies it with its engine and answers. Without a worker the command stays queued
-until one starts. One engine writes a store: never run two workers, or a worker
-and your own program, on one directory.
+changing runs: start, signal, cancel and resume open no engine. They post a
+command to the store's inbox (a row of its commands table); the engine serving
+the store (`fusee worker`, or your program's) applies it and answers. Without a
+worker the command stays queued until one starts. On SQLite one engine writes a
+store: never run two workers, or a worker and your own program, on one directory.
 """
 
 
@@ -156,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     act = (
-        "Queued in DIR/inbox/ for the `fusee worker` serving DIR, which applies it and "
+        "Posted to the store's inbox for the engine serving it, which applies it and "
         "answers; with no worker running it stays queued until one starts."
     )
     p = command("start", "start a run", f"Start a run. {act}")
@@ -195,8 +197,9 @@ def _parser() -> argparse.ArgumentParser:
         "worker",
         "serve the workflows of modules",
         "Serve the workflows (every fusee.workflow) that MODULEs define, until Ctrl-C: "
-        "recover the store's unfinished runs, apply the commands queued in DIR/inbox/, and "
-        "print runs as they finish. It holds DIR/worker.lock: one worker per store.",
+        "recover the store's unfinished runs, apply the commands posted to its inbox, and "
+        "print runs as they finish. On a directory it holds DIR/worker.lock: one worker per "
+        "SQLite store; `--store postgresql://...` serves a Postgres store.",
     )
     p.add_argument("modules", nargs="+", metavar="MODULE", help="dotted name or file path")
     p.add_argument("--durability", choices=["fsync", "none"], default="fsync", help="default fsync")
@@ -228,6 +231,19 @@ def _parser() -> argparse.ArgumentParser:
         "is damaged.",
     )
     p.set_defaults(handler=check_command)
+
+    p = command(
+        "ui",
+        "serve the web page of a store's runs",
+        "Serve the runs of a store (read-only) and their journals as a web page and a JSON "
+        "API on 127.0.0.1 (the `ui` extra: pip install 'fusee[ui]'). Signals, cancels and "
+        "resumes from the page go to the serving worker through a fusee.Client. Binding "
+        "another address requires --token.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8700, help="the port (default 8700)")
+    p.add_argument("--token", help="a secret every request must carry (needed off loopback)")
+    p.set_defaults(handler=ui_command)
 
     p = command(
         "disk-check",

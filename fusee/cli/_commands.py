@@ -2,8 +2,8 @@
 cancel, resume).
 
 The rule: none of them opens an engine. They read the store read-only, and
-the ones that change runs post a command to the serving worker's inbox
-(`fusee.cli._inbox`) after checking what they can without it.
+the ones that change runs post a command to the store's inbox through a
+`fusee.Client` (`fusee.cli._inbox`) after checking what they can without it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import datetime
 import json
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -27,13 +28,13 @@ from fusee.cli._output import STATUS_STYLE, CliError, Output, jsonable, local_ti
 from fusee.cli._reading import (
     FINISHED,
     POLL_S,
-    data_dir,
     done_record,
     get_row,
     outcome_of,
     reading,
     store_target,
 )
+from fusee.engine._run import dedup_key
 from fusee.errors import PayloadError
 from fusee.store import RUN_STATUSES
 
@@ -180,27 +181,24 @@ async def _check_running(args: argparse.Namespace, id: str, verb: str) -> None:
 async def signal_command(args: argparse.Namespace, out: Output) -> int:
     payload = _parse_json(args.payload, "the signal's payload")
     await _check_running(args, args.id, "signal")
-    command = {
-        "op": "signal",
-        "id": args.id,
+    fields = {
         "name": args.name,
-        "payload": payload,
-        "dedup": args.dedup,
+        "payload": _codec.encode(payload),
+        "dedup": dedup_key(args.dedup),
     }
-    return await send_command(args, out, command, f"signal {args.name!r} to run {args.id!r}")
+    what = f"signal {args.name!r} to run {args.id!r}"
+    return await send_command(args, out, "signal", args.id, fields, what, dedup=args.dedup)
 
 
 async def cancel_command(args: argparse.Namespace, out: Output) -> int:
     await _check_running(args, args.id, "cancel")
-    command = {"op": "cancel", "id": args.id, "reason": args.reason}
-    return await send_command(args, out, command, f"cancel of run {args.id!r}")
+    fields = {"reason": args.reason}
+    return await send_command(args, out, "cancel", args.id, fields, f"cancel of run {args.id!r}")
 
 
 async def resume_command(args: argparse.Namespace, out: Output) -> int:
     await _check_running(args, args.id, "resume")
-    return await send_command(
-        args, out, {"op": "resume", "id": args.id}, f"resume of run {args.id!r}"
-    )
+    return await send_command(args, out, "resume", args.id, {}, f"resume of run {args.id!r}")
 
 
 async def start_command(args: argparse.Namespace, out: Output) -> int:
@@ -216,8 +214,8 @@ async def start_command(args: argparse.Namespace, out: Output) -> int:
         wf.decode_input(_codec.encode(value))
     except PayloadError as e:
         raise CliError(f"the input does not fit workflow {wf.name!r}: {e}") from None
-    data = data_dir(args)
-    if (data / "fusee.db").exists():
+    target = store_target(args)
+    if "://" not in target and (Path(target) / "fusee.db").exists():
         async with reading(args) as store:
             row = await store.get(args.id)
         if row is not None and args.id_policy == "reject":
@@ -225,11 +223,6 @@ async def start_command(args: argparse.Namespace, out: Output) -> int:
                 f"run {args.id!r} exists ({row.status}); pass --id-policy replace to start "
                 "over once it has finished"
             )
-    command = {
-        "op": "start",
-        "id": args.id,
-        "workflow": wf.name,
-        "input": value,
-        "id_policy": args.id_policy,
-    }
-    return await send_command(args, out, command, f"start of run {args.id!r} ({wf.name})")
+    fields = {"workflow": wf.name, "input": _codec.encode(value), "id_policy": args.id_policy}
+    what = f"start of run {args.id!r} ({wf.name})"
+    return await send_command(args, out, "start", args.id, fields, what)

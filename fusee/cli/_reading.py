@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any, Final
 
 from fusee.cli._output import CliError, payload_json
@@ -33,16 +32,6 @@ def store_target(args: argparse.Namespace) -> str:
             "a memory store keeps nothing between processes; pass the directory of a store"
         )
     return target
-
-
-def data_dir(args: argparse.Namespace) -> Path:
-    """The store's directory, for the commands that need one (inbox, worker lock)."""
-    target = store_target(args)
-    if "://" in target:
-        # Lets open_store say which URLs it knows.
-        open_store(target)
-        raise CliError(f"this command needs a store directory, not {target!r}")
-    return Path(target)
 
 
 @contextlib.asynccontextmanager

@@ -1,8 +1,9 @@
 """``fusee worker``: serve modules' workflows on a store and apply its inbox.
 
-The rule: the worker is the store's one writer. It holds the writer lock
-for as long as its engine is open, and everything else changes runs by
-posting to its inbox.
+The rule: the worker is the store's one writer (on SQLite; on Postgres, one
+of its workers). It holds the writer lock for as long as its engine is
+open, and everything else changes runs by posting commands to the store's
+inbox, which its engine applies.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from fusee._definitions import SignalDef, WorkflowDef
-from fusee.cli._inbox import INBOX, REPLIES, drain_inbox, prune_replies, writer_lock
+from fusee._definitions import WorkflowDef
+from fusee.cli._inbox import answer_printer, signal_checker, writer_lock
 from fusee.cli._modules import import_module, signals_of, workflows_of
 from fusee.cli._output import Output, payload_json, short
-from fusee.cli._reading import FINISHED, POLL_S, data_dir, done_record, outcome_of
+from fusee.cli._reading import FINISHED, done_record, outcome_of, store_target
 from fusee.engine import Engine, RunInfo
 from fusee.errors import FuseeError
 from fusee.record import PAUSED, Attempt, decode
@@ -132,18 +133,23 @@ def _showing_logs(out: Output) -> Iterator[None]:
 
 
 async def worker_command(args: argparse.Namespace, out: Output) -> int:
-    data = data_dir(args)
+    target = store_target(args)
     modules = [import_module(spec) for spec in args.modules]
     workflows = workflows_of(modules, " and ".join(repr(m) for m in args.modules))
-    data.mkdir(parents=True, exist_ok=True)
-    (data / INBOX / REPLIES).mkdir(parents=True, exist_ok=True)
     signals = signals_of(modules, workflows)
-    with writer_lock(data, commands=True), _showing_logs(out):
+    lock: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if "://" not in target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        lock = writer_lock(target, commands=True)
+    with lock, _showing_logs(out):
         try:
             async with await Engine.open(
-                data, workflows=workflows, durability=args.durability
+                target, workflows=workflows, durability=args.durability
             ) as engine:
-                await _serve(engine, data, workflows, signals, args, out)
+                # Before the first await: the inbox's first command sees them.
+                engine.inbox.check_signal = signal_checker(signals)
+                engine.inbox.on_answer = answer_printer(out)
+                await _serve(engine, target, workflows, args, out)
         finally:
             out.say(("fusee worker stopped; unfinished runs resume when a worker starts", "dim"))
     return 0
@@ -151,9 +157,8 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
 
 async def _serve(
     engine: Engine,
-    data: Path,
+    target: str,
     workflows: Sequence[WorkflowDef[Any, Any]],
-    signals: Mapping[str, SignalDef[Any] | None],
     args: argparse.Namespace,
     out: Output,
 ) -> None:
@@ -167,20 +172,31 @@ async def _serve(
     unfinished = len(await engine.store.unfinished())
     out.say(
         ("fusee worker", "bold"),
-        f" (pid {os.getpid()}) on {data}: workflows "
+        f" (pid {os.getpid()}) on {_shown(engine, target)}: workflows "
         + ", ".join(wf.name for wf in workflows)
         + f"; {unfinished} unfinished run(s) recovered; Ctrl-C stops it",
     )
     reporter = _Reporter(engine, out)
     await reporter.start()
-    prune_replies(data)
-    next_scan = loop.time()
+    stopping = (engine.inbox.stop_requested, terminated)
     while True:
-        stop = await drain_inbox(engine, data, out, signals)
+        waits = [asyncio.ensure_future(event.wait()) for event in stopping]
+        try:
+            await asyncio.wait(waits, timeout=_SCAN_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        await reporter.scan()
         now = loop.time()
-        if stop or now >= next_scan:
-            await reporter.scan()
-            next_scan = now + 0.5
-        if stop or terminated.is_set() or (deadline is not None and now >= deadline):
+        if any(e.is_set() for e in stopping) or (deadline is not None and now >= deadline):
             return
-        await asyncio.sleep(POLL_S)
+
+
+# How often the worker looks for runs that finished or paused, to print them.
+_SCAN_S: Final = 0.5
+
+
+def _shown(engine: Engine, target: str) -> str:
+    # A URL's password stays out of the output.
+    dsn = getattr(engine.store, "dsn", None)
+    return dsn if isinstance(dsn, str) and "://" in target else target

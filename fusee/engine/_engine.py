@@ -28,6 +28,7 @@ from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
+from fusee.engine._inbox import Inbox
 from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._messages import Messages
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
@@ -137,6 +138,7 @@ class Engine:
             collections.OrderedDict()
         )
         self._watchdog: Watchdog | None = None
+        self.inbox = Inbox(self)
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -224,6 +226,7 @@ class Engine:
             # Before anything else is served: a message to the id goes to
             # that next run.
             await self._continue(row)
+        self.inbox.start()
 
     def _watchdog_report(self, text: str) -> None:
         self.hooks.watchdog_reports.append(text)
@@ -279,6 +282,7 @@ class Engine:
 
     def _stop(self) -> None:
         self.closed = True
+        self.inbox.stop()
         # Stream readers and update callers of this engine hear that it
         # closed instead of waiting forever.
         self.streams.release_all()

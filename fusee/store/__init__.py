@@ -1,8 +1,10 @@
 """Where journals live: the `Store` protocol, its value types, and `open_store`.
 
 A store keeps, durably, each run's journal (encoded records, as opaque bytes
-in log-sequence order) and one `RunRow` per workflow id (its latest run: for
-listing, describing and recovery). The engine talks to storage only through
+in log-sequence order), one `RunRow` per workflow id (its latest run: for
+listing, describing and recovery), and the commands inbox: `Command` rows
+that clients post (`fusee.Client`, the CLI) and the serving engine takes,
+applies and answers (`Answer`). The engine talks to storage only through
 `Store`; `MemoryStore` (tests, ``"memory"``), `SqliteStore` (a directory) and
 `PostgresStore` (a ``postgresql://`` URL) implement it. Each backend's module
 is imported when first named, so ``import fusee`` never imports asyncpg.
@@ -14,17 +16,21 @@ damaged record comes back exactly as it was stored.
 
 from __future__ import annotations
 
-import builtins
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final
 
-import msgpack
-
-from fusee._status import UNFINISHED_STATUSES, RunStatus
-from fusee.errors import NotFound, StoreError
+from fusee._status import UNFINISHED_STATUSES
+from fusee.errors import StoreError
+from fusee.store._base import (
+    COMMAND_KINDS,
+    RUN_STATUSES,
+    Answer,
+    Command,
+    Entry,
+    RunRow,
+    Store,
+    _check_durability,
+)
 
 if TYPE_CHECKING:
     from fusee.store.memory import MemoryStore
@@ -32,8 +38,11 @@ if TYPE_CHECKING:
     from fusee.store.sqlite import SqliteStore
 
 __all__ = [
+    "COMMAND_KINDS",
     "RUN_STATUSES",
     "UNFINISHED_STATUSES",
+    "Answer",
+    "Command",
     "Entry",
     "MemoryStore",
     "PostgresStore",
@@ -43,188 +52,13 @@ __all__ = [
     "open_store",
 ]
 
-RUN_STATUSES: Final = frozenset(RunStatus)
-"""Every value `RunRow.status` may take (`fusee.RunStatus`)."""
-
-_DURABILITIES: Final = ("fsync", "none")
-
-# Shared by every RunRow without attributes: read-only, so sharing is safe.
-_NO_ATTRIBUTES: Final[Mapping[str, Any]] = MappingProxyType({})
-
-
-def _no_attributes() -> Mapping[str, Any]:
-    return _NO_ATTRIBUTES
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One journal record to append.
-
-    Attributes:
-        lsn: The log sequence number, assigned by the engine; strictly
-            increasing across all appends to one store.
-        id: The workflow id.
-        run: The run number (one id can have several runs over time:
-            continue-as-new, replace).
-        data: The encoded record (`fusee.record.encode`), stored as is.
-
-    Example:
-        >>> Entry(lsn=1, id="order-1", run=1, data=b"\\x01").lsn
-        1
-    """
-
-    lsn: int
-    id: str
-    run: int
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class RunRow:
-    """What a store keeps about a run besides its journal.
-
-    Attributes:
-        id: The workflow id (a store keeps one row per id: its latest run).
-        run: The run number.
-        workflow: The workflow type name.
-        status: One of `RUN_STATUSES`.
-        started_ms: When the run started (Unix time, milliseconds).
-        finished_ms: When it finished, or None while it has not.
-        wake_ms: For a parked (suspended) run, the earliest time it must be
-            woken (a timer, a wait's deadline); None when only a signal, an
-            update, a cancel or a child's result can wake it.
-        attributes: Search attributes, plain msgpack-able data. Kept
-            read-only: a mapping passed in is copied behind a read-only view.
-        parent: The parent's workflow id, for a child run.
-
-    Example:
-        >>> row = RunRow("order-1", 1, "checkout", "running", 1_700_000_000_000,
-        ...              attributes={"customer": "ada"})
-        >>> (row.status, row.attributes["customer"], row.finished_ms)
-        ('running', 'ada', None)
-    """
-
-    id: str
-    run: int
-    workflow: str
-    status: str
-    started_ms: int
-    finished_ms: int | None = None
-    wake_ms: int | None = None
-    attributes: Mapping[str, Any] = field(default_factory=_no_attributes)
-    parent: str | None = None
-
-    def __post_init__(self) -> None:
-        # Rows are shared between the store and its callers (a MemoryStore
-        # hands back the very object): a caller's dict must not change them.
-        if type(self.attributes) is not MappingProxyType:
-            object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
-
-
-@runtime_checkable
-class Store(Protocol):
-    """Durable storage for journals and run rows; what the engine writes to.
-
-    One store object serves one event loop. `open` before anything else;
-    `close` when done (it waits for writes in flight).
-
-    Example:
-        >>> import asyncio
-        >>> from fusee.store.memory import MemoryStore
-        >>> async def demo(store: Store) -> list[tuple[int, bytes]]:
-        ...     await store.open()
-        ...     await store.append([Entry(1, "a", 1, b"x"), Entry(2, "a", 1, b"y")],
-        ...                        [RunRow("a", 1, "wf", "running", 0)])
-        ...     records = await store.load("a")
-        ...     await store.close()
-        ...     return records
-        >>> asyncio.run(demo(MemoryStore()))
-        [(1, b'x'), (2, b'y')]
-    """
-
-    async def open(self) -> None:
-        """Creates the store, or checks the one there; raises `StoreError`."""
-        ...
-
-    async def close(self) -> None:
-        """Waits for writes in flight, then closes; closing twice is harmless."""
-        ...
-
-    @property
-    def last_lsn(self) -> int:
-        """The highest LSN stored (0 for an empty store); valid after `open`."""
-        ...
-
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
-        """Stores ``entries`` and ``runs`` in one durable write, or none of them.
-
-        ``entries`` may belong to many runs; each row in ``runs`` replaces the
-        row of its id. Under ``durability="fsync"`` the write is on disk when
-        this returns. Appends may overlap (the engine calls the next one
-        before the last returns): they are stored in call order, and one
-        called before an earlier one's failure was reported fails too, so a
-        journal never has a hole.
-
-        Raises:
-            ValueError: LSNs do not increase, or do not exceed every LSN
-                appended before (a bug in the caller); nothing is stored.
-            StoreError: The write failed (disk full, locked, read-only);
-                nothing of the batch is stored.
-        """
-        ...
-
-    async def load(
-        self, id: str, run: int | None = None, *, after_lsn: int = 0
-    ) -> builtins.list[tuple[int, bytes]]:
-        """Returns a run's journal as ``(lsn, data)`` pairs in LSN order.
-
-        ``run`` defaults to the id's latest run (from its `RunRow`); only
-        records with an LSN above ``after_lsn`` are returned.
-
-        Raises:
-            NotFound: No run with that id (or that run of it) in this store.
-        """
-        ...
-
-    async def get(self, id: str) -> RunRow | None:
-        """Returns the row of ``id`` (its latest run), or None."""
-        ...
-
-    async def list(
-        self,
-        *,
-        status: str | None = None,
-        workflow: str | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        after: tuple[int, str] | None = None,
-        started_from_ms: int | None = None,
-        started_to_ms: int | None = None,
-    ) -> builtins.list[RunRow]:
-        """Returns the rows that match every filter given, by start time then id.
-
-        ``attributes`` matches a row when each given key is there with an equal
-        value (compared as msgpack gives them back: tuples as lists).
-        ``newest_first`` reverses the order. ``after`` is a page's cursor: the
-        ``(started_ms, id)`` of the last row of the page before, so that only
-        rows after it in the chosen order are returned (pages stay stable
-        while runs start). ``started_from_ms`` and ``started_to_ms`` bound the
-        start time (both inclusive).
-        """
-        ...
-
-    async def unfinished(self) -> builtins.list[RunRow]:
-        """Returns the rows whose status is in `UNFINISHED_STATUSES`."""
-        ...
-
-    async def next_run(self) -> int:
-        """Returns a run number never used before in this store (from 1 up)."""
-        ...
-
 
 def open_store(
-    target: str | os.PathLike[str], *, durability: str = "fsync", readonly: bool = False
+    target: str | os.PathLike[str],
+    *,
+    durability: str = "fsync",
+    readonly: bool = False,
+    client: bool = False,
 ) -> Store:
     """Makes the store a target names; the caller then awaits its ``open()``.
 
@@ -238,6 +72,9 @@ def open_store(
             ``"none"`` (the OS writes when it likes: for tests and demos).
         readonly: Open an existing store to read only (the CLI's way, while an
             engine writes it).
+        client: Open it as a client (`fusee.Client`): it reads, and writes
+            nothing but commands to the inbox; it never takes the engine's
+            writer lock, so it works while an engine serves the store.
 
     Returns:
         The store, not opened yet.
@@ -245,7 +82,7 @@ def open_store(
     Raises:
         ValueError: ``durability`` is not one the store knows.
         StoreError: The target is a URL of another kind, or ``"memory"`` with
-            ``readonly=True``.
+            ``readonly=True`` or ``client=True``.
 
     Example:
         >>> type(open_store("memory")).__name__
@@ -257,10 +94,13 @@ def open_store(
         fusee.errors.StoreError: 'mysql' stores are not supported; pass a directory path ...
     """
     _check_durability(durability)
+    if readonly and client:
+        raise ValueError("a store opens read-only or as a client, not both")
     if isinstance(target, str) and target == "memory":
-        if readonly:
+        if readonly or client:
             raise StoreError(
                 "a memory store keeps nothing to read; pass the directory of an engine's store"
+                " (or, in one process, the engine's MemoryStore itself)"
             )
         from fusee.store.memory import MemoryStore
 
@@ -270,136 +110,14 @@ def open_store(
         if scheme in {"postgres", "postgresql"}:
             from fusee.store.postgres import PostgresStore
 
-            return PostgresStore(target, durability=durability, readonly=readonly)
+            return PostgresStore(target, durability=durability, readonly=readonly, client=client)
         raise StoreError(
             f"{scheme!r} stores are not supported; pass a directory path (an SQLite store, "
             "the default), a postgresql:// URL or 'memory'"
         )
     from fusee.store.sqlite import SqliteStore
 
-    return SqliteStore(target, durability=durability, readonly=readonly)
-
-
-def _check_durability(durability: str) -> None:
-    if durability not in _DURABILITIES:
-        raise ValueError(
-            f"durability must be 'fsync' (on disk when append returns) or 'none' "
-            f"(for tests and demos), not {durability!r}"
-        )
-
-
-def _check_batch(
-    entries: Sequence[Entry], runs: Sequence[RunRow], floor: int
-) -> tuple[int, builtins.list[bytes | None]]:
-    """Checks an append before anything is stored; both stores share it.
-
-    Returns the batch's highest LSN (``floor`` when it has no entries) and
-    each row's attributes packed as msgpack (None when empty), so that a
-    value msgpack refuses fails the call that passed it, not a later write.
-    """
-    last = floor
-    for e in entries:
-        lsn = e.lsn
-        if lsn <= last:
-            if last == floor:
-                raise ValueError(
-                    f"entry LSN {lsn} does not exceed the store's last LSN {floor}; the "
-                    "engine must assign increasing LSNs above every one appended before"
-                )
-            raise ValueError(f"entry LSNs must increase within a batch: {lsn} after {last}")
-        if type(e.data) is not bytes:
-            raise TypeError(f"entry data must be bytes, not {type(e.data).__name__}")
-        last = lsn
-    packed: builtins.list[bytes | None] = []
-    for row in runs:
-        if row.status not in RUN_STATUSES:
-            raise ValueError(
-                f"run status {row.status!r} of {row.id!r} is not one of "
-                f"{', '.join(sorted(RUN_STATUSES))}"
-            )
-        packed.append(_pack_attributes(row) if row.attributes else None)
-    return last, packed
-
-
-def _pack_attributes(row: RunRow) -> bytes:
-    for key in row.attributes:
-        if type(key) is not str:
-            raise TypeError(f"search attribute names of {row.id!r} must be str, not {key!r}")
-    try:
-        return msgpack.packb(dict(row.attributes), use_bin_type=True)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TypeError(
-            f"search attributes of {row.id!r} must be plain msgpack data "
-            f"(str, int, float, bool, None, bytes, lists and dicts of them): {e}"
-        ) from e
-
-
-def _unpack_attributes(data: bytes | None) -> Mapping[str, Any]:
-    if not data:
-        return _NO_ATTRIBUTES
-    value: dict[str, Any] = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    return MappingProxyType(value)
-
-
-def _normalize_filter(attributes: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """Returns a filter's values as stored values come back (tuples as lists)."""
-    if not attributes:
-        return None
-    try:
-        value: dict[str, Any] = msgpack.unpackb(
-            msgpack.packb(dict(attributes), use_bin_type=True), raw=False, strict_map_key=False
-        )
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TypeError(f"attribute filters must be plain msgpack data: {e}") from e
-    return value
-
-
-def _matches(row: RunRow, attributes: Mapping[str, Any]) -> bool:
-    have = row.attributes
-    return all(key in have and have[key] == want for key, want in attributes.items())
-
-
-def _check_list_args(
-    status: str | None, limit: int | None, after: tuple[int, str] | None = None
-) -> None:
-    if status is not None and status not in RUN_STATUSES:
-        raise ValueError(f"status {status!r} is not one of {', '.join(sorted(RUN_STATUSES))}")
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be 0 or more, not {limit}")
-    if after is not None and not (
-        isinstance(after, tuple)
-        and len(after) == 2
-        and type(after[0]) is int
-        and isinstance(after[1], str)
-    ):
-        raise ValueError(
-            f"after must be the (started_ms, id) of the last row of the page before, not {after!r}"
-        )
-
-
-def _in_page(
-    row: RunRow,
-    newest_first: bool,
-    after: tuple[int, str] | None,
-    started_from_ms: int | None,
-    started_to_ms: int | None,
-) -> bool:
-    """Whether ``row`` passes a listing's cursor and time bounds (the memory store's check)."""
-    key = (row.started_ms, row.id)
-    if after is not None and (key >= after if newest_first else key <= after):
-        return False
-    if started_from_ms is not None and row.started_ms < started_from_ms:
-        return False
-    return started_to_ms is None or row.started_ms <= started_to_ms
-
-
-def _not_found(id: str, run: int | None = None) -> NotFound:
-    if run is None:
-        return NotFound(f"no run {id!r} in this store; `fusee list` shows the runs there are")
-    return NotFound(
-        f"run {run} of {id!r} has no records in this store; `fusee list` shows the runs "
-        "there are (omit the run number for the latest)"
-    )
+    return SqliteStore(target, durability=durability, readonly=readonly, client=client)
 
 
 _BACKENDS: Final = {

@@ -8,23 +8,30 @@ nothing. Every append is "durable" the moment it returns.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from operator import itemgetter
 from typing import Any
 
 from fusee.errors import CorruptRecord, StoreError
-from fusee.store import (
+from fusee.store._base import (
     UNFINISHED_STATUSES,
+    Answer,
+    Command,
     Entry,
     RunRow,
     _check_batch,
+    _check_command,
     _check_list_args,
     _in_page,
     _matches,
     _normalize_filter,
     _not_found,
+    _now_ms,
     _unpack_attributes,
 )
 
@@ -61,6 +68,12 @@ class MemoryStore:
         self._runs_used = 0
         self._open = False
         self._fail_next: StoreError | None = None
+        # The inbox, in posting order (dicts keep it), with each command's answer.
+        self._commands: dict[str, tuple[Command, Answer | None]] = {}
+        # Commands taken since the last `open`: an engine's next life takes
+        # again those it had not answered.
+        self._taken: set[str] = set()
+        self._posted: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     async def open(self) -> None:
         """Opens the store; on an open store (a crashed engine's) it reopens it.
@@ -73,6 +86,7 @@ class MemoryStore:
             0
         """
         self._open = True
+        self._taken = set()
 
     async def close(self) -> None:
         """Closes the store, keeping its data for the next `open`.
@@ -319,6 +333,148 @@ class MemoryStore:
         self._check_open()
         self._runs_used += 1
         return self._runs_used
+
+    async def post_command(self, command: Command) -> str:
+        """Stores ``command`` in the inbox; returns its id (posting an id twice keeps one).
+
+        Raises:
+            ValueError: An unknown kind or an empty id.
+            StoreError: The store is closed.
+
+        Example:
+            >>> import asyncio
+            >>> from fusee.store import Command
+            >>> async def demo() -> list[str]:
+            ...     store = MemoryStore()
+            ...     await store.open()
+            ...     await store.post_command(Command("c-1", "cancel", "order-1"))
+            ...     return [c.id for c in await store.take_commands()]
+            >>> asyncio.run(demo())
+            ['c-1']
+        """
+        self._check_open()
+        _check_command(command)
+        if command.id not in self._commands:
+            self._commands[command.id] = (command, None)
+            posted = self._posted
+            if posted is not None:
+                loop, event = posted
+                try:
+                    running = asyncio.get_running_loop()
+                except RuntimeError:
+                    running = None
+                if running is loop:
+                    event.set()
+                else:
+                    loop.call_soon_threadsafe(event.set)
+        return command.id
+
+    async def take_commands(self, limit: int = 100) -> builtins.list[Command]:
+        """The unanswered commands not taken since `open`, oldest first, each counted taken.
+
+        Example:
+            >>> import asyncio
+            >>> from fusee.store import Command
+            >>> async def demo() -> list[int]:
+            ...     store = MemoryStore()
+            ...     await store.open()
+            ...     await store.post_command(Command("c-1", "cancel", "order-1"))
+            ...     first = await store.take_commands()
+            ...     again = await store.take_commands()      # taken already
+            ...     await store.close()
+            ...     await store.open()                        # a new life takes it again
+            ...     return [len(again), *(c.attempt for c in first + await store.take_commands())]
+            >>> asyncio.run(demo())
+            [0, 1, 2]
+        """
+        self._check_open()
+        taken: builtins.list[Command] = []
+        for id, (command, answer) in self._commands.items():
+            if len(taken) >= limit:
+                break
+            if answer is not None or id in self._taken:
+                continue
+            command = replace(command, attempt=command.attempt + 1)
+            self._commands[id] = (command, None)
+            self._taken.add(id)
+            taken.append(command)
+        return taken
+
+    async def wait_commands(self, timeout_s: float) -> None:
+        """Returns once a command is posted (or at once if one waits), or after ``timeout_s``.
+
+        Example:
+            >>> import asyncio
+            >>> async def demo() -> None:
+            ...     store = MemoryStore()
+            ...     await store.open()
+            ...     await store.wait_commands(0.01)
+            >>> asyncio.run(demo())
+        """
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        if self._posted is None or self._posted[0] is not loop:
+            self._posted = (loop, asyncio.Event())
+        event = self._posted[1]
+        if any(a is None and id not in self._taken for id, (_, a) in self._commands.items()):
+            return
+        event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout_s)
+
+    async def answer_command(self, id: str, ok: bool, payload: bytes) -> None:
+        """Stores the answer to command ``id`` (an unknown id is ignored).
+
+        Example:
+            >>> import asyncio
+            >>> from fusee.store import Command
+            >>> async def demo() -> bool:
+            ...     store = MemoryStore()
+            ...     await store.open()
+            ...     await store.post_command(Command("c-1", "resume", "r-1"))
+            ...     await store.answer_command("c-1", True, b"")
+            ...     answer = await store.get_answer("c-1")
+            ...     return answer is not None and answer.ok
+            >>> asyncio.run(demo())
+            True
+        """
+        self._check_open()
+        found = self._commands.get(id)
+        if found is not None and found[1] is None:
+            self._commands[id] = (found[0], Answer(bool(ok), bytes(payload), _now_ms()))
+
+    async def get_answer(self, id: str) -> Answer | None:
+        """The answer to command ``id``, or None.
+
+        Example:
+            >>> import asyncio
+            >>> async def demo() -> Answer | None:
+            ...     store = MemoryStore()
+            ...     await store.open()
+            ...     return await store.get_answer("nobody")
+            >>> print(asyncio.run(demo()))
+            None
+        """
+        self._check_open()
+        found = self._commands.get(id)
+        return None if found is None else found[1]
+
+    async def forget_commands(self, answered_before_ms: int) -> int:
+        """Deletes the commands answered before ``answered_before_ms``; returns how many.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(MemoryStore().open())
+        """
+        self._check_open()
+        old = [
+            id
+            for id, (_, answer) in self._commands.items()
+            if answer is not None and answer.answered_ms < answered_before_ms
+        ]
+        for id in old:
+            del self._commands[id]
+        return len(old)
 
     def _check_open(self) -> None:
         if not self._open:

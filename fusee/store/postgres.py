@@ -1,6 +1,6 @@
 """The Postgres store: journals and run rows in a PostgreSQL schema, on asyncpg.
 
-Schema, format 1, in one schema of the database (``fusee`` by default; the
+Schema, format 2, in one schema of the database (``fusee`` by default; the
 store creates it, and upgrades an older format, on open)::
 
     meta(key TEXT PRIMARY KEY, value BIGINT)
@@ -14,6 +14,13 @@ store creates it, and upgrades an older format, on open)::
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id),
         (shard) of unfinished runs                -- recovery of the shards a worker holds
     shard_leases(shard INT PRIMARY KEY, owner TEXT, epoch BIGINT, lease_until TIMESTAMPTZ)
+    commands(seq BIGSERIAL, id TEXT PRIMARY KEY, kind, run_id, payload BYTEA, dedup,
+             created_ms, attempts, answered_ms, ok, answer BYTEA)
+        index (seq) of unanswered commands        -- the inbox (format 2)
+
+A posted command sends a ``NOTIFY`` on the store's channel (`PostgresStore.channel`)
+in its own transaction; the serving engine ``LISTEN``s on a connection of its
+own and, should that connection be lost, polls.
 
 A run's shard is ``zlib.crc32(id.encode()) % shards`` (`shard_of`), the
 engine's rule. Ids sort by code point (``COLLATE "C"``), as Python sorts
@@ -40,16 +47,20 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from fusee.errors import CorruptRecord, NotFound, StaleLease, StoreError
-from fusee.store import (
+from fusee.store._base import (
     UNFINISHED_STATUSES,
+    Answer,
+    Command,
     Entry,
     RunRow,
     _check_batch,
+    _check_command,
     _check_durability,
     _check_list_args,
     _matches,
     _normalize_filter,
     _not_found,
+    _now_ms,
     _unpack_attributes,
 )
 
@@ -62,7 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_SHARDS", "FORMAT", "PostgresStore", "shard_of"]
 
-FORMAT: Final = 1
+FORMAT: Final = 2
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 DEFAULT_SHARDS: Final = 64
@@ -123,12 +134,27 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         f" FROM generate_series(0, {shards - 1}) AS n",
         f"INSERT INTO {s}.meta VALUES ('format', {FORMAT}), ('shards', {shards}),"
         " ('run_reserved', 0)",
+        *_commands_sql(s),
+    )
+
+
+def _commands_sql(s: str) -> tuple[str, ...]:
+    return (
+        f"CREATE TABLE {s}.commands (seq BIGSERIAL NOT NULL, id TEXT PRIMARY KEY,"
+        " kind TEXT NOT NULL, run_id TEXT NOT NULL, payload BYTEA NOT NULL, dedup TEXT,"
+        " created_ms BIGINT NOT NULL, attempts INT NOT NULL DEFAULT 0, answered_ms BIGINT,"
+        " ok BOOLEAN, answer BYTEA)",
+        f"CREATE INDEX commands_open ON {s}.commands (seq) WHERE answered_ms IS NULL",
+        f"CREATE INDEX commands_answered ON {s}.commands (answered_ms)"
+        " WHERE answered_ms IS NOT NULL",
     )
 
 
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
-# schema). Format 1 is the first, so there is nothing to upgrade yet.
-_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {}
+# schema): format 2 adds the commands inbox.
+_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {1: _commands_sql}
+
+_COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
 
 
 @dataclass(slots=True)
@@ -164,6 +190,8 @@ class PostgresStore:
             returns) or ``"none"`` (``synchronous_commit=off``: a server
             crash may lose the last appends; for tests and demos).
         readonly: Read an existing store only (the CLI does).
+        client: Read it, and post commands to its inbox (`fusee.Client`):
+            creates the schema if there is none, and appends nothing.
         pool_size: At most this many connections (one writes at a time).
         connect_timeout_s: How long connecting to the server may take.
 
@@ -185,6 +213,7 @@ class PostgresStore:
         shards: int | None = None,
         durability: str = "fsync",
         readonly: bool = False,
+        client: bool = False,
         pool_size: int = 4,
         connect_timeout_s: float = 10.0,
     ) -> None:
@@ -208,7 +237,14 @@ class PostgresStore:
         self._shards_wanted = shards
         self._shards = 0
         self._durability = durability
+        if readonly and client:
+            raise ValueError("a store opens read-only or as a client, not both")
         self._readonly = readonly
+        self._client = client
+        # The inbox: commands taken since `open`, and the LISTEN connection.
+        self._taken: set[str] = set()
+        self._listener: Any = None
+        self._notified = asyncio.Event()
         self._pool_size = pool_size
         self._connect_timeout_s = connect_timeout_s
         self._pool: asyncpg.Pool | None = None
@@ -326,7 +362,9 @@ class PostgresStore:
         self._last_lsn = self._accepted_lsn = last_lsn
         self._run_reserved = reserved
         self._run_next = reserved + 1
-        if not self._readonly:
+        self._taken = set()
+        self._notified = asyncio.Event()
+        if not self._readonly and not self._client:
             self._writer = asyncio.create_task(self._serve(), name=f"fusee-store-write {self}")
         self._state = "open"
 
@@ -493,6 +531,7 @@ class PostgresStore:
                 self._stop = True
                 self._wake.set()
                 await writer
+            await self._stop_listening()
             await self._close_pool()
         finally:
             self._state = "closed"
@@ -750,6 +789,180 @@ class PostgresStore:
         run = self._run_next
         self._run_next += 1
         return run
+
+    # -- the commands inbox -------------------------------------------------------------
+
+    @property
+    def channel(self) -> str:
+        """The ``LISTEN``/``NOTIFY`` channel on which posted commands are announced.
+
+        Example:
+            >>> PostgresStore("postgresql://h/db", schema="billing").channel
+            'fusee_commands_billing'
+        """
+        return f"fusee_commands_{self._schema}"[:63]
+
+    async def post_command(self, command: Command) -> str:
+        """Stores ``command`` in the inbox and announces it (``NOTIFY``); returns its id.
+
+        Raises:
+            ValueError: An unknown kind or an empty id; nothing is stored.
+            StoreError: A read-only or closed store, or the server failed.
+
+        Example:
+            >>> import asyncio
+            >>> from fusee.store import Command
+            >>> store = PostgresStore("postgresql://h/db", client=True)
+            >>> asyncio.run(store.post_command(Command.new("cancel", "order-1")))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        _check_command(command)
+        self._check_open()
+        if self._readonly:
+            self._check_writable()
+        values = (
+            command.id,
+            command.kind,
+            command.run_id,
+            command.payload,
+            command.dedup,
+            command.created_ms,
+        )
+        await self._query(
+            lambda conn: conn.execute(self._sql.post_command, *values, self.channel),
+            "posting a command to",
+        )
+        return command.id
+
+    async def take_commands(self, limit: int = 100) -> builtins.list[Command]:
+        """The unanswered commands not taken since `open`, oldest first, each counted taken.
+
+        Raises:
+            StoreError: A read-only, client or closed store, or the server failed.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").take_commands())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        taken = builtins.list(self._taken)
+        rows = await self._query(
+            lambda conn: conn.fetch(self._sql.take_commands, limit, taken), "taking commands from"
+        )
+        rows = sorted(rows, key=lambda r: r[0])
+        self._taken.update(r[1] for r in rows)
+        return [
+            Command(id, kind, run_id, bytes(payload), dedup, created_ms, attempts)
+            for _, id, kind, run_id, payload, dedup, created_ms, attempts in rows
+        ]
+
+    async def wait_commands(self, timeout_s: float) -> None:
+        """Returns when a ``NOTIFY`` announces a command, or after ``timeout_s``.
+
+        The first call (and the first after the listening connection was
+        lost) connects and ``LISTEN``s, then returns at once so the caller
+        takes what was posted meanwhile; without that connection it polls.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").wait_commands(0))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+        listener = self._listener
+        if listener is None or listener.is_closed():
+            self._listener = None
+            with contextlib.suppress(Exception):
+                await self._listen()
+                return
+            await asyncio.sleep(min(timeout_s, 0.1))  # polling, until it can listen again
+            return
+        event = self._notified
+        if not event.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout_s)
+        # Several notifications coalesce into one wake-up.
+        event.clear()
+
+    async def _listen(self) -> None:
+        driver = _import_asyncpg()
+        conn = await driver.connect(
+            self._dsn,
+            timeout=self._connect_timeout_s,
+            server_settings={"application_name": "fusee-inbox"},
+        )
+        try:
+            await conn.add_listener(self.channel, self._on_notify)
+        except BaseException:
+            await conn.close()
+            raise
+        self._listener = conn
+
+    def _on_notify(self, *_: object) -> None:
+        self._notified.set()
+
+    async def _stop_listening(self) -> None:
+        conn, self._listener = self._listener, None
+        if conn is not None:
+            try:
+                await asyncio.wait_for(conn.close(), self._connect_timeout_s)
+            except Exception:
+                conn.terminate()
+
+    async def answer_command(self, id: str, ok: bool, payload: bytes) -> None:
+        """Stores the answer to command ``id``, durably (an unknown id is ignored).
+
+        Raises:
+            StoreError: A read-only, client or closed store, or the server failed.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").answer_command("c", True, b""))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        await self._query(
+            lambda conn: conn.execute(
+                self._sql.answer_command, id, _now_ms(), bool(ok), bytes(payload)
+            ),
+            "answering a command in",
+        )
+        self._taken.discard(id)
+
+    async def get_answer(self, id: str) -> Answer | None:
+        """The answer to command ``id``, or None while it has none.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").get_answer("c"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        found = await self._query(lambda conn: conn.fetchrow(self._sql.get_answer, id), "reading")
+        if found is None:
+            return None
+        return Answer(bool(found[0]), bytes(found[1] or b""), int(found[2]))
+
+    async def forget_commands(self, answered_before_ms: int) -> int:
+        """Deletes the commands answered before ``answered_before_ms``; returns how many.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").forget_commands(0))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        status: str = await self._query(
+            lambda conn: conn.execute(self._sql.forget_commands, answered_before_ms),
+            "writing to",
+        )
+        return int(status.rsplit(" ", 1)[-1])
 
     # -- shard leases ------------------------------------------------------------------
 
@@ -1036,6 +1249,11 @@ class PostgresStore:
 
     def _check_writable(self) -> None:
         self._check_open()
+        if self._client:
+            raise StoreError(
+                f"the store {self} is open as a client: it posts commands and reads; the "
+                "engine serving it writes the rest (open it without client=True)"
+            )
         if self._readonly:
             raise StoreError(
                 f"the store {self} is open read-only; an engine writes it "
@@ -1188,6 +1406,28 @@ class _Sql:
         )
         self.has_run = f"SELECT 1 FROM {q}.journal WHERE id = $1 AND run = $2 LIMIT 1"
         self.get = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = $1"
+        # One statement: the row and its NOTIFY commit together (a NOTIFY is
+        # sent at commit), and only a row really inserted announces itself.
+        self.post_command = (
+            f"WITH posted AS (INSERT INTO {q}.commands ({_COMMAND_COLUMNS})"
+            " VALUES ($1, $2, $3, $4, $5, $6, 0) ON CONFLICT (id) DO NOTHING RETURNING id)"
+            " SELECT pg_notify($7, '') FROM posted"
+        )
+        self.take_commands = (
+            f"UPDATE {q}.commands SET attempts = attempts + 1 WHERE id IN"
+            f" (SELECT id FROM {q}.commands WHERE answered_ms IS NULL"
+            " AND NOT (id = ANY($2::text[])) ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)"
+            f" RETURNING seq, {_COMMAND_COLUMNS}"
+        )
+        self.answer_command = (
+            f"UPDATE {q}.commands SET answered_ms = $2, ok = $3, answer = $4"
+            " WHERE id = $1 AND answered_ms IS NULL"
+        )
+        self.get_answer = (
+            f"SELECT ok, answer, answered_ms FROM {q}.commands"
+            " WHERE id = $1 AND answered_ms IS NOT NULL"
+        )
+        self.forget_commands = f"DELETE FROM {q}.commands WHERE answered_ms < $1"
         self.unfinished = f"{unfinished} ORDER BY started_ms, id"
         self.unfinished_in = f"{unfinished} AND shard = ANY($2::int[]) ORDER BY started_ms, id"
 

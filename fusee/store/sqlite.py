@@ -1,6 +1,6 @@
 """The SQLite store: the embedded default, one WAL-mode file ``fusee.db`` per directory.
 
-Schema, format 1 (the format is ``PRAGMA user_version``; ``PRAGMA
+Schema, format 2 (the format is ``PRAGMA user_version``; ``PRAGMA
 application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
 
     journal(lsn INTEGER PRIMARY KEY, id TEXT, run INTEGER, data BLOB)
@@ -10,6 +10,9 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id)
     meta(key TEXT PRIMARY KEY, value INTEGER)
         'run_reserved': run numbers up to it may have been handed out
+    commands(seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE, kind, run_id,
+             payload BLOB, dedup, created_ms, attempts, answered_ms, ok, answer BLOB)
+        index (seq) of unanswered commands        -- the inbox (format 2)
 
 ``attributes`` is a msgpack map, NULL when empty. Run numbers are reserved in
 blocks (`next_run` writes once per block, riding along with appends), and
@@ -25,7 +28,10 @@ The rule: only the writer thread writes. Every change goes through its
 queue, in call order, so LSNs land in order and the appends queued while a
 commit runs go to disk together in the next transaction (one fsync). Reads
 run on a separate read-only connection in a reader thread, after the writes
-queued before them; the event loop never waits on SQLite.
+queued before them; the event loop never waits on SQLite. A client store
+(``client=True``: `fusee.Client`, the CLI) is the one exception: it takes no
+writer lock and writes only ``commands`` rows, each in a transaction of one
+statement, beside the engine that serves the store.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import sqlite3
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,27 +56,31 @@ from typing import Any, Final, TypeAlias, TypeVar
 import msgpack
 
 from fusee.errors import CorruptRecord, FuseeError, StoreError
-from fusee.store import (
+from fusee.store._base import (
     RUN_STATUSES,
     UNFINISHED_STATUSES,
+    Answer,
+    Command,
     Entry,
     RunRow,
     _check_batch,
+    _check_command,
     _check_durability,
     _check_list_args,
     _matches,
     _normalize_filter,
     _not_found,
+    _now_ms,
     _unpack_attributes,
 )
 from fusee.store._lock import try_lock, unlock
 
-__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "PAGE_SIZE", "SqliteStore"]
+__all__ = ["APPLICATION_ID", "FILENAME", "FORMAT", "PAGE_SIZE", "SqliteStore", "is_served"]
 
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
 
-FORMAT: Final = 1
+FORMAT: Final = 2
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 APPLICATION_ID: Final = 0x66757365
@@ -77,6 +88,15 @@ APPLICATION_ID: Final = 0x66757365
 
 PAGE_SIZE: Final = 4096
 """The page size of the stores fusee creates."""
+
+_COMMANDS_SCHEMA: Final = (
+    "CREATE TABLE commands (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,"
+    " kind TEXT NOT NULL, run_id TEXT NOT NULL, payload BLOB NOT NULL, dedup TEXT,"
+    " created_ms INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, answered_ms INTEGER,"
+    " ok INTEGER, answer BLOB)",
+    "CREATE INDEX commands_open ON commands (seq) WHERE answered_ms IS NULL",
+    "CREATE INDEX commands_answered ON commands (answered_ms) WHERE answered_ms IS NOT NULL",
+)
 
 _SCHEMA: Final = (
     "CREATE TABLE journal (lsn INTEGER PRIMARY KEY, id TEXT NOT NULL,"
@@ -90,13 +110,27 @@ _SCHEMA: Final = (
     "CREATE INDEX runs_by_workflow ON runs (workflow, started_ms, id)",
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
     "INSERT INTO meta VALUES ('run_reserved', 0)",
+    *_COMMANDS_SCHEMA,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {FORMAT}",
 )
 
-# Statements that upgrade format N to N + 1, keyed by N. Format 1 is the first,
-# so there is nothing to upgrade yet; a format 2 adds its steps under 1 here.
-_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {}
+# Statements that upgrade format N to N + 1, keyed by N: format 2 adds the
+# commands inbox.
+_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {1: _COMMANDS_SCHEMA}
+
+_COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
+_INSERT_COMMAND: Final = (
+    f"INSERT OR IGNORE INTO commands ({_COMMAND_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 0)"
+)
+# How often `wait_commands` looks at the files for another process's commit.
+_POLL_S: Final = 0.01
+# The bytes of the WAL index's header that change with every commit (its
+# first copy: version, change counter, mxFrame, page count, checksums, salts).
+_SHM_HEADER: Final = 48
+# Tries to take the writer's lock, and the pause between them (`_lock_writer`).
+_LOCK_TRIES: Final = 5
+_LOCK_PAUSE_S: Final = 0.01
 
 _ROW_COLUMNS: Final = (
     "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
@@ -131,6 +165,7 @@ class _Write:
     run_reserved: int | None
     fail: Exception | None  # test hook: raised inside the transaction
     setup: Callable[[sqlite3.Connection], object] | None  # test hook: run before it
+    sql: tuple[tuple[str, tuple[Any, ...]], ...]  # inbox statements, run after the rows
     max_lsn: int  # 0 when there are no entries
     # The failures the caller had seen reported when it called (see `_write`).
     epoch: int
@@ -153,9 +188,12 @@ class SqliteStore:
             demos; a power loss may lose recent appends).
         readonly: Read an existing store only (the CLI does, while an engine
             writes it from another process).
+        client: Read it, and post commands to its inbox (`fusee.Client`):
+            creates the store if there is none, takes no writer lock, and
+            writes nothing but ``commands`` rows.
 
     Raises:
-        ValueError: An unknown ``durability``.
+        ValueError: An unknown ``durability``, or both ``readonly`` and ``client``.
 
     Example:
         >>> import asyncio, tempfile
@@ -183,12 +221,25 @@ class SqliteStore:
         *,
         durability: str = "fsync",
         readonly: bool = False,
+        client: bool = False,
     ) -> None:
         _check_durability(durability)
+        if readonly and client:
+            raise ValueError("a store opens read-only or as a client, not both")
         self._directory = Path(directory)
         self._path = self._directory / FILENAME
         self._durability = durability
-        self._readonly = readonly
+        self._readonly = readonly or client
+        self._client = client
+        # A client's connection for posting commands (used on the reader thread).
+        self._cconn: sqlite3.Connection | None = None
+        # Commands taken since `open`; the highest command seq seen, and the
+        # files' (mtime, size) when last looked at (`wait_commands`).
+        self._taken: set[str] = set()
+        self._seen_seq = 0
+        self._files_seen: tuple[int | bytes, ...] = ()
+        self._posted: asyncio.Event | None = None
+        self._shm_fd: int | None = None
         self._lock_file: Any = None
         # Whether the file is shorter than its header says (see `_inspect`).
         self._suspect = False
@@ -285,8 +336,16 @@ class SqliteStore:
         self._run_lock = asyncio.Lock()
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="fusee-store-read")
         self._state = "opening"
+        self._taken = set()
+        self._seen_seq = 0
+        self._files_seen = ()
+        self._posted = asyncio.Event()
         try:
-            if self._readonly:
+            if self._client:
+                await loop.run_in_executor(self._reader, self._prepare_client)
+                last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
+                await loop.run_in_executor(self._reader, self._open_client)
+            elif self._readonly:
                 last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
             else:
                 await loop.run_in_executor(self._reader, self._prepare_writer)
@@ -626,6 +685,266 @@ class SqliteStore:
         self._run_next += 1
         return run
 
+    # -- the commands inbox -------------------------------------------------------------
+
+    async def post_command(self, command: Command) -> str:
+        """Stores ``command`` in the inbox, durably; returns its id.
+
+        A client store posts on its own connection (one short transaction,
+        beside the engine's writer); the engine's store through its writer.
+
+        Raises:
+            ValueError: An unknown kind or an empty id; nothing is stored.
+            StoreError: The store is read-only or closed, or the write failed.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> from fusee.store import Command
+            >>> async def demo(directory: str) -> list[str]:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     client = SqliteStore(directory, durability="none", client=True)
+            ...     await client.open()
+            ...     await client.post_command(Command("c-1", "cancel", "order-1"))
+            ...     await client.close()
+            ...     try:
+            ...         return [c.id for c in await store.take_commands()]
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            ['c-1']
+        """
+        _check_command(command)
+        values = (
+            command.id,
+            command.kind,
+            command.run_id,
+            command.payload,
+            command.dedup,
+            command.created_ms,
+        )
+        if self._client:
+            self._check_open()
+            assert self._loop is not None
+            await self._loop.run_in_executor(self._reader, self._post_as_client, values)
+        else:
+            await self._write_inbox(((_INSERT_COMMAND, values),))
+        if self._posted is not None:
+            self._posted.set()
+        return command.id
+
+    async def take_commands(self, limit: int = 100) -> builtins.list[Command]:
+        """The unanswered commands not taken since `open`, oldest first, each counted taken.
+
+        Raises:
+            StoreError: A read-only or client store, or the write failed.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> async def demo(directory: str) -> list[Command]:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     try:
+            ...         return await store.take_commands()
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            []
+        """
+        self._check_writable()
+        taken = self._taken
+        wanted = limit + len(taken)
+        rows: builtins.list[_SqlRow] = await self._read(
+            lambda conn: conn.execute(
+                f"SELECT seq, {_COMMAND_COLUMNS} FROM commands WHERE answered_ms IS NULL"
+                " ORDER BY seq LIMIT ?",
+                (wanted,),
+            ).fetchall()
+        )
+        if rows:
+            self._seen_seq = max(self._seen_seq, rows[-1][0])
+        fresh = [r for r in rows if r[1] not in taken][:limit]
+        if not fresh:
+            return []
+        marks = ", ".join("?" * len(fresh))
+        ids = tuple(r[1] for r in fresh)
+        await self._write_inbox(
+            (("UPDATE commands SET attempts = attempts + 1 WHERE id IN (" + marks + ")", ids),)
+        )
+        taken.update(ids)
+        return [
+            Command(id, kind, run_id, payload, dedup, created_ms, attempts + 1)
+            for _, id, kind, run_id, payload, dedup, created_ms, attempts in fresh
+        ]
+
+    async def wait_commands(self, timeout_s: float) -> None:
+        """Returns when a command may have been posted, or after ``timeout_s``.
+
+        Another process's commit changes the WAL index (``-shm``): its
+        header is read every 10 ms (no query), and only when it changed is
+        the inbox asked for a command newer than the last seen.
+        A command posted through this store object wakes it at once.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> async def demo(directory: str) -> None:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     await store.wait_commands(0.02)
+            ...     await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+        """
+        self._check_open()
+        assert self._loop is not None
+        assert self._posted is not None
+        deadline = self._loop.time() + timeout_s
+        posted = self._posted
+        while True:
+            if posted.is_set():
+                posted.clear()
+                return
+            files = self._files_state()
+            if files != self._files_seen:
+                self._files_seen = files
+                newest = await self._read(
+                    lambda conn: conn.execute(
+                        "SELECT coalesce(max(seq), 0) FROM commands"
+                    ).fetchone()[0]
+                )
+                if newest > self._seen_seq:
+                    self._seen_seq = newest
+                    return
+            left = deadline - self._loop.time()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(posted.wait(), min(_POLL_S, left))
+
+    def _files_state(self) -> tuple[int | bytes, ...]:
+        # The WAL index's header (the start of -shm) counts every commit of
+        # every connection (its mxFrame, and the WAL's salts after a reset):
+        # a file's mtime would miss two commits within one clock tick. Its
+        # descriptor stays open until the store's connections are closed:
+        # closing it would drop the POSIX locks SQLite holds on the file for
+        # this process, and another process's writer would write the WAL
+        # beside ours.
+        state: builtins.list[int | bytes] = []
+        try:
+            if self._shm_fd is None:
+                self._shm_fd = os.open(self._path.with_name(self._path.name + "-shm"), os.O_RDONLY)
+            state.append(os.pread(self._shm_fd, _SHM_HEADER, 0))
+        except OSError:
+            state.append(b"")
+        for path in (self._path, self._path.with_name(self._path.name + "-wal")):
+            try:
+                st = path.stat()
+            except OSError:
+                state += [0, 0]
+            else:
+                state += [st.st_mtime_ns, st.st_size]
+        return tuple(state)
+
+    async def answer_command(self, id: str, ok: bool, payload: bytes) -> None:
+        """Stores the answer to command ``id``, durably (an unknown id is ignored).
+
+        Raises:
+            StoreError: A read-only or client store, or the write failed.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> from fusee.store import Command
+            >>> async def demo(directory: str) -> bool:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     await store.post_command(Command("c-1", "resume", "r-1"))
+            ...     await store.answer_command("c-1", True, b"")
+            ...     answer = await store.get_answer("c-1")
+            ...     await store.close()
+            ...     return answer is not None and answer.ok
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            True
+        """
+        await self._write_inbox(
+            (
+                (
+                    "UPDATE commands SET answered_ms = ?, ok = ?, answer = ?"
+                    " WHERE id = ? AND answered_ms IS NULL",
+                    (_now_ms(), int(bool(ok)), bytes(payload), id),
+                ),
+            )
+        )
+        self._taken.discard(id)
+
+    async def get_answer(self, id: str) -> Answer | None:
+        """The answer to command ``id``, or None while it has none.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> async def demo(directory: str) -> Answer | None:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     try:
+            ...         return await store.get_answer("nobody")
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     print(asyncio.run(demo(d)))
+            None
+        """
+        found = await self._read(
+            lambda conn: conn.execute(
+                "SELECT ok, answer, answered_ms FROM commands"
+                " WHERE id = ? AND answered_ms IS NOT NULL",
+                (id,),
+            ).fetchone()
+        )
+        if found is None:
+            return None
+        ok, answer, answered_ms = found
+        return Answer(bool(ok), bytes(answer or b""), int(answered_ms))
+
+    async def forget_commands(self, answered_before_ms: int) -> int:
+        """Deletes the commands answered before ``answered_before_ms``; returns how many.
+
+        Raises:
+            StoreError: A read-only or client store, or the write failed.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> async def demo(directory: str) -> int:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     try:
+            ...         return await store.forget_commands(0)
+            ...     finally:
+            ...         await store.close()
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            0
+        """
+        old = await self._read(
+            lambda conn: conn.execute(
+                "SELECT count(*) FROM commands WHERE answered_ms < ?", (answered_before_ms,)
+            ).fetchone()[0]
+        )
+        if old:
+            await self._write_inbox(
+                (("DELETE FROM commands WHERE answered_ms < ?", (answered_before_ms,)),)
+            )
+        return int(old)
+
+    async def _write_inbox(self, sql: tuple[tuple[str, tuple[Any, ...]], ...]) -> None:
+        # Through the writer's queue: an inbox write rides along with the
+        # appends queued with it, in one transaction.
+        self._check_writable()
+        error = await self._submit((), [], None, None, 0, None, sql).answer
+        if error is not None:
+            raise error
+
     def _fail_next_append(self, exc: Exception) -> None:
         """Test hook: the next append raises ``exc`` inside its transaction."""
         self._fail_next = exc
@@ -642,6 +961,11 @@ class SqliteStore:
     def _check_writable(self) -> None:
         if self._state != "open":
             raise StoreError(f"the store {self._path} is closed; await store.open() first")
+        if self._client:
+            raise StoreError(
+                f"the store {self._path} is open as a client: it posts commands and reads; "
+                "the engine serving it writes the rest (open it without client=True)"
+            )
         if self._readonly:
             raise StoreError(
                 f"the store {self._path} is open read-only; an engine writes it "
@@ -656,6 +980,7 @@ class SqliteStore:
         fail: Exception | None,
         max_lsn: int,
         setup: Callable[[sqlite3.Connection], object] | None = None,
+        sql: tuple[tuple[str, tuple[Any, ...]], ...] = (),
     ) -> _Write:
         loop = self._loop
         assert loop is not None
@@ -666,7 +991,16 @@ class SqliteStore:
         self._tail = done
         epoch = self._failures_reported
         write = _Write(
-            entries, rows, run_reserved, fail, setup, max_lsn, epoch, done, loop.create_future()
+            entries,
+            rows,
+            run_reserved,
+            fail,
+            setup,
+            sql,
+            max_lsn,
+            epoch,
+            done,
+            loop.create_future(),
         )
         self._queue.put(write)
         return write
@@ -716,6 +1050,7 @@ class SqliteStore:
             # The reader first: the last connection to close folds the WAL into
             # the database and removes it, which a read-only one cannot do.
             await loop.run_in_executor(reader, self._close_reader)
+            await loop.run_in_executor(reader, self._close_client)
             if self._writer is not None:
                 self._queue.put(None)
                 await loop.run_in_executor(reader, self._writer.join)
@@ -723,7 +1058,53 @@ class SqliteStore:
         finally:
             reader.shutdown(wait=True)
             self._reader = None
+            # After the connections: its close drops the process's locks on -shm.
+            shm, self._shm_fd = self._shm_fd, None
+            if shm is not None:
+                os.close(shm)
             self._unlock_writer()
+
+    def _prepare_client(self) -> None:
+        """Creates the store if there is none (a client may post before any engine ran)."""
+        try:
+            self._directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(
+                f"cannot create the store directory {self._directory}: {e.strerror}; "
+                "pass a directory you can write"
+            ) from e
+        # `stat` only (see `_open_reader`): `_create` makes a whole store or none.
+        if not self._path.exists():
+            _create(self._path, fsync=self._durability == "fsync")
+
+    def _open_client(self) -> None:
+        try:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            level = "FULL" if self._durability == "fsync" else "OFF"
+            conn.execute(f"PRAGMA synchronous = {level}")
+        except sqlite3.Error as e:
+            raise _store_error(e, self._path, "opening") from e
+        self._cconn = conn
+
+    def _close_client(self) -> None:
+        conn, self._cconn = self._cconn, None
+        if conn is not None:
+            _close(conn, self._path)
+
+    def _post_as_client(self, values: tuple[Any, ...]) -> None:
+        conn = self._cconn
+        assert conn is not None
+        try:
+            # One statement, committed alone: the client holds SQLite's write
+            # lock for as short as it can, beside the engine's writer.
+            conn.execute(_INSERT_COMMAND, values)
+        except sqlite3.Error as e:
+            raise _store_error(e, self._path, "posting a command to") from e
 
     def _prepare_writer(self) -> None:
         """Inspects the files, creates the store if there is none, and takes the writer's lock."""
@@ -754,7 +1135,13 @@ class SqliteStore:
                 f"cannot open {self._path}: {e.strerror}; check the path and its permissions"
             ) from e
         try:
-            taken = try_lock(f)
+            # A few tries: `is_served` (the CLI asking whether an engine serves
+            # the store) holds the lock for an instant.
+            for _ in range(_LOCK_TRIES):
+                taken = try_lock(f)
+                if taken:
+                    break
+                time.sleep(_LOCK_PAUSE_S)
         except OSError as e:
             f.close()
             raise StoreError(
@@ -781,7 +1168,12 @@ class SqliteStore:
 
     def _open_reader(self) -> tuple[int, int]:
         """Opens the read-only connection and checks the store; the writer's check first."""
-        if self._readonly:
+        if self._client:
+            # No file of the store is opened but by SQLite: in a process with
+            # an engine on it, closing one would drop SQLite's locks (POSIX
+            # locks are the process's). SQLite's own checks follow.
+            pass
+        elif self._readonly:
             suspect = _inspect(self._path)
             if suspect is None:
                 raise StoreError(
@@ -957,6 +1349,9 @@ class SqliteStore:
                     raise w.fail
             if reserved is not None:
                 conn.execute(_SET_RESERVED, (reserved,))
+            for w in writes:
+                for statement, params in w.sql:
+                    conn.execute(statement, params)
             conn.execute("COMMIT")
         except BaseException:
             _roll_back(conn)
@@ -976,6 +1371,31 @@ class SqliteStore:
         # A loop closed without closing the store: nobody is left to tell.
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(fn, *args)
+
+
+def is_served(directory: str | os.PathLike[str]) -> bool:
+    """Whether an engine (a worker, or a program's own) holds the store in ``directory`` open.
+
+    Its writer lock is probed for an instant; an engine opening meanwhile
+    tries again. Ask before this process opens the store: the probe opens
+    and closes the database file, and a close drops the POSIX locks SQLite
+    holds on it for the whole process.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     is_served(d)
+        False
+    """
+    try:
+        f = (Path(directory) / FILENAME).open("rb")
+    except OSError:
+        return False
+    with f:
+        if try_lock(f):
+            unlock(f)
+            return False
+        return True
 
 
 # Rows per multi-row INSERT: 4 or 9 parameters each, under SQLite's limit of
@@ -1079,7 +1499,7 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, writer: bool, change:
     tables = {
         name for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
     }
-    missing = [name for name in ("journal", "runs", "meta") if name not in tables]
+    missing = [name for name in ("journal", "runs", "meta", "commands") if name not in tables]
     if missing:
         raise _damaged(
             path,

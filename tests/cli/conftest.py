@@ -14,7 +14,6 @@ import cli_workflows as wfs
 
 import fusee
 from fusee.cli import main
-from fusee.cli._inbox import post
 
 HERE = Path(__file__).parent.parent
 MODULE = str(HERE / "cli_workflows.py")
@@ -91,11 +90,12 @@ async def engine_on(data: Path) -> AsyncIterator[fusee.Engine]:
 
 
 @contextlib.contextmanager
-def worker(data: Path, *extra: str) -> Iterator[Watch]:
-    """A `fusee worker` on ``data`` in a thread, stopped through its inbox at the end."""
+def worker(data: Path | str, *extra: str) -> Iterator[Watch]:
+    """A `fusee worker` on ``data`` in a thread, stopped by a command at the end."""
     out = Watch()
     codes: list[int] = []
-    argv = ["worker", MODULE, "--data", str(data), "--durability", "none", "--max-seconds", "60"]
+    where = "--store" if "://" in str(data) else "--data"
+    argv = ["worker", MODULE, where, str(data), "--durability", "none", "--max-seconds", "60"]
 
     def serve() -> None:
         codes.append(main([*argv, *extra], stdout=out, stderr=out))
@@ -106,7 +106,12 @@ def worker(data: Path, *extra: str) -> Iterator[Watch]:
     try:
         yield out
     finally:
-        post(data, {"op": "stop", "id": ""})
+        asyncio.run(_post_stop(data))
         thread.join(15)
         assert not thread.is_alive()
         assert codes == [0], out.getvalue()
+
+
+async def _post_stop(data: Path | str) -> None:
+    async with await fusee.Client.connect(data, durability="none") as client:
+        await client.post("stop", "", {})

@@ -1,4 +1,4 @@
-"""The commands inbox and the writer lock: one engine writes a store."""
+"""The commands inbox the CLI posts to, and the writer lock: one engine writes a store."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import fusee
 from fusee.cli import writer_lock
 from fusee.cli._inbox import worker_holder
 
-from .conftest import MODULE, cli, engine_on, one_line_error, worker
+from .conftest import MODULE, acli, cli, engine_on, one_line_error, worker
 
 
 def test_commands_wait_in_the_inbox_until_a_worker_starts(tmp_path: Path) -> None:
@@ -36,19 +36,23 @@ def test_commands_wait_in_the_inbox_until_a_worker_starts(tmp_path: Path) -> Non
         code, out, _ = cli("result", "g-1", "--wait", "--timeout", "20", "--data", data)
         assert json.loads(out) == "hello ana"
         assert "1 unfinished run(s) recovered" in log.getvalue()
-    assert list((tmp_path / "inbox").glob("*.json")) == []
 
 
-def test_a_program_holding_the_writer_lock_is_not_sent_commands(tmp_path: Path) -> None:
-    async def make() -> None:
-        async with engine_on(tmp_path) as engine:
-            await engine.start(wfs.gated, "gated-1", wfs.Order("o1", 5))
-
-    asyncio.run(make())
-    with writer_lock(tmp_path):
-        code, _, err = cli("signal", "gated-1", "go", "true", "--data", str(tmp_path))
+@pytest.mark.asyncio
+async def test_a_programs_own_engine_applies_the_commands_too(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    async with engine_on(tmp_path) as engine:
+        run = await engine.start(wfs.gated, "gated-1", wfs.Order("o1", 5))
+        code, out, err = await acli("signal", "gated-1", "go", "true", "--data", data)
+        assert (code, out.strip()) == (0, "signal 'go' delivered to run 'gated-1'"), err
+        assert await run.result() == "shipped FR-o1"
+        code, _, err = await acli("worker", MODULE, "--data", data)
         assert code == 1
-        assert "takes no commands" in one_line_error(err)
+        assert "open for writing in another process" in one_line_error(err)
+
+
+def test_a_program_holding_the_writer_lock_keeps_a_worker_out(tmp_path: Path) -> None:
+    with writer_lock(tmp_path):
         code, _, err = cli("worker", MODULE, "--data", str(tmp_path))
         assert code == 1
         assert f"(pid {os.getpid()}" in one_line_error(err)
@@ -58,7 +62,6 @@ def test_a_program_holding_the_writer_lock_is_not_sent_commands(tmp_path: Path) 
         ):
             pass
     assert worker_holder(tmp_path) is None
-    assert list((tmp_path / "inbox").glob("*.json")) == []
 
 
 @pytest.mark.asyncio

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import queue
@@ -11,7 +12,9 @@ import sys
 import threading
 from pathlib import Path
 
+import asyncpg
 import cli_workflows as wfs
+from _postgres import Cluster
 
 from fusee.cli._inbox import worker_holder
 
@@ -146,3 +149,29 @@ def test_the_worker_shows_the_fusee_loggers_records_from_info_up(tmp_path: Path)
     assert "too fine to show" not in text
     # Stopped, the worker leaves the logger as it found it.
     assert (logger.level, logger.handlers) == (level, handlers)
+
+
+def test_a_worker_serves_a_postgres_store_and_the_commands_take_its_url(
+    postgres_cluster: Cluster,
+) -> None:
+    name = postgres_cluster.new_name("cli_")
+
+    async def create() -> None:
+        conn = await asyncpg.connect(postgres_cluster.dsn)
+        try:
+            await conn.execute(f"CREATE DATABASE {name}")
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    url = postgres_cluster.dsn_for(name)
+    with worker(url) as log:
+        assert postgres_cluster.password not in log.getvalue()
+        order = '{"id": "o1", "amount": 3}'
+        code, out, err = cli("start", f"{MODULE}:gated", "gated-1", order, "--store", url)
+        assert (code, out.strip()) == (0, "started run 'gated-1' (gated)"), err
+        code, out, err = cli("signal", "gated-1", "go", "true", "--store", url)
+        assert (code, out.strip()) == (0, "signal 'go' delivered to run 'gated-1'"), err
+        code, out, _ = cli("result", "gated-1", "--wait", "--timeout", "20", "--store", url)
+        assert json.loads(out) == "shipped FR-o1"
+        assert log.wait_for("gated-1 (gated) completed: shipped FR-o1")

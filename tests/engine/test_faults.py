@@ -16,6 +16,7 @@ import pytest
 
 import fusee
 from fusee.store import MemoryStore, SqliteStore, Store
+from fusee.store import sqlite as sqlite_store
 from fusee.store.postgres import PostgresStore
 
 from .conftest import Host, assert_steps_ran_once
@@ -244,7 +245,7 @@ async def test_a_store_from_a_newer_format_is_refused_at_open(tmp_path: Path) ->
         assert await engine.execute(other, "o-1", 1) == 2
     conn = sqlite3.connect(tmp_path / "fusee.db")
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT
         conn.execute("PRAGMA user_version = 99")
         conn.commit()
     finally:

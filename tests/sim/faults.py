@@ -30,7 +30,7 @@ from typing import Any
 
 from fusee.errors import StoreError
 from fusee.record import Step, decode
-from fusee.store import Entry, RunRow, Store
+from fusee.store import Answer, Command, Entry, RunRow, Store
 
 __all__ = ["FaultyStore"]
 
@@ -173,3 +173,23 @@ class FaultyStore:
 
     async def next_run(self) -> int:
         return await self.inner.next_run()
+
+    # The commands inbox passes through: the simulator's callers use the
+    # engine directly, so no fault is injected there.
+    async def post_command(self, command: Command) -> str:
+        return await self.inner.post_command(command)
+
+    async def take_commands(self, limit: int = 100) -> builtins.list[Command]:
+        return await self.inner.take_commands(limit)
+
+    async def wait_commands(self, timeout_s: float) -> None:
+        await self.inner.wait_commands(timeout_s)
+
+    async def answer_command(self, id: str, ok: bool, payload: bytes) -> None:
+        await self.inner.answer_command(id, ok, payload)
+
+    async def get_answer(self, id: str) -> Answer | None:
+        return await self.inner.get_answer(id)
+
+    async def forget_commands(self, answered_before_ms: int) -> int:
+        return await self.inner.forget_commands(answered_before_ms)

@@ -1,0 +1,353 @@
+"""The engine's inbox: the commands clients post to its store, applied and answered.
+
+`fusee.Client` and the ``fusee`` CLI post `fusee.store.Command` rows; the
+engine that serves the store takes them (`Store.take_commands`, woken by
+`Store.wait_commands`), applies each through the engine's own API (`start`,
+a run's signal, update, query, cancel and resume, `complete`) and answers it
+with the result or the error, which the poster raises again with its type.
+`encode_payload`, `decode_payload`, `encode_error` and `decode_error` are
+the wire format both sides share.
+
+The rule: a command takes effect at most once. A command is taken again
+only by an engine's next life (it stopped before answering), and each kind
+is applied so that a second time changes nothing: a signal carries the
+command's id as its dedup id, an update its id, a start taken again that
+finds its run answers as applied, and cancel, resume and complete are
+idempotent. A signal whose dedup id the run's journal holds already is
+answered as applied, even once the run has ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import msgpack
+
+from fusee import _codec
+from fusee import errors as _errors
+from fusee.engine._journal import decode_journal
+from fusee.engine._run import IdPolicy, dedup_key
+from fusee.errors import AlreadyExists, FuseeError, NotFound, PayloadError
+from fusee.record import Signal
+from fusee.store import Command
+
+if TYPE_CHECKING:
+    from fusee.engine._engine import Engine
+
+__all__ = [
+    "Inbox",
+    "decode_error",
+    "decode_payload",
+    "encode_error",
+    "encode_payload",
+]
+
+log = logging.getLogger("fusee")
+
+# How long the inbox waits for a wake-up before it looks anyway (the
+# fallback when a store's hint is lost: a dropped LISTEN connection).
+_IDLE_S: Final = 1.0
+# Commands taken per trip to the store.
+_BATCH: Final = 100
+# Answers are kept this long for their posters, then forgotten.
+_KEEP_ANSWERS_MS: Final = 3_600_000
+_FORGET_EVERY_S: Final = 600.0
+# Kinds that wait for the run (an update's handler, a query of a parked
+# run): they follow the commands before them to their run, but the next
+# ones do not wait for them.
+_NOT_CHAINED: Final = frozenset({"update", "query"})
+
+# The errors a poster raises again by type: fusee's tree.
+_ERROR_TYPES: Final[Mapping[str, type[BaseException]]] = {
+    name: value
+    for name in _errors.__all__
+    if isinstance(value := getattr(_errors, name), type) and issubclass(value, BaseException)
+}
+
+
+def encode_payload(values: Mapping[str, Any]) -> bytes:
+    """A command's (or an answer's) fields as bytes: msgpack of plain values.
+
+    Example:
+        >>> decode_payload(encode_payload({"name": "go", "payload": b"\\xc3"}))
+        {'name': 'go', 'payload': b'\\xc3'}
+    """
+    return msgpack.packb(dict(values), use_bin_type=True)
+
+
+def decode_payload(data: bytes) -> dict[str, Any]:
+    """The fields `encode_payload` wrote.
+
+    Raises:
+        fusee.PayloadError: The bytes are not such fields.
+
+    Example:
+        >>> decode_payload(b"")
+        {}
+    """
+    if not data:
+        return {}
+    try:
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as e:
+        raise PayloadError(f"a command's payload does not decode: {e}") from None
+    if not isinstance(value, dict):
+        raise PayloadError(f"a command's payload is not a map: {value!r}")
+    return value
+
+
+def encode_error(error: BaseException) -> bytes:
+    """An error as an answer carries it: its type's name, its message, its plain attributes.
+
+    Example:
+        >>> from fusee.errors import NotFound
+        >>> decode_error(encode_error(NotFound("no run 'x'")))
+        NotFound("no run 'x'")
+    """
+    attrs = {
+        key: value
+        for key, value in vars(error).items()
+        if not key.startswith("_")
+        and (
+            isinstance(value, str | int | float | bool | None)
+            or (isinstance(value, tuple) and all(isinstance(v, int | str) for v in value))
+        )
+    }
+    return encode_payload({"type": type(error).__name__, "message": str(error), "attrs": attrs})
+
+
+def decode_error(data: bytes) -> BaseException:
+    """The error `encode_error` wrote, of the same fusee type when it is one of fusee's.
+
+    An error of another type (a `ValueError`, or a user's) comes back as
+    `fusee.FuseeError` naming it; a `ValueError` and a `TypeError` as
+    themselves.
+
+    Example:
+        >>> decode_error(encode_error(KeyError("sku")))
+        FuseeError("KeyError: 'sku'")
+    """
+    fields = decode_payload(data)
+    name = str(fields.get("type", "FuseeError"))
+    message = str(fields.get("message", ""))
+    cls = _ERROR_TYPES.get(name) or {"ValueError": ValueError, "TypeError": TypeError}.get(name)
+    if cls is None:
+        return FuseeError(f"{name}: {message}")
+    error = cls.__new__(cls)
+    BaseException.__init__(error, message)
+    attrs = fields.get("attrs")
+    if isinstance(attrs, dict):
+        for key, value in attrs.items():
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(error, str(key), tuple(value) if isinstance(value, list) else value)
+    return error
+
+
+class Inbox:
+    """Serves one engine's inbox: a task from `start` (``Engine.recover``) to `stop`.
+
+    Attributes:
+        check_signal: Called with a signal's run id, name and payload before it is
+            delivered (the ``fusee worker`` checks it against the signals its
+            modules declare): returns a warning for the answer, or None;
+            raises `fusee.PayloadError` to refuse it.
+        on_answer: Called with each command applied, whether it succeeded,
+            and the answer's fields (``message``, ``warning``, ``type``).
+        stop_requested: Set by a ``stop`` command (the CLI's worker stops).
+
+    Example:
+        >>> async def main(engine: Engine) -> None:
+        ...     engine.inbox.on_answer = lambda command, ok, fields: print(command.kind, ok)
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._task: asyncio.Task[None] | None = None
+        self._applying: set[asyncio.Task[None]] = set()
+        # The last command applied to each run: the next one to it waits for it.
+        self._chains: dict[str, asyncio.Task[None]] = {}
+        self.check_signal: Callable[[str, str, bytes], str | None] | None = None
+        self.on_answer: Callable[[Command, bool, dict[str, Any]], None] | None = None
+        self.stop_requested = asyncio.Event()
+
+    def start(self) -> None:
+        """Starts serving, if the store keeps an inbox (every fusee store does)."""
+        if self._task is None and hasattr(self._engine.store, "take_commands"):
+            # Not an engine task: the test host waits for those to finish,
+            # and this one never does.
+            self._task = self._engine.loop.create_task(self._serve(), name="fusee-inbox")
+
+    def stop(self) -> None:
+        """Stops serving; commands being applied are left to the next life to take again."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        for applying in list(self._applying):
+            applying.cancel()
+
+    @property
+    def applying(self) -> int:
+        """How many commands are being applied now."""
+        return len(self._applying)
+
+    async def _serve(self) -> None:
+        engine = self._engine
+        store = engine.store
+        next_forget = time.monotonic() + _FORGET_EVERY_S
+        while not engine.closed:
+            try:
+                commands = await store.take_commands(_BATCH)
+            except Exception as e:  # the inbox outlives any one failure of its store
+                if engine.closed:
+                    return
+                log.error("taking commands from the store failed; retrying: %s", e)
+                await asyncio.sleep(_IDLE_S)
+                continue
+            for command in commands:
+                self._dispatch(command)
+            if len(commands) >= _BATCH:
+                continue
+            if time.monotonic() >= next_forget:
+                next_forget = time.monotonic() + _FORGET_EVERY_S
+                with contextlib.suppress(FuseeError):
+                    await store.forget_commands(_now_ms() - _KEEP_ANSWERS_MS)
+            try:
+                await store.wait_commands(_IDLE_S)
+            except Exception:
+                if engine.closed:
+                    return
+                await asyncio.sleep(_IDLE_S)
+
+    def _dispatch(self, command: Command) -> None:
+        before = self._chains.get(command.run_id)
+        task = self._engine.loop.create_task(self._run(command, before))
+        self._applying.add(task)
+        task.add_done_callback(self._applying.discard)
+        if command.kind not in _NOT_CHAINED:
+            self._chains[command.run_id] = task
+            task.add_done_callback(lambda t: self._unchain(command.run_id, t))
+
+    def _unchain(self, run_id: str, task: asyncio.Task[None]) -> None:
+        if self._chains.get(run_id) is task:
+            del self._chains[run_id]
+
+    async def _run(self, command: Command, before: asyncio.Task[None] | None) -> None:
+        id = command.run_id
+        if before is not None:
+            await asyncio.wait((before,))
+        fields: dict[str, Any]
+        try:
+            fields = await self._apply(command)
+            ok = True
+        except asyncio.CancelledError:
+            if self._task is None:
+                raise  # the engine stops: the next life takes the command again
+            cancelled = _errors.Cancelled("cancelled")
+            fields = {"error": encode_error(cancelled), "type": "Cancelled", "message": "cancelled"}
+            ok = False
+        except Exception as e:  # every command is answered: its poster waits for one
+            if not isinstance(e, FuseeError | ValueError | TypeError | KeyError):
+                log.exception("applying command %s (%s) failed", command.id, command.kind)
+            error = e if not isinstance(e, KeyError) else PayloadError(f"missing field {e}")
+            fields = {
+                "error": encode_error(error),
+                "type": type(error).__name__,
+                "message": f"{command.kind} of run {id!r} failed: {error}"
+                if command.kind != "signal" or not isinstance(error, PayloadError)
+                else str(error),
+            }
+            ok = False
+        try:
+            await self._engine.store.answer_command(command.id, ok, encode_payload(fields))
+        except FuseeError as e:
+            log.error("answering command %s (%s) failed: %s", command.id, command.kind, e)
+            return
+        if self.on_answer is not None:
+            try:
+                self.on_answer(command, ok, fields)
+            except Exception:
+                log.exception("the inbox's on_answer hook failed")
+
+    async def _apply(self, command: Command) -> dict[str, Any]:
+        engine = self._engine
+        p = decode_payload(command.payload)
+        id = command.run_id
+        kind = command.kind
+        if kind == "start":
+            wf = engine.workflow(str(p["workflow"]))
+            value = wf.decode_input(bytes(p["input"]))
+            policy = IdPolicy(p.get("id_policy") or IdPolicy.REJECT.value)
+            try:
+                await engine.start(wf, id, value, id_policy=policy)
+            except AlreadyExists:
+                if command.attempt <= 1 or not await self._started_by_us(id, wf.name):
+                    raise
+            return {"message": f"started run {id!r} ({wf.name})"}
+        if kind == "signal":
+            name = str(p["name"])
+            payload = bytes(p.get("payload") or _codec.encode(None))
+            check = self.check_signal
+            warning = check(id, name, payload) if check is not None else None
+            # Without a dedup id of its own, the command's id is one: a command
+            # applied again by the engine's next life signals once.
+            dedup = int(p.get("dedup") or 0) or dedup_key(command.dedup or f"command/{command.id}")
+            try:
+                await engine._signal(id, name, payload, dedup, None)
+            except FuseeError as e:
+                # A retry (the poster's, or this command taken again) after the
+                # run ended: delivered already, so applied, as a retry is.
+                if isinstance(e, NotFound) or not await self._delivered(id, dedup):
+                    raise
+            fields: dict[str, Any] = {"message": f"signal {name!r} delivered to run {id!r}"}
+            if warning is not None:
+                fields["warning"] = warning
+            return fields
+        if kind == "update":
+            name = str(p["name"])
+            update_id = p.get("update_id") or f"command/{command.id}"
+            value = await engine._update(id, name, str(update_id), bytes(p["payload"]))
+            return {"value": _codec.encode(value), "message": f"update {name!r} of run {id!r}"}
+        if kind == "query":
+            name = str(p["name"])
+            value = await engine._query(id, name, bytes(p.get("arg") or _codec.encode(None)))
+            return {"value": _codec.encode(value), "message": f"query {name!r} of run {id!r}"}
+        if kind == "cancel":
+            await engine._cancel(id, str(p.get("reason") or "cancelled"))
+            return {"message": f"run {id!r} cancelled"}
+        if kind == "resume":
+            await engine._resume(id)
+            return {"message": f"run {id!r} resumed"}
+        if kind == "complete":
+            await engine.complete(str(p["token"]), _codec.decode(bytes(p["value"])))
+            return {"message": f"completed {p['token']!r}"}
+        if kind == "stop":
+            self.stop_requested.set()
+            return {"message": "worker stopping"}
+        raise ValueError(f"command kind {kind!r} is not one this engine applies")
+
+    async def _delivered(self, id: str, dedup: int) -> bool:
+        """Whether run ``id``'s journal holds a signal with dedup key ``dedup``."""
+        store = self._engine.store
+        row = await store.get(id)
+        if row is None:
+            return False
+        records = decode_journal(id, row.run, await store.load(id, row.run))
+        return any(isinstance(rec, Signal) and rec.dedup == dedup for rec in records)
+
+    async def _started_by_us(self, id: str, workflow: str) -> bool:
+        # Taken again after the engine's last life stopped before answering:
+        # a run of that workflow under that id is this command's own start.
+        engine = self._engine
+        if engine.runs.loaded(id) is not None or engine.runs.is_loading(id):
+            return True
+        row = await engine.store.get(id)
+        return row is not None and row.workflow == workflow
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

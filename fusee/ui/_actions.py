@@ -1,0 +1,59 @@
+"""What the page does to runs, through a `fusee.Client` (``fusee ui``'s actions).
+
+The rule: the page never writes the store itself; every action is a command
+the serving worker applies (on SQLite its one writer), as the CLI's are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fusee._definitions import signal as signal_def
+from fusee.client import Client
+
+__all__ = ["ClientActions"]
+
+
+class ClientActions:
+    """`fusee.ui.Actions` over a `fusee.Client` connected to ``target`` on first use.
+
+    The signal's payload is checked against the signal's declared type by the
+    worker that applies it (it knows the workflows' code), before anything is
+    recorded.
+
+    Example:
+        >>> ClientActions("./data")  # doctest: +ELLIPSIS
+        <fusee.ui._actions.ClientActions object at ...>
+    """
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._client: Client | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def _connected(self) -> Client:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._client is None:
+                self._client = await Client.connect(self._target)
+            return self._client
+
+    async def signal(self, id: str, name: str, payload: Any) -> None:
+        client = await self._connected()
+        await client.get(id).signal(signal_def(name, Any), payload)
+
+    async def cancel(self, id: str, reason: str) -> None:
+        client = await self._connected()
+        await client.get(id).cancel(reason)
+
+    async def resume(self, id: str) -> None:
+        client = await self._connected()
+        await client.get(id).resume()
+
+    async def close(self) -> None:
+        """Closes the client (the server stops)."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

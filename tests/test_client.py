@@ -1,0 +1,239 @@
+"""`fusee.Client` and `fusee.SyncClient`: runs started and driven through a store a worker serves.
+
+Each behaviour runs with the engine in this process on the memory store,
+SQLite and Postgres (the client on its own client store), and, on SQLite,
+with the engine in a worker process of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import client_workflows as wfs
+import pytest
+import pytest_asyncio
+from _postgres import Cluster
+
+import fusee
+from fusee.client import SyncRun
+from fusee.store import MemoryStore, PostgresStore, Store
+
+HERE = Path(__file__).parent
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [wfs.tally, wfs.echo]
+
+
+@contextlib.asynccontextmanager
+async def serving(store: Store) -> AsyncIterator[fusee.Engine]:
+    await store.open()
+    engine = fusee.Engine(store, WORKFLOWS)
+    await engine.recover()
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
+@pytest_asyncio.fixture(
+    params=[
+        pytest.param("memory", id="memory"),
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres"),
+    ]
+)
+async def client(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[fusee.Client]:
+    """A Client on a store an engine of this process serves."""
+    kind = request.param
+    if kind == "memory":
+        store: Store = MemoryStore()
+        async with serving(store), await fusee.Client.connect(store) as c:
+            yield c
+    elif kind == "sqlite":
+        async with (
+            await fusee.Engine.open(tmp_path, workflows=WORKFLOWS, durability="none"),
+            await fusee.Client.connect(tmp_path, durability="none") as c,
+        ):
+            yield c
+    else:
+        cluster: Cluster = request.getfixturevalue("postgres_cluster")
+        store = cluster.new_store()
+        async with serving(store):
+            theirs = PostgresStore(cluster.dsn, schema=store.schema, client=True)
+            await theirs.open()
+            try:
+                async with await fusee.Client.connect(theirs) as c:
+                    yield c
+            finally:
+                await theirs.close()
+
+
+async def test_a_run_started_by_definition_and_by_name_gives_its_result(
+    client: fusee.Client,
+) -> None:
+    run = await client.start(wfs.echo, "e-1", "hi")
+    assert await run.result() == "hi"
+    by_name: fusee.Run[int] = await client.start("tally", "t-1", 40)
+    await by_name.signal(wfs.add, 2)
+    await by_name.signal(wfs.add, 0)
+    assert await by_name.result() == 42
+    info = await by_name.describe()
+    assert (info.status, info.workflow) == ("completed", "tally")
+    assert [i.id async for i in client.list(status="completed")] == ["e-1", "t-1"]
+
+
+async def test_signals_with_one_dedup_id_count_once_and_updates_and_queries_answer(
+    client: fusee.Client,
+) -> None:
+    run = await client.start(wfs.tally, "t-1", 0)
+    for _ in range(3):
+        await run.signal(wfs.add, 5, dedup="pay-1")
+    assert await run.update(wfs.bump, 10) == 15
+    assert await run.query(wfs.total) == 15
+    await run.signal(wfs.add, 0)
+    assert await run.result() == 15
+    assert [chunk async for chunk in run.stream("log")] == ["total 15"]
+
+
+async def test_a_cancelled_run_raises_cancelled_from_result(client: fusee.Client) -> None:
+    run = await client.start(wfs.tally, "t-1", 0)
+    await run.cancel("no longer needed")
+    with pytest.raises(fusee.Cancelled, match="no longer needed"):
+        await run.result()
+
+
+async def test_the_workers_errors_are_raised_with_their_types(client: fusee.Client) -> None:
+    await client.start(wfs.echo, "e-1", "hi")
+    with pytest.raises(fusee.AlreadyExists, match="exists"):
+        await client.start(wfs.echo, "e-1", "again")
+    attached = await client.start(wfs.echo, "e-1", "again", id_policy=fusee.IdPolicy.ATTACH)
+    assert await attached.result() == "hi"
+    with pytest.raises(fusee.UnknownWorkflow, match="'nope'"):
+        await client.start("nope", "n-1")
+    with pytest.raises(fusee.PayloadError):
+        await client.start(wfs.tally, "t-9", "not a number")
+    with pytest.raises(fusee.NotFound):
+        await client.get("nobody").signal(wfs.add, 1)
+    with pytest.raises(fusee.FuseeError, match="has finished"):
+        await client.get("e-1").signal(wfs.add, 1)
+    run = await client.start(wfs.tally, "t-1", 0)
+    with pytest.raises(fusee.FuseeError, match="bump by a positive number"):
+        await run.update(wfs.bump, -1)
+    with pytest.raises(fusee.NotFound):
+        await client.get("nobody").result()
+    with pytest.raises(ValueError, match="await_completion token"):
+        await client.complete("junk")
+
+
+async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) -> None:
+    async with await fusee.Engine.open(tmp_path, workflows=WORKFLOWS, durability="none"):
+
+        def script() -> tuple[int, list[str], str]:
+            with fusee.SyncClient.connect(tmp_path, durability="none") as sync:
+                run = sync.start(wfs.tally, "t-1", 1)
+                run.signal(wfs.add, 2, dedup="a")
+                run.signal(wfs.add, 2, dedup="a")
+                assert run.update(wfs.bump, 3) == 6
+                assert run.query(wfs.total) == 6
+                run.signal(wfs.add, 0)
+                result = run.result()
+                ids = [info.id for info in sync.list(status="completed")]
+                with pytest.raises(fusee.AlreadyExists):
+                    sync.start(wfs.tally, "t-1", 1)
+                other: SyncRun[int] = sync.start("tally", "t-2", 0)
+                other.cancel("stop")
+                with pytest.raises(fusee.Cancelled, match="stop"):
+                    other.result()
+                return result, ids, next(iter(run.stream("log")))
+
+        assert await asyncio.to_thread(script) == (6, ["t-1"], "total 6")
+
+
+# --- a worker in another process ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def worker_process(target: Path | str, durability: str = "none") -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "client_worker.py"), str(target), durability],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=HERE,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+        yield process
+    finally:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.close()
+        process.wait(30)
+        process.stdout.close()
+
+
+async def test_a_client_drives_a_run_a_worker_process_serves(tmp_path: Path) -> None:
+    with worker_process(tmp_path):
+        async with await fusee.Client.connect(tmp_path, durability="none") as client:
+            run = await client.start(wfs.tally, "t-1", 1)
+            await run.signal(wfs.add, 1, dedup="x")
+            await run.signal(wfs.add, 1, dedup="x")
+            assert await run.query(wfs.total) == 2
+            await run.signal(wfs.add, 0)
+            assert await run.result() == 2
+
+
+async def test_every_command_of_a_quick_series_from_another_process_is_applied(
+    tmp_path: Path,
+) -> None:
+    # Hundreds of commits from two processes into one WAL, while the worker
+    # watches the WAL index for new commands: none may be lost.
+    with worker_process(tmp_path, durability="fsync"):
+        async with await fusee.Client.connect(tmp_path) as client:
+            runs = [await client.start(wfs.echo, f"e-{n}", str(n)) for n in range(300)]
+            assert [await run.result() for run in runs] == [str(n) for n in range(300)]
+
+
+async def test_commands_posted_while_no_worker_runs_are_applied_when_one_starts(
+    tmp_path: Path,
+) -> None:
+    async with await fusee.Client.connect(tmp_path, durability="none") as client:
+        started = await client.post(
+            "start", "t-1", {"workflow": "tally", "input": fusee._codec.encode(3)}
+        )
+        await client.post("signal", "t-1", {"name": "add", "payload": fusee._codec.encode(0)})
+        assert await client.wait_answer(started.id, timeout_s=0) is None
+        with worker_process(tmp_path):
+            answer = await client.wait_answer(started.id)
+            assert answer is not None
+            assert answer.ok
+            assert await client.get("t-1").result() == 3
+
+
+async def test_a_run_started_before_a_worker_is_killed_ends_under_the_next_one(
+    tmp_path: Path,
+) -> None:
+    async with await fusee.Client.connect(tmp_path, durability="none") as client:
+        with worker_process(tmp_path) as process:
+            run = await client.start(wfs.tally, "t-1", 5)
+            await run.signal(wfs.add, 1, dedup="once")
+            process.kill()
+            process.wait(30)
+        waiting = asyncio.ensure_future(run.result())
+        await client.post("signal", "t-1", {"name": "add", "payload": fusee._codec.encode(0)})
+        with worker_process(tmp_path):
+            assert await waiting == 6
+
+
+async def test_a_client_posts_to_a_postgres_worker_process(postgres_cluster: Cluster) -> None:
+    url = postgres_cluster.dsn
+    with worker_process(url):
+        async with await fusee.Client.connect(url, durability="none") as client:
+            run = await client.start(wfs.tally, "client-pg-1", 1)
+            await run.signal(wfs.add, 0)
+            assert await run.result() == 1

@@ -1,0 +1,81 @@
+"""The import-layer contract (scripts/check_layers.py, run by `make lint`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _checker() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("check_layers", ROOT / "scripts/check_layers.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["check_layers"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+check_layers = _checker()
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "fusee"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_the_package_keeps_its_layers_and_has_no_import_cycle() -> None:
+    assert check_layers.violations(ROOT / "fusee") == []
+
+
+@pytest.mark.parametrize(
+    ("files", "found"),
+    [
+        pytest.param(
+            {"__init__.py": "", "machine.py": "from fusee.engine import Engine\n", "engine.py": ""},
+            "imports go down the layers only",
+            id="upward",
+        ),
+        pytest.param(
+            {
+                "__init__.py": "",
+                "store/__init__.py": "def f():\n    import fusee.store.memory\n",
+                "store/memory.py": "from fusee.store import f\n",
+            },
+            "import cycle: fusee.store",
+            id="lazy-cycle",
+        ),
+        pytest.param(
+            {"__init__.py": "", "newthing.py": ""},
+            "no rank; add it to RANKS",
+            id="unranked",
+        ),
+    ],
+)
+def test_the_checker_reports_what_breaks_the_contract(
+    tmp_path: Path, files: dict[str, str], found: str
+) -> None:
+    problems = check_layers.violations(_package(tmp_path, files))
+    assert any(found in p for p in problems), problems
+
+
+def test_imports_under_type_checking_may_close_a_cycle(tmp_path: Path) -> None:
+    files = {
+        "__init__.py": "",
+        "engine/__init__.py": "",
+        "engine/_a.py": "from fusee.engine import _b\n",
+        "engine/_b.py": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fusee.engine import _a\n"
+        ),
+    }
+    assert check_layers.violations(_package(tmp_path, files)) == []
