@@ -38,10 +38,12 @@ test: lint typecheck pytest
 # The seeded simulator (tests/sim): SEEDS seeds from 1 (or the one SEED) on
 # STORE (memory, sqlite or both). A failing seed prints the command that
 # reproduces it. `make test` runs a fixed list of seeds (tests/sim/test_sim.py).
+MACHINE_CASES ?= 10000
 SEEDS ?= 20
 STORE ?= both
 sim: install
 	$(BIN)/python -m tests.sim --seeds $(SEEDS) --store $(STORE) $(if $(SEED),--seed $(SEED))
+	FUSEE_MACHINE_CASES=$(MACHINE_CASES) $(BIN)/pytest -q -o timeout=0 tests/test_machine_model.py
 
 # Not in CI: SIGKILLs of real worker processes on SQLite (or TORTURE_STORE, a
 # postgresql:// URL), for MINUTES minutes; appends its figures to bench/RESULTS.md.

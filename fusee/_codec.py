@@ -366,7 +366,29 @@ def _decode_big_int(data: bytes) -> int:
 
 
 def _decode_datetime(data: bytes) -> dt.datetime:
-    return dt.datetime.fromisoformat(data.decode("ascii"))
+    text = data.decode("ascii")
+    value = dt.datetime.fromisoformat(text)
+    offset = _fine_offset(text, 19)
+    return value if offset is None else value.replace(tzinfo=dt.timezone(offset))
+
+
+def _fine_offset(text: str, start: int) -> dt.timedelta | None:
+    """An ISO offset with seconds or microseconds, which 3.11's ``fromisoformat`` drops.
+
+    ``start`` is where the offset may begin (after the seconds). None when
+    the text has no such offset (``fromisoformat`` read it right).
+    """
+    at = max(text.rfind("+", start), text.rfind("-", start))
+    if at < 0 or text.count(":", at) < 2:
+        return None
+    sign = -1 if text[at] == "-" else 1
+    hours, minutes, rest = text[at + 1 :].split(":", 2)
+    seconds, _, fraction = rest.partition(".")
+    micros = int(fraction.ljust(6, "0")) if fraction else 0
+    delta = dt.timedelta(
+        hours=int(hours), minutes=int(minutes), seconds=int(seconds), microseconds=micros
+    )
+    return sign * delta
 
 
 def _decode_date(data: bytes) -> dt.date:
@@ -374,7 +396,10 @@ def _decode_date(data: bytes) -> dt.date:
 
 
 def _decode_time(data: bytes) -> dt.time:
-    return dt.time.fromisoformat(data.decode("ascii"))
+    text = data.decode("ascii")
+    value = dt.time.fromisoformat(text)
+    offset = _fine_offset(text, 8)
+    return value if offset is None else value.replace(tzinfo=dt.timezone(offset))
 
 
 def _decode_timedelta(data: bytes) -> dt.timedelta:

@@ -800,3 +800,24 @@ def test_abstract_collection_hints_decode_to_concrete_collections() -> None:
     assert round_trip((1, 2), Sequence[int]) == [1, 2]
     assert round_trip({"a": 1}, typing.Mapping[str, int]) == {"a": 1}
     assert round_trip({1, 2}, typing.AbstractSet[int]) == {1, 2}
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [
+        pytest.param(dt.timedelta(microseconds=1), id="one-microsecond"),
+        pytest.param(-dt.timedelta(hours=5, seconds=7, microseconds=30), id="negative"),
+        pytest.param(dt.timedelta(hours=2), id="whole-hours"),
+    ],
+)
+def test_datetimes_and_times_keep_an_offset_with_seconds_and_microseconds(
+    offset: dt.timedelta,
+) -> None:
+    tz = dt.timezone(offset)
+    for value in (
+        dt.datetime(2000, 1, 1, 12, 30, 5, 123, tzinfo=tz),
+        dt.time(1, 2, 3, 4, tzinfo=tz),
+    ):
+        back = decode(encode(value))
+        assert back == value
+        assert back.utcoffset() == offset
