@@ -5,11 +5,14 @@ per store), so the rule: a schema name is only ever one `_SCHEMA_NAME`
 matches (checked when the store is made), and every value goes in as a
 ``$n`` parameter, never into the text. A change to the schema is a new
 `FORMAT` with its upgrade in `_MIGRATIONS`.
+
+`shard_of` is here too: the shard column of a journal record, the engine's rule.
 """
 
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -24,6 +27,16 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _ROW_COLUMNS: Final = (
     "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
 )
+
+
+def shard_of(id: str, shards: int) -> int:
+    """The shard of workflow ``id`` in a store of ``shards`` shards (the engine's rule).
+
+    Example:
+        >>> shard_of("order-1", 64)
+        47
+    """
+    return zlib.crc32(id.encode()) % shards
 
 
 def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
