@@ -521,9 +521,29 @@ class PostgresStore(_PostgresWriter):
         if error is not None:
             raise error
 
-    def _fail_next_append(self, exc: BaseException) -> None:
-        """Test hook: the next append raises ``exc`` inside its transaction."""
+    def fail_next_append(self, exc: BaseException) -> None:
+        """Fault-injection hook for tests: the next append raises ``exc`` inside its transaction.
+
+        The transaction is rolled back and the append fails with the
+        `StoreError` a real failure would give (an asyncpg error: its
+        translation), so tests see what a failed durable write does. One
+        call fails one append.
+
+        Example:
+            >>> store = PostgresStore("postgresql://h/db")
+            >>> store.fail_next_append(OSError("injected: disk full"))
+        """
         self._fail_next = exc
+
+    @property
+    def transactions(self) -> int:
+        """For tests: how many write transactions this store object committed since it was made.
+
+        Example:
+            >>> PostgresStore("postgresql://h/db").transactions
+            0
+        """
+        return self._transactions
 
     # -- run numbers -------------------------------------------------------------------
 

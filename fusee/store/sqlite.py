@@ -888,16 +888,64 @@ class SqliteStore(_SqliteWriter):
         if error is not None:
             raise error
 
-    def _fail_next_append(self, exc: Exception) -> None:
-        """Test hook: the next append raises ``exc`` inside its transaction."""
+    def fail_next_append(self, exc: Exception) -> None:
+        """Fault-injection hook for tests: the next append raises ``exc`` inside its transaction.
+
+        The transaction is rolled back and the append fails with the
+        `StoreError` a real failure would give (``exc`` an ``sqlite3.Error``:
+        its translation; else ``exc`` named), so tests see what a failed
+        durable write does. One call fails one append.
+
+        Example:
+            >>> import asyncio, sqlite3, tempfile
+            >>> from fusee.store import Entry
+            >>> async def demo(directory: str) -> int:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     store.fail_next_append(sqlite3.OperationalError("injected"))
+            ...     try:
+            ...         await store.append([Entry(1, "a", 1, b"x")])
+            ...     except StoreError:
+            ...         pass
+            ...     await store.close()
+            ...     return store.last_lsn
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            0
+        """
         self._fail_next = exc
 
-    def _before_next_append(self, fn: Callable[[sqlite3.Connection], object]) -> None:
-        """Test hook: the writer thread calls ``fn`` on its connection before the next append.
+    def before_next_append(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+        """Fault-injection hook for tests: the writer thread calls ``fn`` before the next append.
 
-        For example ``PRAGMA max_page_count``, which makes SQLite's disk full.
+        ``fn`` gets the writer's connection, for example to set ``PRAGMA
+        max_page_count``, which makes SQLite's disk full.
+
+        Example:
+            >>> import asyncio, tempfile
+            >>> from fusee.store import Entry
+            >>> async def demo(directory: str) -> int:
+            ...     store = SqliteStore(directory, durability="none")
+            ...     await store.open()
+            ...     store.before_next_append(lambda conn: conn.execute("SELECT 1"))
+            ...     await store.append([Entry(1, "a", 1, b"x")])
+            ...     await store.close()
+            ...     return store.last_lsn
+            >>> with tempfile.TemporaryDirectory() as d:
+            ...     asyncio.run(demo(d))
+            1
         """
         self._setup_next = fn
+
+    @property
+    def transactions(self) -> int:
+        """For tests: how many write transactions this store object committed since it was made.
+
+        Example:
+            >>> SqliteStore("data").transactions
+            0
+        """
+        return self._transactions
 
     # -- the event loop's side ---------------------------------------------------------
 
