@@ -2,11 +2,13 @@
 
 `SqliteStore` inherits it (`_SqliteWriter`); the loop's side queues a
 `_Write` per caller and the thread answers them all after one commit (group
-commit: one fsync for the appends queued meanwhile). The rule: only this
-thread writes the database, and it hands every result back through the
-event loop (`_post`): the loop's counters (`_failures_reported`,
-`_inflight`, `_pending`) are touched on the loop only, `_failures_met` on
-this thread only.
+commit: one fsync for the appends queued meanwhile). The writer's lock on the
+file (`_lock_writer`) keeps a second engine from writing the store.
+
+The rule: only this thread writes the database, and it hands every result
+back through the event loop (`_post`): the loop's counters
+(`_failures_reported`, `_inflight`, `_pending`) are touched on the loop
+only, `_failures_met` on this thread only.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import builtins
 import contextlib
 import queue
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from fusee.errors import StoreError
 from fusee.store._base import Entry, RunRow
+from fusee.store._lock import try_lock, unlock
 from fusee.store._sqlite_open import (
     _check_format,
     _close,
@@ -33,6 +37,10 @@ from fusee.store._sqlite_open import (
 )
 from fusee.store._sqlite_rows import _insert_all, _SqlRow
 from fusee.store._sqlite_schema import _INSERT_ENTRIES, _SET_RESERVED, _UPSERT_ROWS
+
+# Tries to take the writer's lock, and the pause between them (`_lock_writer`).
+_LOCK_TRIES: Final = 5
+_LOCK_PAUSE_S: Final = 0.01
 
 
 @dataclass(slots=True)
@@ -76,6 +84,7 @@ class _SqliteWriter:
     _pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]]
     _transactions: int
     _synchronous: int | None
+    _lock_file: Any
 
     # -- the loop's side of an answer --------------------------------------------------
 
@@ -98,6 +107,51 @@ class _SqliteWriter:
         if self._inflight == 0:
             # LSNs of failed appends were never stored: they may be used again.
             self._accepted_lsn = self._last_lsn
+
+    # -- the writer's lock on the store ------------------------------------------------
+
+    def _lock_writer(self) -> None:
+        # One writer per store: two engines writing one journal would run
+        # the same steps twice and collide on LSNs. A lock on the database
+        # file itself (`_lock`: an flock on POSIX, which Linux keeps apart
+        # from the POSIX locks SQLite takes; a byte past any page on
+        # Windows), so the store stays one file, and the OS drops the lock
+        # when the process dies, even by SIGKILL.
+        try:
+            f = self._path.open("rb")
+        except OSError as e:
+            raise StoreError(
+                f"cannot open {self._path}: {e.strerror}; check the path and its permissions"
+            ) from e
+        try:
+            # A few tries: `is_served` (the CLI asking whether an engine serves
+            # the store) holds the lock for an instant.
+            for _ in range(_LOCK_TRIES):
+                taken = try_lock(f)
+                if taken:
+                    break
+                time.sleep(_LOCK_PAUSE_S)
+        except OSError as e:
+            f.close()
+            raise StoreError(
+                f"cannot lock {self._path} ({e.strerror}); put the store on a local file system"
+            ) from e
+        if not taken:
+            f.close()
+            raise StoreError(
+                f"the store {self._path} is open for writing in another process; only one "
+                "engine may write a store: stop it first, or send it work through "
+                "`fusee signal/start/cancel/resume`"
+            )
+        self._lock_file = f
+
+    def _unlock_writer(self) -> None:
+        f, self._lock_file = self._lock_file, None
+        if f is not None:
+            try:
+                unlock(f)
+            finally:
+                f.close()
 
     # -- the writer thread's side ------------------------------------------------------
 

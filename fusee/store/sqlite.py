@@ -36,7 +36,7 @@ statement, beside the engine that serves the store.
 Its parts: `fusee.store._sqlite_schema` (format, statements, migrations),
 `fusee.store._sqlite_open` (inspecting, creating and checking the file; the
 errors), `fusee.store._sqlite_rows` (reading rows, damage checks) and
-`fusee.store._sqlite_writer` (the writer thread).
+`fusee.store._sqlite_writer` (the writer thread and its lock on the file).
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ import os
 import queue
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -105,9 +104,6 @@ _POLL_S: Final = 0.01
 # The bytes of the WAL index's header that change with every commit (its
 # first copy: version, change counter, mxFrame, page count, checksums, salts).
 _SHM_HEADER: Final = 48
-# Tries to take the writer's lock, and the pause between them (`_lock_writer`).
-_LOCK_TRIES: Final = 5
-_LOCK_PAUSE_S: Final = 0.01
 
 
 # Run numbers reserved per meta write: a crash wastes at most this many.
@@ -1091,49 +1087,6 @@ class SqliteStore(_SqliteWriter):
             _create(self._path, fsync=self._durability == "fsync")
         self._suspect = bool(suspect)
         self._lock_writer()
-
-    def _lock_writer(self) -> None:
-        # One writer per store: two engines writing one journal would run
-        # the same steps twice and collide on LSNs. A lock on the database
-        # file itself (`_lock`: an flock on POSIX, which Linux keeps apart
-        # from the POSIX locks SQLite takes; a byte past any page on
-        # Windows), so the store stays one file, and the OS drops the lock
-        # when the process dies, even by SIGKILL.
-        try:
-            f = self._path.open("rb")
-        except OSError as e:
-            raise StoreError(
-                f"cannot open {self._path}: {e.strerror}; check the path and its permissions"
-            ) from e
-        try:
-            # A few tries: `is_served` (the CLI asking whether an engine serves
-            # the store) holds the lock for an instant.
-            for _ in range(_LOCK_TRIES):
-                taken = try_lock(f)
-                if taken:
-                    break
-                time.sleep(_LOCK_PAUSE_S)
-        except OSError as e:
-            f.close()
-            raise StoreError(
-                f"cannot lock {self._path} ({e.strerror}); put the store on a local file system"
-            ) from e
-        if not taken:
-            f.close()
-            raise StoreError(
-                f"the store {self._path} is open for writing in another process; only one "
-                "engine may write a store: stop it first, or send it work through "
-                "`fusee signal/start/cancel/resume`"
-            )
-        self._lock_file = f
-
-    def _unlock_writer(self) -> None:
-        f, self._lock_file = self._lock_file, None
-        if f is not None:
-            try:
-                unlock(f)
-            finally:
-                f.close()
 
     # -- the reader thread's side ------------------------------------------------------
 
