@@ -14,6 +14,7 @@
 #              against _runtime's Runtime protocol (never the driver)
 #   _runtime   Runtime: what Ctx needs from its run; operation types
 #   _loop      WorkflowLoop: a deterministic asyncio loop per run
+#   _combinators  wait, as_completed, select: asyncio's, in list order
 #   machine    RunMachine: the journal machine (pure: no I/O, no clock)
 #   record     journal records and their encoding
 #
@@ -25,6 +26,7 @@
 
 from __future__ import annotations
 
+from fusee._combinators import as_completed, select, wait
 from fusee._definitions import (
     QueryDef,
     Retry,
@@ -36,7 +38,6 @@ from fusee._definitions import (
     update,
     workflow,
 )
-from fusee._loop import as_completed, select, wait
 from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
 from fusee.client import Client, SyncClient

@@ -28,6 +28,7 @@ RANKS: Mapping[str, int] = {
     "fusee.record": 1,
     "fusee.machine": 2,
     "fusee._loop": 3,
+    "fusee._combinators": 3,
     "fusee._definitions": 4,
     "fusee._runtime": 5,
     "fusee._stepfn": 5,

@@ -253,7 +253,7 @@ async def flip_a_byte(store: PostgresStore, lsn: int) -> None:
 
 def fail_next_append(store: PostgresStore) -> None:
     """The store's next append fails inside its transaction, as a full disk would."""
-    store._fail_next_append(asyncpg.DiskFullError("injected: disk full"))
+    store.fail_next_append(asyncpg.DiskFullError("injected: disk full"))
 
 
 def _clean_env() -> dict[str, str]:

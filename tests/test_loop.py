@@ -15,17 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusee._loop import (
+from fusee._combinators import (
     ALL_COMPLETED,
     FIRST_COMPLETED,
     FIRST_EXCEPTION,
-    RunEvicted,
-    WorkflowLoop,
-    _name_refusals,
     as_completed,
     select,
     wait,
 )
+from fusee._loop import RunEvicted, WorkflowLoop, _name_refusals
 from fusee.errors import NondeterministicCall
 
 T = TypeVar("T")

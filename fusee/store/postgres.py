@@ -32,6 +32,11 @@ group of appends, in call order; a fenced append's transaction locks the
 lease rows of its shards (``FOR SHARE``), so a takeover, which updates them,
 waits for it or makes it fail with `StaleLease`. Reads are plain snapshot
 reads on other connections: they never lock a table nor wait for a writer.
+
+Its parts: `fusee.store._postgres_sql` (format, schema, statements,
+`shard_of`), `fusee.store._postgres_errors` (driver and connection errors as
+`StoreError`s, without the password) and `fusee.store._postgres_writer`
+(the writer task).
 """
 
 from __future__ import annotations
@@ -39,14 +44,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import re
-import zlib
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from fusee.errors import CorruptRecord, NotFound, StaleLease, StoreError
+from fusee.errors import CorruptRecord, NotFound, StoreError
 from fusee.store._base import (
     UNFINISHED_STATUSES,
     Answer,
@@ -61,8 +62,24 @@ from fusee.store._base import (
     _normalize_filter,
     _not_found,
     _now_ms,
-    _unpack_attributes,
 )
+from fusee.store._postgres_errors import (
+    _import_asyncpg,
+    _is_connection_lost,
+    _redact,
+    _secrets_of,
+)
+from fusee.store._postgres_sql import (
+    _MIGRATIONS,
+    _ROW_COLUMNS,
+    _SCHEMA_NAME,
+    FORMAT,
+    _row,
+    _schema_sql,
+    _Sql,
+    shard_of,
+)
+from fusee.store._postgres_writer import _PostgresWriter, _Write
 
 if TYPE_CHECKING:
     import asyncpg
@@ -72,9 +89,6 @@ if TYPE_CHECKING:
     _Conn: TypeAlias = PoolConnectionProxy[asyncpg.Record]
 
 __all__ = ["DEFAULT_SHARDS", "FORMAT", "PostgresStore", "shard_of"]
-
-FORMAT: Final = 2
-"""The schema format this fusee writes; an older one is upgraded on open."""
 
 DEFAULT_SHARDS: Final = 64
 """The shard count of a new store.
@@ -86,8 +100,6 @@ than landing on one. A lease costs one row renewed per interval, so 64 are
 cheap; the count is fixed when the store is created.
 """
 
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-
 # Run numbers reserved per meta write: a crash wastes at most this many.
 _RUN_BLOCK: Final = 128
 
@@ -95,86 +107,10 @@ _RUN_BLOCK: Final = 128
 # blobs Postgres cannot look into).
 _PREFETCH: Final = 512
 
-_ROW_COLUMNS: Final = (
-    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
-)
-
 _T = TypeVar("_T")
 
 
-def shard_of(id: str, shards: int) -> int:
-    """The shard of workflow ``id`` in a store of ``shards`` shards (the engine's rule).
-
-    Example:
-        >>> shard_of("order-1", 64)
-        47
-    """
-    return zlib.crc32(id.encode()) % shards
-
-
-def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
-    unfinished = ", ".join(f"'{status}'" for status in sorted(UNFINISHED_STATUSES))
-    return (
-        f"CREATE TABLE {s}.meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
-        f"CREATE TABLE {s}.journal (shard INT NOT NULL, lsn BIGINT NOT NULL,"
-        ' id TEXT COLLATE "C" NOT NULL, run BIGINT NOT NULL, data BYTEA NOT NULL,'
-        " PRIMARY KEY (shard, lsn))",
-        f"CREATE INDEX journal_by_run ON {s}.journal (id, run, lsn)",
-        f'CREATE TABLE {s}.runs (id TEXT COLLATE "C" PRIMARY KEY, shard INT NOT NULL,'
-        " run BIGINT NOT NULL, workflow TEXT NOT NULL, status TEXT NOT NULL,"
-        " started_ms BIGINT NOT NULL, finished_ms BIGINT, wake_ms BIGINT,"
-        " attributes BYTEA, parent TEXT)",
-        f"CREATE INDEX runs_by_start ON {s}.runs (started_ms, id)",
-        f"CREATE INDEX runs_by_status ON {s}.runs (status, started_ms, id)",
-        f"CREATE INDEX runs_by_workflow ON {s}.runs (workflow, started_ms, id)",
-        f"CREATE INDEX runs_unfinished ON {s}.runs (shard) WHERE status IN ({unfinished})",
-        f"CREATE TABLE {s}.shard_leases (shard INT PRIMARY KEY, owner TEXT,"
-        " epoch BIGINT NOT NULL, lease_until TIMESTAMPTZ NOT NULL)",
-        f"INSERT INTO {s}.shard_leases SELECT n, NULL, 0, '-infinity'"
-        f" FROM generate_series(0, {shards - 1}) AS n",
-        f"INSERT INTO {s}.meta VALUES ('format', {FORMAT}), ('shards', {shards}),"
-        " ('run_reserved', 0)",
-        *_commands_sql(s),
-    )
-
-
-def _commands_sql(s: str) -> tuple[str, ...]:
-    return (
-        f"CREATE TABLE {s}.commands (seq BIGSERIAL NOT NULL, id TEXT PRIMARY KEY,"
-        " kind TEXT NOT NULL, run_id TEXT NOT NULL, payload BYTEA NOT NULL, dedup TEXT,"
-        " created_ms BIGINT NOT NULL, attempts INT NOT NULL DEFAULT 0, answered_ms BIGINT,"
-        " ok BOOLEAN, answer BYTEA)",
-        f"CREATE INDEX commands_open ON {s}.commands (seq) WHERE answered_ms IS NULL",
-        f"CREATE INDEX commands_answered ON {s}.commands (answered_ms)"
-        " WHERE answered_ms IS NOT NULL",
-    )
-
-
-# Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
-# schema): format 2 adds the commands inbox.
-_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {1: _commands_sql}
-
-_COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
-
-
-@dataclass(slots=True)
-class _Write:
-    """One caller's append, queued for the writer task."""
-
-    entries: tuple[Entry, ...]
-    rows: builtins.list[tuple[Any, ...]]
-    fence: tuple[tuple[int, int], ...]  # (shard, epoch), sorted
-    fail: BaseException | None  # test hook: raised inside the transaction
-    max_lsn: int  # 0 when there are no entries
-    # The failures the caller had seen reported when it called (see `_serve`).
-    epoch: int
-    # Resolves with None or the error; never cancelled, so reads wait on it.
-    done: asyncio.Future[StoreError | None]
-    # The same answer for the caller: cancelling the caller cancels this one only.
-    answer: asyncio.Future[StoreError | None]
-
-
-class PostgresStore:
+class PostgresStore(_PostgresWriter):
     """A `fusee.store.Store` in a PostgreSQL database (asyncpg, the ``postgres`` extra).
 
     Args:
@@ -390,38 +326,6 @@ class PostgresStore:
             raise self._connect_error(e, driver) from None
         return cast("asyncpg.Pool", pool)
 
-    def _connect_error(self, e: Exception, driver: Any) -> StoreError:
-        where = self._where()
-        cause = self._scrub(f"{type(e).__name__}: {e}")
-        if isinstance(e, driver.InvalidPasswordError):
-            text = (
-                f"the Postgres server at {where} refused the password ({cause}); "
-                f"check the user and password in the DSN {self._shown}"
-            )
-        elif isinstance(e, driver.InvalidAuthorizationSpecificationError):
-            text = (
-                f"the Postgres server at {where} refused the connection ({cause}); "
-                f"check the user in the DSN {self._shown} and the server's pg_hba.conf"
-            )
-        elif isinstance(e, driver.InvalidCatalogNameError):
-            text = (
-                f"the Postgres server at {where} has no such database ({cause}); "
-                f"create it (createdb) or fix the database in the DSN {self._shown}"
-            )
-        elif isinstance(e, OSError | asyncio.TimeoutError | TimeoutError):
-            text = (
-                f"cannot reach the Postgres server at {where} ({cause}); check that it "
-                f"runs and the host and port in the DSN {self._shown}"
-            )
-        elif isinstance(e, ValueError | driver.ClientConfigurationError | UnicodeError):
-            text = (
-                f"the DSN {self._shown} is not a valid Postgres URL ({cause}); write it as "
-                "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
-            )
-        else:
-            text = f"connecting to the Postgres server at {where} failed ({cause})"
-        return StoreError(text)
-
     async def _check_format(self, conn: _Conn) -> tuple[int, int, int]:
         """Creates or checks the schema; returns (shards, last LSN, reserved runs)."""
         q = self._q
@@ -617,146 +521,29 @@ class PostgresStore:
         if error is not None:
             raise error
 
-    def _fail_next_append(self, exc: BaseException) -> None:
-        """Test hook: the next append raises ``exc`` inside its transaction."""
+    def fail_next_append(self, exc: BaseException) -> None:
+        """Fault-injection hook for tests: the next append raises ``exc`` inside its transaction.
+
+        The transaction is rolled back and the append fails with the
+        `StoreError` a real failure would give (an asyncpg error: its
+        translation), so tests see what a failed durable write does. One
+        call fails one append.
+
+        Example:
+            >>> store = PostgresStore("postgresql://h/db")
+            >>> store.fail_next_append(OSError("injected: disk full"))
+        """
         self._fail_next = exc
 
-    def _submit(
-        self,
-        entries: tuple[Entry, ...],
-        rows: builtins.list[tuple[Any, ...]],
-        fence: tuple[tuple[int, int], ...],
-        fail: BaseException | None,
-        max_lsn: int,
-    ) -> _Write:
-        loop = self._loop
-        assert loop is not None
-        done: asyncio.Future[StoreError | None] = loop.create_future()
-        if max_lsn:
-            self._accepted_lsn = max_lsn
-        self._inflight += 1
-        self._tail = done
-        write = _Write(
-            entries, rows, fence, fail, max_lsn, self._failures, done, loop.create_future()
-        )
-        self._queue.append(write)
-        self._wake.set()
-        return write
+    @property
+    def transactions(self) -> int:
+        """For tests: how many write transactions this store object committed since it was made.
 
-    async def _serve(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            # Everything queued meanwhile shares one transaction: group commit.
-            writes, self._queue = self._queue, []
-            if writes:
-                errors = await self._write(writes)
-                self._finish(writes, errors)
-            elif self._stop:
-                return
-            if self._stop:
-                self._wake.set()  # drain what came in while writing, then stop
-
-    async def _write(self, writes: builtins.list[_Write]) -> builtins.list[StoreError | None]:
-        # A journal has no holes: an append called before an earlier one's
-        # failure was reported is not written either (queued in call order,
-        # so those come first).
-        stale = 0
-        while stale < len(writes) and writes[stale].epoch < self._failures:
-            stale += 1
-        errors: builtins.list[StoreError | None] = [self._behind() for _ in writes[:stale]]
-        writes = writes[stale:]
-        if not writes:
-            return errors
-        try:
-            await self._commit(writes)
-            return errors + [None] * len(writes)
-        except _Stale as e:
-            lost = e.pairs
-        except Exception as e:
-            if len(writes) == 1 or _fails_every_write(e):
-                return [*errors, self._failure(e), *(self._behind() for _ in writes[1:])]
-            lost = frozenset()
-        # One caller's failure (a lost lease, a bad value) must not fail the
-        # appends beside it in the transaction: each alone, in order.
-        for write in writes:
-            if write.epoch < self._failures:
-                errors.append(self._behind())
-                continue
-            if lost.intersection(write.fence):
-                errors.append(StaleLease(shard for shard, _ in lost.intersection(write.fence)))
-                continue
-            try:
-                await self._commit([write])
-                errors.append(None)
-            except _Stale as e:
-                errors.append(StaleLease(shard for shard, _ in e.pairs))
-            except Exception as e:
-                errors.append(self._failure(e))
-        return errors
-
-    async def _commit(self, writes: builtins.list[_Write]) -> None:
-        sql = self._sql
-        fence = sorted({pair for w in writes for pair in w.fence})
-        entries = [e for w in writes for e in w.entries]
-        # The last row of an id wins; one INSERT may not update a row twice.
-        rows = list({row[0]: row for w in writes for row in w.rows}.values())
-        assert self._pool is not None
-        async with self._pool.acquire() as conn, conn.transaction():
-            if fence:
-                held = await conn.fetch(sql.fence, [s for s, _ in fence], [e for _, e in fence])
-                missing = set(fence) - {(r[0], r[1]) for r in held}
-                if missing:
-                    raise _Stale(frozenset(missing))
-            if entries:
-                shards = self._shards
-                await conn.execute(
-                    sql.insert_entries,
-                    [shard_of(e.id, shards) for e in entries],
-                    [e.lsn for e in entries],
-                    [e.id for e in entries],
-                    [e.run for e in entries],
-                    [e.data for e in entries],
-                )
-            if rows:
-                await conn.execute(
-                    sql.upsert_rows, *(list(column) for column in zip(*rows, strict=True))
-                )
-            for w in writes:
-                if w.fail is not None:
-                    raise w.fail
-        self._transactions += 1
-
-    def _failure(self, e: BaseException) -> StoreError:
-        error = self._last_failure = self._error(e, "writing to")
-        self._failures += 1
-        return error
-
-    def _behind(self) -> StoreError:
-        error = StoreError(
-            f"not written: an append called before this one failed ({self._last_failure})"
-        )
-        error.__cause__ = self._last_failure
-        return error
-
-    def _finish(
-        self, writes: builtins.list[_Write], errors: builtins.list[StoreError | None]
-    ) -> None:
-        for write, error in zip(writes, errors, strict=True):
-            self._inflight -= 1
-            if error is None and write.max_lsn > self._last_lsn:
-                self._last_lsn = write.max_lsn
-            write.done.set_result(error)
-            if not write.answer.done():  # its caller was cancelled
-                write.answer.set_result(error)
-            pending = self._pending
-            for row in write.rows:
-                latest = pending.get(row[0])
-                if latest is not None and latest[1] is write.done:
-                    del pending[row[0]]
-        if self._inflight == 0:
-            # LSNs of failed appends were never stored: they may be used again.
-            self._accepted_lsn = self._last_lsn
+        Example:
+            >>> PostgresStore("postgresql://h/db").transactions
+            0
+        """
+        return self._transactions
 
     # -- run numbers -------------------------------------------------------------------
 
@@ -1289,163 +1076,6 @@ class PostgresStore:
                 raise self._error(e, doing) from None
         raise AssertionError("unreachable")
 
-    def _error(self, e: BaseException, doing: str) -> StoreError:
-        if isinstance(e, StoreError):
-            return e
-        cause = self._scrub(f"{type(e).__name__}: {e}")
-        code = getattr(e, "sqlstate", None) or ""
-        if code == "23505" and "journal_pkey" in str(e):
-            text = (
-                f"{self} already holds an LSN being appended: another engine writes the "
-                "same shards; only the holder of a shard's lease may write it"
-            )
-        elif code == "53100":
-            text = f"the Postgres server of {self} is out of disk space ({cause}); free some"
-        elif code == "25006":
-            text = f"{self} cannot be written: the server is read-only ({cause})"
-        elif _is_connection_lost(e):
-            text = (
-                f"{doing} {self} failed: the connection to the server at {self._where()} "
-                f"was lost ({cause}); check that the server runs"
-            )
-        else:
-            text = f"{doing} {self} failed ({cause})"
-        return StoreError(text)
-
-    def _where(self) -> str:
-        parts = urlsplit(self._shown)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        host = parts.hostname or "localhost"
-        return f"{host}:{port or 5432}"
-
-    def _scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
-
-
-class _Stale(Exception):
-    """Fenced shards whose epoch moved on: ``(shard, epoch)`` pairs."""
-
-    def __init__(self, pairs: frozenset[tuple[int, int]]) -> None:
-        super().__init__(sorted(pairs))
-        self.pairs = pairs
-
-
-class _Sql:
-    """The store's statements, with its schema's name in them (built once per store)."""
-
-    def __init__(self, q: str) -> None:
-        unfinished = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE status = ANY($1::text[])"
-        self.last_lsn = (
-            "SELECT coalesce(max(m), 0) FROM generate_series(0, $1::int - 1) AS s,"
-            f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s) AS x"
-        )
-        self.insert_entries = (
-            f"INSERT INTO {q}.journal (shard, lsn, id, run, data) SELECT * FROM"
-            " unnest($1::int[], $2::bigint[], $3::text[], $4::bigint[], $5::bytea[])"
-        )
-        self.upsert_rows = (
-            f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, finished_ms,"
-            " wake_ms, attributes, parent) SELECT * FROM unnest($1::text[], $2::int[],"
-            " $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],"
-            " $9::bytea[], $10::text[])"
-            " ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard, run = EXCLUDED.run,"
-            " workflow = EXCLUDED.workflow, status = EXCLUDED.status,"
-            " started_ms = EXCLUDED.started_ms, finished_ms = EXCLUDED.finished_ms,"
-            " wake_ms = EXCLUDED.wake_ms, attributes = EXCLUDED.attributes,"
-            " parent = EXCLUDED.parent"
-        )
-        # FOR SHARE, not an UPDATE: it holds off a takeover (which updates the
-        # row) until this transaction ends, as an UPDATE would, without
-        # writing a new version of every fenced lease row in every commit.
-        self.fence = (
-            f"SELECT l.shard, l.epoch FROM {q}.shard_leases AS l"
-            " JOIN unnest($1::int[], $2::bigint[]) AS f(shard, epoch)"
-            " ON l.shard = f.shard AND l.epoch = f.epoch"
-            " ORDER BY l.shard FOR SHARE OF l"
-        )
-        self.reserve_runs = (
-            f"UPDATE {q}.meta SET value = value + $1 WHERE key = 'run_reserved' RETURNING value"
-        )
-        self.acquire = (
-            f"UPDATE {q}.shard_leases AS l SET owner = $1, epoch = l.epoch + 1,"
-            " lease_until = now() + make_interval(secs => $3)"
-            f" FROM (SELECT shard FROM {q}.shard_leases"
-            " WHERE owner IS NULL OR lease_until < now()"
-            " ORDER BY shard LIMIT $2 FOR UPDATE SKIP LOCKED) AS free"
-            " WHERE l.shard = free.shard RETURNING l.shard, l.epoch"
-        )
-        self.renew = (
-            f"UPDATE {q}.shard_leases SET lease_until = now() + make_interval(secs => $3)"
-            " WHERE owner = $1 AND shard = ANY($2::int[]) RETURNING shard, epoch"
-        )
-        self.release = (
-            f"UPDATE {q}.shard_leases SET owner = NULL, epoch = epoch + 1,"
-            " lease_until = '-infinity' WHERE owner = $1 AND shard = ANY($2::int[])"
-        )
-        self.leases = (
-            f"SELECT shard, owner, epoch, owner IS NOT NULL AND lease_until >= now()"
-            f" FROM {q}.shard_leases ORDER BY shard"
-        )
-        self.load_run = (
-            f"SELECT lsn, data FROM {q}.journal WHERE id = $1 AND run = $2 AND lsn > $3"
-            " ORDER BY lsn"
-        )
-        self.load_latest = (
-            f"SELECT lsn, data FROM {q}.journal WHERE id = $1 AND run = coalesce("
-            f"(SELECT run FROM {q}.runs WHERE id = $1),"
-            f" (SELECT max(run) FROM {q}.journal WHERE id = $1)) AND lsn > $2 ORDER BY lsn"
-        )
-        self.runs_of = (
-            f"SELECT (SELECT run FROM {q}.runs WHERE id = $1),"
-            f" (SELECT max(run) FROM {q}.journal WHERE id = $1)"
-        )
-        self.has_run = f"SELECT 1 FROM {q}.journal WHERE id = $1 AND run = $2 LIMIT 1"
-        self.get = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = $1"
-        # One statement: the row and its NOTIFY commit together (a NOTIFY is
-        # sent at commit), and only a row really inserted announces itself.
-        self.post_command = (
-            f"WITH posted AS (INSERT INTO {q}.commands ({_COMMAND_COLUMNS})"
-            " VALUES ($1, $2, $3, $4, $5, $6, 0) ON CONFLICT (id) DO NOTHING RETURNING id)"
-            " SELECT pg_notify($7, '') FROM posted"
-        )
-        self.take_commands = (
-            f"UPDATE {q}.commands SET attempts = attempts + 1 WHERE id IN"
-            f" (SELECT id FROM {q}.commands WHERE answered_ms IS NULL"
-            " AND NOT (id = ANY($2::text[])) ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)"
-            f" RETURNING seq, {_COMMAND_COLUMNS}"
-        )
-        self.answer_command = (
-            f"UPDATE {q}.commands SET answered_ms = $2, ok = $3, answer = $4"
-            " WHERE id = $1 AND answered_ms IS NULL"
-        )
-        self.get_answer = (
-            f"SELECT ok, answer, answered_ms FROM {q}.commands"
-            " WHERE id = $1 AND answered_ms IS NOT NULL"
-        )
-        self.forget_commands = f"DELETE FROM {q}.commands WHERE answered_ms < $1"
-        self.unfinished = f"{unfinished} ORDER BY started_ms, id"
-        self.unfinished_in = f"{unfinished} AND shard = ANY($2::int[]) ORDER BY started_ms, id"
-
-
-def _row(values: Any) -> RunRow:
-    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values
-    return RunRow(
-        id,
-        run,
-        workflow,
-        status,
-        started_ms,
-        finished_ms,
-        wake_ms,
-        _unpack_attributes(attributes),
-        parent,
-    )
-
 
 def _check_lease(owner: str, lease_s: float) -> None:
     if not isinstance(owner, str) or not owner:
@@ -1456,68 +1086,3 @@ def _check_lease(owner: str, lease_s: float) -> None:
 
 async def _no_reset(conn: _Conn) -> None:
     """A pool ``reset`` that sends nothing (the store leaves no session state)."""
-
-
-def _import_asyncpg() -> Any:
-    try:
-        import asyncpg
-    except ImportError:
-        raise StoreError(
-            "Postgres stores need asyncpg, which is not installed; pip install 'fusee[postgres]'"
-        ) from None
-    return asyncpg
-
-
-def _is_connection_lost(e: BaseException) -> bool:
-    name = type(e).__name__
-    if isinstance(e, OSError | ConnectionError):
-        return True
-    # asyncpg's: ConnectionDoesNotExistError, ConnectionFailureError,
-    # InterfaceError "connection is closed", and the admin-shutdown codes.
-    code = getattr(e, "sqlstate", None) or ""
-    return (
-        code.startswith("08")
-        or code in ("57P01", "57P02", "57P03")
-        or (name in ("ConnectionDoesNotExistError", "InterfaceError") and "closed" in str(e))
-    )
-
-
-def _fails_every_write(e: BaseException) -> bool:
-    """Whether ``e`` comes from the server or the connection, not one write's values."""
-    code = getattr(e, "sqlstate", None) or ""
-    return _is_connection_lost(e) or code.startswith(("53", "25", "57", "58", "XX"))
-
-
-def _redact(dsn: str) -> str:
-    """``dsn`` with its password (in the URL or a ``password=`` parameter) as ``***``."""
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "<an unparsable DSN>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        if ":" in userinfo:
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:***@{hosts}"
-    query = parts.query
-    if "password" in query.lower():
-        query = "&".join(
-            "password=***" if pair.split("=", 1)[0].lower() == "password" else pair
-            for pair in query.split("&")
-        )
-    return parts._replace(netloc=netloc, query=query).geturl()
-
-
-def _secrets_of(dsn: str) -> tuple[str, ...]:
-    """The password as it may appear in a message: as written and decoded."""
-    found: builtins.list[str] = []
-    with contextlib.suppress(ValueError):
-        parts = urlsplit(dsn)
-        userinfo = parts.netloc.rpartition("@")[0]
-        if ":" in userinfo:
-            found.append(userinfo.split(":", 1)[1])
-        found += [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
-    found += [unquote(s) for s in found]
-    # Longest first, so a password containing another is replaced whole.
-    return tuple(sorted({s for s in found if s}, key=len, reverse=True))

@@ -153,7 +153,7 @@ def _fail_next_write(store: Store) -> None:
         _postgres.fail_next_append(store)
     else:
         assert isinstance(store, SqliteStore)
-        store._fail_next_append(sqlite3.OperationalError("injected: disk I/O error"))
+        store.fail_next_append(sqlite3.OperationalError("injected: disk I/O error"))
 
 
 @pytest.mark.expect_engine_errors("the store failed; runs stop")

@@ -345,11 +345,11 @@ async def test_group_commit_writes_overlapping_appends_in_one_transaction(
     store: PostgresStore,
 ) -> None:
     await store.append([entry(1)])
-    before = store._transactions
+    before = store.transactions
 
     await asyncio.gather(*(store.append([entry(n, f"r{n}")]) for n in range(2, 52)))
 
-    assert store._transactions - before < 50
+    assert store.transactions - before < 50
     assert store.last_lsn == 51
 
 

@@ -216,7 +216,7 @@ def test_an_unknown_durability_is_a_value_error_naming_the_choices(tmp_path: Pat
 async def test_appends_queued_during_a_commit_share_the_next_transaction(
     store: SqliteStore,
 ) -> None:
-    before = store._transactions
+    before = store.transactions
     with connect(store.path) as blocker:
         # Another process's write lock: the writer's commit waits on it while
         # the appends below queue up.
@@ -230,7 +230,7 @@ async def test_appends_queued_during_a_commit_share_the_next_transaction(
         await asyncio.gather(*appends)
 
     # The writer took one or more before it blocked, and the rest together.
-    assert store._transactions - before <= 2
+    assert store.transactions - before <= 2
     assert store.last_lsn == 30
     assert len(await store.list()) == 30
 
@@ -244,7 +244,7 @@ async def test_a_failing_append_fails_those_called_behind_it_but_not_before_it(
         blocker.execute("BEGIN IMMEDIATE")
         first = asyncio.ensure_future(store.append([Entry(1, "a", 1, b"1")], [row("a")]))
         await asyncio.sleep(0)
-        store._fail_next_append(sqlite3.OperationalError("injected"))
+        store.fail_next_append(sqlite3.OperationalError("injected"))
         bad = asyncio.ensure_future(store.append([Entry(2, "b", 1, b"2")], [row("b")]))
         await asyncio.sleep(0)
         behind = asyncio.ensure_future(store.append([Entry(3, "c", 1, b"3")], [row("c")]))
@@ -517,11 +517,11 @@ def fill_disk(store: SqliteStore) -> None:
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count = {pages + 1}")
 
-    store._before_next_append(full)
+    store.before_next_append(full)
 
 
 def free_space(store: SqliteStore) -> None:
-    store._before_next_append(lambda conn: conn.execute("PRAGMA max_page_count = 1073741823"))
+    store.before_next_append(lambda conn: conn.execute("PRAGMA max_page_count = 1073741823"))
 
 
 def big_batch(first: int, id: str) -> list[Entry]:
@@ -596,6 +596,6 @@ async def test_a_write_transaction_a_failed_rollback_left_open_does_not_block_la
 ) -> None:
     # A rollback that fails too (the disk still failing) leaves the writer's
     # connection inside the transaction: the next append must still begin.
-    store._before_next_append(lambda conn: conn.execute("BEGIN"))
+    store.before_next_append(lambda conn: conn.execute("BEGIN"))
     await store.append([Entry(1, "a", 1, b"a")], [row("a")])
     assert await store.load("a") == [(1, b"a")]

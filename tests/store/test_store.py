@@ -78,7 +78,7 @@ class Opener:
             assert isinstance(store, SqliteStore)
             # Raised inside the transaction, after the rows went in: the
             # rollback is what keeps them out.
-            store._fail_next_append(sqlite3.OperationalError("injected: disk I/O error"))
+            store.fail_next_append(sqlite3.OperationalError("injected: disk I/O error"))
 
 
 STORES = [

@@ -1,0 +1,196 @@
+"""The Postgres store's SQL: its format, the statements that create and upgrade it, every query.
+
+The schema's name is spliced into the statements (`_Sql` builds them once
+per store), so the rule: a schema name is only ever one `_SCHEMA_NAME`
+matches (checked when the store is made), and every value goes in as a
+``$n`` parameter, never into the text. A change to the schema is a new
+`FORMAT` with its upgrade in `_MIGRATIONS`.
+
+`shard_of` is here too: the shard column of a journal record, the engine's rule.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from fusee.store._base import UNFINISHED_STATUSES, RunRow, _unpack_attributes
+
+FORMAT: Final = 2
+"""The schema format this fusee writes; an older one is upgraded on open."""
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+_ROW_COLUMNS: Final = (
+    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
+)
+
+
+def shard_of(id: str, shards: int) -> int:
+    """The shard of workflow ``id`` in a store of ``shards`` shards (the engine's rule).
+
+    Example:
+        >>> shard_of("order-1", 64)
+        47
+    """
+    return zlib.crc32(id.encode()) % shards
+
+
+def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
+    unfinished = ", ".join(f"'{status}'" for status in sorted(UNFINISHED_STATUSES))
+    return (
+        f"CREATE TABLE {s}.meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+        f"CREATE TABLE {s}.journal (shard INT NOT NULL, lsn BIGINT NOT NULL,"
+        ' id TEXT COLLATE "C" NOT NULL, run BIGINT NOT NULL, data BYTEA NOT NULL,'
+        " PRIMARY KEY (shard, lsn))",
+        f"CREATE INDEX journal_by_run ON {s}.journal (id, run, lsn)",
+        f'CREATE TABLE {s}.runs (id TEXT COLLATE "C" PRIMARY KEY, shard INT NOT NULL,'
+        " run BIGINT NOT NULL, workflow TEXT NOT NULL, status TEXT NOT NULL,"
+        " started_ms BIGINT NOT NULL, finished_ms BIGINT, wake_ms BIGINT,"
+        " attributes BYTEA, parent TEXT)",
+        f"CREATE INDEX runs_by_start ON {s}.runs (started_ms, id)",
+        f"CREATE INDEX runs_by_status ON {s}.runs (status, started_ms, id)",
+        f"CREATE INDEX runs_by_workflow ON {s}.runs (workflow, started_ms, id)",
+        f"CREATE INDEX runs_unfinished ON {s}.runs (shard) WHERE status IN ({unfinished})",
+        f"CREATE TABLE {s}.shard_leases (shard INT PRIMARY KEY, owner TEXT,"
+        " epoch BIGINT NOT NULL, lease_until TIMESTAMPTZ NOT NULL)",
+        f"INSERT INTO {s}.shard_leases SELECT n, NULL, 0, '-infinity'"
+        f" FROM generate_series(0, {shards - 1}) AS n",
+        f"INSERT INTO {s}.meta VALUES ('format', {FORMAT}), ('shards', {shards}),"
+        " ('run_reserved', 0)",
+        *_commands_sql(s),
+    )
+
+
+def _commands_sql(s: str) -> tuple[str, ...]:
+    return (
+        f"CREATE TABLE {s}.commands (seq BIGSERIAL NOT NULL, id TEXT PRIMARY KEY,"
+        " kind TEXT NOT NULL, run_id TEXT NOT NULL, payload BYTEA NOT NULL, dedup TEXT,"
+        " created_ms BIGINT NOT NULL, attempts INT NOT NULL DEFAULT 0, answered_ms BIGINT,"
+        " ok BOOLEAN, answer BYTEA)",
+        f"CREATE INDEX commands_open ON {s}.commands (seq) WHERE answered_ms IS NULL",
+        f"CREATE INDEX commands_answered ON {s}.commands (answered_ms)"
+        " WHERE answered_ms IS NOT NULL",
+    )
+
+
+# Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
+# schema): format 2 adds the commands inbox.
+_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {1: _commands_sql}
+
+_COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
+
+
+class _Sql:
+    """The store's statements, with its schema's name in them (built once per store)."""
+
+    def __init__(self, q: str) -> None:
+        unfinished = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE status = ANY($1::text[])"
+        self.last_lsn = (
+            "SELECT coalesce(max(m), 0) FROM generate_series(0, $1::int - 1) AS s,"
+            f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s) AS x"
+        )
+        self.insert_entries = (
+            f"INSERT INTO {q}.journal (shard, lsn, id, run, data) SELECT * FROM"
+            " unnest($1::int[], $2::bigint[], $3::text[], $4::bigint[], $5::bytea[])"
+        )
+        self.upsert_rows = (
+            f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, finished_ms,"
+            " wake_ms, attributes, parent) SELECT * FROM unnest($1::text[], $2::int[],"
+            " $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],"
+            " $9::bytea[], $10::text[])"
+            " ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard, run = EXCLUDED.run,"
+            " workflow = EXCLUDED.workflow, status = EXCLUDED.status,"
+            " started_ms = EXCLUDED.started_ms, finished_ms = EXCLUDED.finished_ms,"
+            " wake_ms = EXCLUDED.wake_ms, attributes = EXCLUDED.attributes,"
+            " parent = EXCLUDED.parent"
+        )
+        # FOR SHARE, not an UPDATE: it holds off a takeover (which updates the
+        # row) until this transaction ends, as an UPDATE would, without
+        # writing a new version of every fenced lease row in every commit.
+        self.fence = (
+            f"SELECT l.shard, l.epoch FROM {q}.shard_leases AS l"
+            " JOIN unnest($1::int[], $2::bigint[]) AS f(shard, epoch)"
+            " ON l.shard = f.shard AND l.epoch = f.epoch"
+            " ORDER BY l.shard FOR SHARE OF l"
+        )
+        self.reserve_runs = (
+            f"UPDATE {q}.meta SET value = value + $1 WHERE key = 'run_reserved' RETURNING value"
+        )
+        self.acquire = (
+            f"UPDATE {q}.shard_leases AS l SET owner = $1, epoch = l.epoch + 1,"
+            " lease_until = now() + make_interval(secs => $3)"
+            f" FROM (SELECT shard FROM {q}.shard_leases"
+            " WHERE owner IS NULL OR lease_until < now()"
+            " ORDER BY shard LIMIT $2 FOR UPDATE SKIP LOCKED) AS free"
+            " WHERE l.shard = free.shard RETURNING l.shard, l.epoch"
+        )
+        self.renew = (
+            f"UPDATE {q}.shard_leases SET lease_until = now() + make_interval(secs => $3)"
+            " WHERE owner = $1 AND shard = ANY($2::int[]) RETURNING shard, epoch"
+        )
+        self.release = (
+            f"UPDATE {q}.shard_leases SET owner = NULL, epoch = epoch + 1,"
+            " lease_until = '-infinity' WHERE owner = $1 AND shard = ANY($2::int[])"
+        )
+        self.leases = (
+            f"SELECT shard, owner, epoch, owner IS NOT NULL AND lease_until >= now()"
+            f" FROM {q}.shard_leases ORDER BY shard"
+        )
+        self.load_run = (
+            f"SELECT lsn, data FROM {q}.journal WHERE id = $1 AND run = $2 AND lsn > $3"
+            " ORDER BY lsn"
+        )
+        self.load_latest = (
+            f"SELECT lsn, data FROM {q}.journal WHERE id = $1 AND run = coalesce("
+            f"(SELECT run FROM {q}.runs WHERE id = $1),"
+            f" (SELECT max(run) FROM {q}.journal WHERE id = $1)) AND lsn > $2 ORDER BY lsn"
+        )
+        self.runs_of = (
+            f"SELECT (SELECT run FROM {q}.runs WHERE id = $1),"
+            f" (SELECT max(run) FROM {q}.journal WHERE id = $1)"
+        )
+        self.has_run = f"SELECT 1 FROM {q}.journal WHERE id = $1 AND run = $2 LIMIT 1"
+        self.get = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = $1"
+        # One statement: the row and its NOTIFY commit together (a NOTIFY is
+        # sent at commit), and only a row really inserted announces itself.
+        self.post_command = (
+            f"WITH posted AS (INSERT INTO {q}.commands ({_COMMAND_COLUMNS})"
+            " VALUES ($1, $2, $3, $4, $5, $6, 0) ON CONFLICT (id) DO NOTHING RETURNING id)"
+            " SELECT pg_notify($7, '') FROM posted"
+        )
+        self.take_commands = (
+            f"UPDATE {q}.commands SET attempts = attempts + 1 WHERE id IN"
+            f" (SELECT id FROM {q}.commands WHERE answered_ms IS NULL"
+            " AND NOT (id = ANY($2::text[])) ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)"
+            f" RETURNING seq, {_COMMAND_COLUMNS}"
+        )
+        self.answer_command = (
+            f"UPDATE {q}.commands SET answered_ms = $2, ok = $3, answer = $4"
+            " WHERE id = $1 AND answered_ms IS NULL"
+        )
+        self.get_answer = (
+            f"SELECT ok, answer, answered_ms FROM {q}.commands"
+            " WHERE id = $1 AND answered_ms IS NOT NULL"
+        )
+        self.forget_commands = f"DELETE FROM {q}.commands WHERE answered_ms < $1"
+        self.unfinished = f"{unfinished} ORDER BY started_ms, id"
+        self.unfinished_in = f"{unfinished} AND shard = ANY($2::int[]) ORDER BY started_ms, id"
+
+
+def _row(values: Any) -> RunRow:
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values
+    return RunRow(
+        id,
+        run,
+        workflow,
+        status,
+        started_ms,
+        finished_ms,
+        wake_ms,
+        _unpack_attributes(attributes),
+        parent,
+    )

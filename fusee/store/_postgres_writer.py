@@ -1,0 +1,205 @@
+"""The Postgres store's writer task: it commits the queued appends, many to a transaction.
+
+`PostgresStore` inherits it (`_PostgresWriter`); `append` queues a `_Write`
+per caller, and the task answers them all after one commit (group commit).
+The rule: only this task writes journals and rows, in call order, and a
+fenced append's transaction locks the lease rows of its shards (``FOR
+SHARE``), so a takeover waits for it or makes it fail with `StaleLease`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fusee.errors import StaleLease, StoreError
+from fusee.store._base import Entry, RunRow
+from fusee.store._postgres_errors import _fails_every_write, _PostgresErrors
+from fusee.store._postgres_sql import _Sql, shard_of
+
+if TYPE_CHECKING:
+    import asyncpg
+
+
+@dataclass(slots=True)
+class _Write:
+    """One caller's append, queued for the writer task."""
+
+    entries: tuple[Entry, ...]
+    rows: builtins.list[tuple[Any, ...]]
+    fence: tuple[tuple[int, int], ...]  # (shard, epoch), sorted
+    fail: BaseException | None  # test hook: raised inside the transaction
+    max_lsn: int  # 0 when there are no entries
+    # The failures the caller had seen reported when it called (see `_serve`).
+    epoch: int
+    # Resolves with None or the error; never cancelled, so reads wait on it.
+    done: asyncio.Future[StoreError | None]
+    # The same answer for the caller: cancelling the caller cancels this one only.
+    answer: asyncio.Future[StoreError | None]
+
+
+class _Stale(Exception):
+    """Fenced shards whose epoch moved on: ``(shard, epoch)`` pairs."""
+
+    def __init__(self, pairs: frozenset[tuple[int, int]]) -> None:
+        super().__init__(sorted(pairs))
+        self.pairs = pairs
+
+
+class _PostgresWriter(_PostgresErrors):
+    """The writer task's side of `PostgresStore` (whose ``__init__`` sets the attributes below)."""
+
+    _shards: int
+    _sql: _Sql
+    _pool: asyncpg.Pool | None
+    _loop: asyncio.AbstractEventLoop | None
+    _queue: builtins.list[_Write]
+    _wake: asyncio.Event
+    _stop: bool
+    _last_lsn: int
+    _accepted_lsn: int
+    _inflight: int
+    _tail: asyncio.Future[StoreError | None] | None
+    _failures: int
+    _last_failure: StoreError | None
+    _pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]]
+    _transactions: int
+
+    def _submit(
+        self,
+        entries: tuple[Entry, ...],
+        rows: builtins.list[tuple[Any, ...]],
+        fence: tuple[tuple[int, int], ...],
+        fail: BaseException | None,
+        max_lsn: int,
+    ) -> _Write:
+        loop = self._loop
+        assert loop is not None
+        done: asyncio.Future[StoreError | None] = loop.create_future()
+        if max_lsn:
+            self._accepted_lsn = max_lsn
+        self._inflight += 1
+        self._tail = done
+        write = _Write(
+            entries, rows, fence, fail, max_lsn, self._failures, done, loop.create_future()
+        )
+        self._queue.append(write)
+        self._wake.set()
+        return write
+
+    async def _serve(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            # Everything queued meanwhile shares one transaction: group commit.
+            writes, self._queue = self._queue, []
+            if writes:
+                errors = await self._write(writes)
+                self._finish(writes, errors)
+            elif self._stop:
+                return
+            if self._stop:
+                self._wake.set()  # drain what came in while writing, then stop
+
+    async def _write(self, writes: builtins.list[_Write]) -> builtins.list[StoreError | None]:
+        # A journal has no holes: an append called before an earlier one's
+        # failure was reported is not written either (queued in call order,
+        # so those come first).
+        stale = 0
+        while stale < len(writes) and writes[stale].epoch < self._failures:
+            stale += 1
+        errors: builtins.list[StoreError | None] = [self._behind() for _ in writes[:stale]]
+        writes = writes[stale:]
+        if not writes:
+            return errors
+        try:
+            await self._commit(writes)
+            return errors + [None] * len(writes)
+        except _Stale as e:
+            lost = e.pairs
+        except Exception as e:
+            if len(writes) == 1 or _fails_every_write(e):
+                return [*errors, self._failure(e), *(self._behind() for _ in writes[1:])]
+            lost = frozenset()
+        # One caller's failure (a lost lease, a bad value) must not fail the
+        # appends beside it in the transaction: each alone, in order.
+        for write in writes:
+            if write.epoch < self._failures:
+                errors.append(self._behind())
+                continue
+            if lost.intersection(write.fence):
+                errors.append(StaleLease(shard for shard, _ in lost.intersection(write.fence)))
+                continue
+            try:
+                await self._commit([write])
+                errors.append(None)
+            except _Stale as e:
+                errors.append(StaleLease(shard for shard, _ in e.pairs))
+            except Exception as e:
+                errors.append(self._failure(e))
+        return errors
+
+    async def _commit(self, writes: builtins.list[_Write]) -> None:
+        sql = self._sql
+        fence = sorted({pair for w in writes for pair in w.fence})
+        entries = [e for w in writes for e in w.entries]
+        # The last row of an id wins; one INSERT may not update a row twice.
+        rows = list({row[0]: row for w in writes for row in w.rows}.values())
+        assert self._pool is not None
+        async with self._pool.acquire() as conn, conn.transaction():
+            if fence:
+                held = await conn.fetch(sql.fence, [s for s, _ in fence], [e for _, e in fence])
+                missing = set(fence) - {(r[0], r[1]) for r in held}
+                if missing:
+                    raise _Stale(frozenset(missing))
+            if entries:
+                shards = self._shards
+                await conn.execute(
+                    sql.insert_entries,
+                    [shard_of(e.id, shards) for e in entries],
+                    [e.lsn for e in entries],
+                    [e.id for e in entries],
+                    [e.run for e in entries],
+                    [e.data for e in entries],
+                )
+            if rows:
+                await conn.execute(
+                    sql.upsert_rows, *(list(column) for column in zip(*rows, strict=True))
+                )
+            for w in writes:
+                if w.fail is not None:
+                    raise w.fail
+        self._transactions += 1
+
+    def _failure(self, e: BaseException) -> StoreError:
+        error = self._last_failure = self._error(e, "writing to")
+        self._failures += 1
+        return error
+
+    def _behind(self) -> StoreError:
+        error = StoreError(
+            f"not written: an append called before this one failed ({self._last_failure})"
+        )
+        error.__cause__ = self._last_failure
+        return error
+
+    def _finish(
+        self, writes: builtins.list[_Write], errors: builtins.list[StoreError | None]
+    ) -> None:
+        for write, error in zip(writes, errors, strict=True):
+            self._inflight -= 1
+            if error is None and write.max_lsn > self._last_lsn:
+                self._last_lsn = write.max_lsn
+            write.done.set_result(error)
+            if not write.answer.done():  # its caller was cancelled
+                write.answer.set_result(error)
+            pending = self._pending
+            for row in write.rows:
+                latest = pending.get(row[0])
+                if latest is not None and latest[1] is write.done:
+                    del pending[row[0]]
+        if self._inflight == 0:
+            # LSNs of failed appends were never stored: they may be used again.
+            self._accepted_lsn = self._last_lsn
