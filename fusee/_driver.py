@@ -440,8 +440,8 @@ class RunDriver:
 
     def append(self, record: Record | None) -> None:
         """Appends a record the code's call produced (None: nothing to append)."""
-        if record is not None:
-            self._append(record)
+        if record is not None and (self.end is None or type(record) is Done):
+            self.machine.gate = self.host.append(self, record)
 
     # --- operations ------------------------------------------------------------------------------
 

@@ -269,24 +269,23 @@ class Ctx:
         declared: bool = True,
         heartbeat_timeout: Duration | None = None,
     ) -> None:
-        # Hands the host a step (or a token function) to run.
+        # Hands the host a step (or a token function) to run. Positional:
+        # one is made per step, and keywords cost a dict's worth of work.
         call = StepCall(
-            seq=seq,
-            name=name,
-            fn=fn,
-            retry=retry if retry is not None else DEFAULT_RETRY,
-            timeout_s=parse_duration(timeout) if timeout is not None else None,
-            inline=inline,
-            read_only=read_only,
-            is_await=is_await,
-            takes_ctx=shape.takes_ctx,
-            is_async=shape.is_async,
-            attempt=attempt,
-            not_before_ms=not_before_ms,
-            declared=declared,
-            heartbeat_timeout_s=(
-                parse_duration(heartbeat_timeout) if heartbeat_timeout is not None else None
-            ),
+            seq,
+            name,
+            fn,
+            retry if retry is not None else DEFAULT_RETRY,
+            parse_duration(timeout) if timeout is not None else None,
+            inline,
+            read_only,
+            is_await,
+            shape.takes_ctx,
+            shape.is_async,
+            attempt,
+            not_before_ms,
+            declared,
+            parse_duration(heartbeat_timeout) if heartbeat_timeout is not None else None,
         )
         self._rt.run_step(call)
 
@@ -739,41 +738,48 @@ class CancelFlag:
         True
     """
 
-    __slots__ = ("_event", "_lock", "_waiters")
+    # One is made per step attempt, so it costs one object and two slots:
+    # no lock or event of its own (a set is a plain store, read from any
+    # thread), and its waiters, rare, are kept under one shared lock.
+    __slots__ = ("_set", "_waiters")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._waiters: list[asyncio.Future[None]] = []
+        self._set = False
+        self._waiters: list[asyncio.Future[None]] | None = None
 
     def is_set(self) -> bool:
         """Whether the attempt was cancelled."""
-        return self._event.is_set()
+        return self._set
 
     def __bool__(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def set(self) -> None:
         """Sets the flag and wakes every ``wait()``, on each waiter's own loop."""
-        with self._lock:
-            self._event.set()
-            waiters, self._waiters = self._waiters, []
-        for fut in waiters:
+        with _FLAG_LOCK:
+            self._set = True
+            waiters, self._waiters = self._waiters, None
+        for fut in waiters or ():
             fut.get_loop().call_soon_threadsafe(_wake, fut)
 
     async def wait(self) -> None:
         """Returns once the flag is set (at once if it is)."""
         fut = asyncio.get_running_loop().create_future()
-        with self._lock:
-            if self._event.is_set():
+        with _FLAG_LOCK:
+            if self._set:
                 return
+            if self._waiters is None:
+                self._waiters = []
             self._waiters.append(fut)
         try:
             await fut
         finally:
-            with self._lock:
-                if fut in self._waiters:
+            with _FLAG_LOCK:
+                if self._waiters is not None and fut in self._waiters:
                     self._waiters.remove(fut)
+
+
+_FLAG_LOCK = threading.Lock()
 
 
 def _wake(fut: asyncio.Future[None]) -> None:

@@ -282,6 +282,7 @@ class Engine:
 
     def _stop(self) -> None:
         self.closed = True
+        self.host.closed = True
         self.inbox.stop()
         # Stream readers and update callers of this engine hear that it
         # closed instead of waiting forever.

@@ -70,28 +70,17 @@ class EngineHost:
         See `fusee.engine.Engine`, which makes one for its runs.
     """
 
-    __slots__ = ("_engine",)
+    # What the step executor reads are plain attributes, not properties: it
+    # reads them several times a step.
+    __slots__ = ("_engine", "clock", "closed", "committer", "hooks")
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-
-    # --- what the step executor reads --------------------------------------------------------
-
-    @property
-    def committer(self) -> Committer:
-        return self._engine.committer
-
-    @property
-    def clock(self) -> Clock:
-        return self._engine.clock
-
-    @property
-    def hooks(self) -> Hooks:
-        return self._engine.hooks
-
-    @property
-    def closed(self) -> bool:
-        return self._engine.closed
+        self.committer: Committer = engine.committer
+        self.clock: Clock = engine.clock
+        self.hooks: Hooks = engine.hooks
+        # Set by `Engine` when it closes or is abandoned.
+        self.closed = False
 
     async def sleep_until(self, at_ms: int) -> None:
         await self._engine.timers.sleep_until(at_ms)

@@ -125,7 +125,8 @@ class _EngineStepCtx(StepCtx):
         self._seq = seq
         # When the attempt last showed life (its start, then each heartbeat),
         # on the engine's clock; and whether it is still the current attempt.
-        self.beat_ms = executor.host.clock.now_ms()
+        # Set when a bounded attempt starts (`_bounded`); 0 for the rest.
+        self.beat_ms = 0
         self.live = True
 
     def end(self) -> None:
@@ -183,7 +184,8 @@ class StepExecutor:
     def run(self, state: RunState, call: StepCall) -> None:
         """Runs ``call`` for ``state``'s run: eagerly once its gate is durable, else as a task."""
         host = self.host
-        if self._eager_ok(call) and host.hooks.mock(state.workflow.name, call.name) is None:
+        mocks = host.hooks.mocks
+        if self._eager_ok(call) and not (mocks and (state.workflow.name, call.name) in mocks):
             # Run it once its gate is durable, from the committer's release
             # (never inside this turn: the step is not workflow code).
             gate = state.driver.machine.gate
@@ -255,7 +257,9 @@ class StepExecutor:
         if host.closed or self._ended(state, seq) or host.committer.failed is not None:
             return None
         sctx = self._step_ctx(state, call, call.attempt)
-        host.hooks.step_started(state.id, state.run, seq)
+        hooks = host.hooks
+        if hooks.step_log is not None:
+            hooks.step_started(state.id, state.run, seq)
         token = _current_step.set(sctx)
         try:
             result = call.fn(sctx) if call.takes_ctx else call.fn()
