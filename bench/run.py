@@ -83,6 +83,9 @@ def main() -> None:
         render(state)
 
 
+TORTURE_HEADING = "\n## Torture\n"
+
+
 def render(state: dict[str, Any]) -> None:
     lines = [
         "# Benchmark results",
@@ -114,7 +117,14 @@ def render(state: dict[str, Any]) -> None:
     notes = HERE / "NOTES.md"
     if notes.exists():
         lines += ["", notes.read_text().rstrip()]
-    (HERE / "RESULTS.md").write_text("\n".join(lines) + "\n")
+    # `make torture` appends its runs under this heading (tests/sim/torture.py);
+    # a render keeps them.
+    page = HERE / "RESULTS.md"
+    old = page.read_text() if page.exists() else ""
+    at = old.find(TORTURE_HEADING)
+    if at >= 0:
+        lines += ["", old[at:].rstrip()]
+    page.write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'RESULTS.md'}")
 
 

@@ -32,6 +32,7 @@ RANKS: Mapping[str, int] = {
     "fusee._definitions": 4,
     "fusee._runtime": 5,
     "fusee._stepfn": 5,
+    "fusee._jsonview": 5,
     "fusee.context": 6,
     "fusee._driver": 7,
     "fusee.store": 8,

@@ -18,7 +18,8 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from fusee.cli._output import Output, iso
+from fusee._jsonview import iso
+from fusee.cli._output import Output
 from fusee.cli._reading import FINISHED, reading, store_target
 from fusee.errors import CorruptRecord, FuseeError, NotFound, StoreError
 from fusee.record import Done, Start, decode

@@ -22,9 +22,10 @@ from rich.text import Text
 
 from fusee import _codec
 from fusee._durations import parse_duration
+from fusee._jsonview import jsonable
 from fusee.cli._inbox import send_command
 from fusee.cli._modules import import_module, pick, workflows_of
-from fusee.cli._output import STATUS_STYLE, CliError, Output, jsonable, local_time, row_json, short
+from fusee.cli._output import STATUS_STYLE, CliError, Output, local_time, row_json, short
 from fusee.cli._reading import (
     FINISHED,
     POLL_S,

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
-import uuid
 from typing import IO, Any, Final, TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from fusee import _codec
-from fusee.errors import PayloadError
+from fusee._jsonview import iso, jsonable
 from fusee.store import RunRow
 
 
@@ -70,45 +67,10 @@ def _isatty(stream: IO[str]) -> bool:
         return False
 
 
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON data; what JSON cannot hold becomes text."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else repr(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    return repr(value)
-
-
-def payload_json(data: bytes | None) -> Any:
-    """A recorded payload, decoded and made JSON; bytes the codec refuses as their repr."""
-    if not data:
-        return None
-    try:
-        return jsonable(_codec.decode(data))
-    except PayloadError:
-        return repr(data)
-
-
 def short(value: Any, limit: int | None = 120) -> str:
     """``value`` as text (JSON unless a string), cut to ``limit`` characters (None: whole)."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
-
-
-def iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat()
 
 
 def local_time(ms: int | None, *, date: bool = True) -> str:

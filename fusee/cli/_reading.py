@@ -11,7 +11,8 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
-from fusee.cli._output import CliError, payload_json
+from fusee._jsonview import payload as payload_json
+from fusee.cli._output import CliError
 from fusee.record import Done, Status, decode
 from fusee.store import RunRow, Store, open_store
 

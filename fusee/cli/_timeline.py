@@ -7,7 +7,6 @@ record that does not decode is shown as a "corrupt" line, never skipped.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, assert_never
@@ -15,7 +14,9 @@ from typing import Any, Final, assert_never
 from rich.table import Table
 from rich.text import Text
 
-from fusee.cli._output import STATUS_STYLE, Output, iso, jsonable, local_time, payload_json, short
+from fusee._jsonview import VALUE_KINDS, iso, jsonable, recorded_value
+from fusee._jsonview import payload as payload_json
+from fusee.cli._output import STATUS_STYLE, Output, local_time, short
 from fusee.errors import FuseeError
 from fusee.record import (
     DETACHED,
@@ -48,7 +49,6 @@ from fusee.record import (
     Waited,
     decode,
     stream,
-    value_kind,
 )
 from fusee.store import RunRow
 
@@ -77,25 +77,6 @@ class Line:
             "payload": self.payload,
             "time": iso(self.time_ms),
         }
-
-
-_VALUE_KINDS: Final = {
-    value_kind.CUSTOM: "custom",
-    value_kind.NOW: "now",
-    value_kind.RANDOM: "random",
-    value_kind.UUID: "uuid",
-}
-
-
-def _value(rec: Value) -> Any:
-    data = rec.value
-    if rec.kind == value_kind.NOW and len(data) == 8:
-        return iso(int.from_bytes(data, "little"))
-    if rec.kind == value_kind.RANDOM and len(data) == 8:
-        return (int.from_bytes(data, "little") >> 11) / float(1 << 53)
-    if rec.kind == value_kind.UUID and len(data) == 16:
-        return str(uuid.UUID(bytes=data))
-    return payload_json(data)
 
 
 def _status(status: Status) -> str:
@@ -175,8 +156,8 @@ class Timeline:
                 )
                 return Line(lsn, rec.seq, "waited", names.get(rec.seq, ""), None, how, None, None)
             case Value():
-                kind = _VALUE_KINDS.get(rec.kind, str(rec.kind))
-                return Line(lsn, rec.seq, "value", kind, None, "", _value(rec), None)
+                kind = VALUE_KINDS.get(rec.kind, str(rec.kind))
+                return Line(lsn, rec.seq, "value", kind, None, "", recorded_value(rec), None)
             case Child():
                 name = self._named(rec.seq, f"{rec.wtype} {rec.id}")
                 status = "detached" if rec.flags & DETACHED else "started"

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from fusee._definitions import WorkflowDef
+from fusee._jsonview import payload as payload_json
 from fusee.cli._inbox import answer_printer, signal_checker, writer_lock
 from fusee.cli._modules import import_module, signals_of, workflows_of
-from fusee.cli._output import Output, payload_json, short
+from fusee.cli._output import Output, short
 from fusee.cli._reading import FINISHED, done_record, outcome_of, store_target
 from fusee.engine import Engine, RunInfo
 from fusee.errors import FuseeError

@@ -129,7 +129,7 @@ class Engine:
         self.closed = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
         # Starts in flight, by id: an ATTACH to one returns once it is durable.
-        self._starting: dict[str, asyncio.Future[None]] = {}
+        self._starting: dict[str, list[asyncio.Future[None]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stuck: dict[str, DeterminismError] = {}
         # How the last runs to end ended: `Run.result` soon after the end
@@ -410,11 +410,14 @@ class Engine:
         if starting is not None:
             if id_policy is IdPolicy.ATTACH:
                 # Acknowledged only once that start is durable, as it is.
-                await asyncio.shield(starting)
+                waiter: asyncio.Future[None] = self.loop.create_future()
+                starting.append(waiter)
+                await waiter
                 return Run(self, id)
             raise AlreadyExists(f"run '{id}' is being started; {_policy_hint()}")
-        done: asyncio.Future[None] = self.loop.create_future()
-        self._starting[id] = done
+        # Futures of ATTACH callers waiting for this start: none, mostly.
+        waiters: list[asyncio.Future[None]] = []
+        self._starting[id] = waiters
         try:
             loaded = self.runs.loaded(id)
             existing = loaded is not None or self.runs.is_loading(id)
@@ -424,7 +427,7 @@ class Engine:
                 if id_policy is IdPolicy.ATTACH:
                     if loaded is not None:
                         await self.committer.durable(loaded.start_lsn)
-                    _settle(done)
+                    _settle_all(waiters, None)
                     return Run(self, id)
                 if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                     raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
@@ -432,11 +435,9 @@ class Engine:
                 wf, id, data, parent=None, policy=0, run=row.run + 1 if row is not None else 1
             )
             await self.committer.durable(lsn)
-            _settle(done)
+            _settle_all(waiters, None)
         except BaseException as e:
-            if not done.done():
-                done.set_exception(e)
-                done.exception()  # retrieved: the caller gets it, ATTACH callers too
+            _settle_all(waiters, e)
             raise
         finally:
             del self._starting[id]
@@ -776,9 +777,14 @@ def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:
     return [s for i, s in enumerate(signals) if i not in consumed]
 
 
-def _settle(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for fut in futures:
+        if fut.done():
+            continue
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
 
 
 def _policy_hint() -> str:

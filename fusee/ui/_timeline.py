@@ -14,15 +14,11 @@ a ``corrupt`` entry, never a guess.
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import math
-import uuid
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fusee import _codec
-from fusee.errors import FuseeError, PayloadError
+from fusee._jsonview import VALUE_KINDS, iso, jsonable, payload, recorded_value
+from fusee.errors import FuseeError
 from fusee.record import (
     DETACHED,
     PAUSED,
@@ -63,65 +59,6 @@ __all__ = ["Timeline", "iso", "jsonable", "payload", "row_json"]
 # A stream keeps its last chunks only: a stream of a million tokens must not
 # make a page of a million lines.
 STREAM_TAIL: Final = 50
-
-_VALUE_KINDS: Final = {
-    value_kind.CUSTOM: "custom",
-    value_kind.NOW: "now",
-    value_kind.RANDOM: "random",
-    value_kind.UUID: "uuid",
-}
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON data; what JSON cannot hold becomes text.
-
-    Example:
-        >>> jsonable({"at": datetime.date(2024, 5, 1), "n": (1, 2.5), 3: float("nan")})
-        {'at': '2024-05-01', 'n': [1, 2.5], '3': 'nan'}
-    """
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, datetime.timedelta):
-        return value.total_seconds()
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if isinstance(value, uuid.UUID | decimal.Decimal):
-        return str(value)
-    return repr(value)
-
-
-def payload(data: bytes | None) -> Any:
-    """A recorded payload, decoded and made JSON; bytes the codec refuses, as their repr.
-
-    Example:
-        >>> payload(_codec.encode({"total": 42}))
-        {'total': 42}
-        >>> payload(b"")
-    """
-    if not data:
-        return None
-    try:
-        return jsonable(_codec.decode(data))
-    except PayloadError:
-        return repr(data)
-
-
-def iso(ms: int | None) -> str | None:
-    """A Unix time in milliseconds as ISO 8601 text in UTC (None stays None).
-
-    Example:
-        >>> iso(0)
-        '1970-01-01T00:00:00+00:00'
-    """
-    if ms is None:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat()
 
 
 def row_json(row: RunRow) -> dict[str, Any]:
@@ -175,17 +112,6 @@ def _outcome(rec: Done) -> dict[str, Any]:
     if rec.by:
         out["by"] = payload(rec.by)
     return out
-
-
-def _value(rec: Value) -> Any:
-    data = rec.value
-    if rec.kind == value_kind.NOW and len(data) == 8:
-        return iso(int.from_bytes(data, "little"))
-    if rec.kind == value_kind.RANDOM and len(data) == 8:
-        return (int.from_bytes(data, "little") >> 11) / float(1 << 53)
-    if rec.kind == value_kind.UUID and len(data) == 16:
-        return str(uuid.UUID(bytes=data))
-    return payload(data)
 
 
 class Timeline:
@@ -295,8 +221,8 @@ class Timeline:
         elif isinstance(rec, Wait | Waited | Signal):
             self._fold_wait(lsn, rec)
         elif isinstance(rec, Value):
-            op = self._op(lsn, rec.seq, "value", _VALUE_KINDS.get(rec.kind, str(rec.kind)))
-            op.update(status="recorded", end_lsn=lsn, result=_value(rec))
+            op = self._op(lsn, rec.seq, "value", VALUE_KINDS.get(rec.kind, str(rec.kind)))
+            op.update(status="recorded", end_lsn=lsn, result=recorded_value(rec))
             if rec.kind == value_kind.NOW and len(rec.value) == 8:
                 self._anchor(lsn, int.from_bytes(rec.value, "little"))
         elif isinstance(rec, Child | ChildDone):

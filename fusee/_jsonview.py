@@ -1,0 +1,96 @@
+"""Recorded values as JSON: what the CLI and the web UI show of payloads and values.
+
+The rule: showing never fails: what JSON cannot hold becomes text, and
+bytes the codec refuses come back as their repr.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import math
+import uuid
+from typing import Any, Final
+
+from fusee import _codec
+from fusee.errors import PayloadError
+from fusee.record import Value, value_kind
+
+__all__ = ["VALUE_KINDS", "iso", "jsonable", "payload", "recorded_value"]
+
+VALUE_KINDS: Final = {
+    value_kind.CUSTOM: "custom",
+    value_kind.NOW: "now",
+    value_kind.RANDOM: "random",
+    value_kind.UUID: "uuid",
+}
+"""The names of recorded values (`ctx.now`, `ctx.random`, `ctx.uuid4`, ...), by kind."""
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data; what JSON cannot hold becomes text.
+
+    Example:
+        >>> jsonable({"at": datetime.date(2024, 5, 1), "n": (1, 2.5), 3: float("nan")})
+        {'at': '2024-05-01', 'n': [1, 2.5], '3': 'nan'}
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, uuid.UUID | decimal.Decimal):
+        return str(value)
+    return repr(value)
+
+
+def payload(data: bytes | None) -> Any:
+    """A recorded payload, decoded and made JSON; bytes the codec refuses, as their repr.
+
+    Example:
+        >>> payload(_codec.encode({"total": 42}))
+        {'total': 42}
+        >>> payload(b"")
+    """
+    if not data:
+        return None
+    try:
+        return jsonable(_codec.decode(data))
+    except PayloadError:
+        return repr(data)
+
+
+def iso(ms: int | None) -> str | None:
+    """A Unix time in milliseconds as ISO 8601 text in UTC (None stays None).
+
+    Example:
+        >>> iso(0)
+        '1970-01-01T00:00:00+00:00'
+    """
+    if ms is None:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat()
+
+
+def recorded_value(rec: Value) -> Any:
+    """What a `Value` record holds, as the workflow saw it (a time, a float, a UUID).
+
+    Example:
+        >>> recorded_value(Value(1, 0, value_kind.NOW, (0).to_bytes(8, "little")))
+        '1970-01-01T00:00:00+00:00'
+    """
+    data = rec.value
+    if rec.kind == value_kind.NOW and len(data) == 8:
+        return iso(int.from_bytes(data, "little"))
+    if rec.kind == value_kind.RANDOM and len(data) == 8:
+        return (int.from_bytes(data, "little") >> 11) / float(1 << 53)
+    if rec.kind == value_kind.UUID and len(data) == 16:
+        return str(uuid.UUID(bytes=data))
+    return payload(data)
