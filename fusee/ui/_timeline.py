@@ -122,6 +122,7 @@ class Timeline:
     run's event stream sends).
 
     Example:
+        >>> from fusee import _codec
         >>> from fusee.record import encode
         >>> t = Timeline()
         >>> t.add(1, encode(Start(run=1, id="a", wtype="wf", started_ms=1000)))
