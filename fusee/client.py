@@ -12,21 +12,16 @@ to a run is the serving engine's, so it stays durable and applied once.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from fusee import _codec
-from fusee._status import FINISHED_STATUSES, RunStatus
-from fusee.engine._inbox import decode_error, decode_payload, encode_payload
-from fusee.engine._journal import decode_journal, end_value, no_run
+from fusee.engine._remote import Remote
 from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
-from fusee.errors import Cancelled, FuseeError, StoreError
-from fusee.record import Chunk, Done, StreamEnd
+from fusee.errors import Cancelled
 from fusee.store import Answer, Command, Store, open_store
 
 if TYPE_CHECKING:
@@ -39,24 +34,8 @@ __all__ = ["Client", "SyncClient", "SyncRun"]
 
 T = TypeVar("T")
 
-# How often a client looks for an answer or a run's end: soon at first (a
-# live worker answers within milliseconds), then less often.
-_FIRST_POLL_S: Final = 0.002
-_MAX_POLL_S: Final = 0.1
 
-
-class _Polling:
-    """Intervals that start short and double up to a ceiling."""
-
-    def __init__(self) -> None:
-        self._next = _FIRST_POLL_S
-
-    async def wait(self) -> None:
-        await asyncio.sleep(self._next)
-        self._next = min(self._next * 2, _MAX_POLL_S)
-
-
-class Client:
+class Client(Remote):
     """Starts and talks to runs that workers serve, without an engine of its own.
 
     Open one with `Client.connect` and use it as an async context manager.
@@ -77,11 +56,8 @@ class Client:
     """
 
     def __init__(self, store: Store, *, owned: bool = False) -> None:
-        self.store = store
+        super().__init__(store)
         self._owned = owned
-        self._closed = False
-        # Workflows named by definition: their results decode to their types.
-        self._workflows: dict[str, WorkflowDef[Any, Any]] = {}
         self._workflow_of: dict[str, str] = {}
 
     @classmethod
@@ -211,9 +187,7 @@ class Client:
             >>> async def main(client: Client, token: str) -> None:
             ...     await client.complete(token, {"approved": True})
         """
-        data = _codec.encode(value, name="the completion's value")
-        run_id = token.rsplit("/", 3)[0] if isinstance(token, str) else ""
-        await self._call("complete", run_id, {"token": token, "value": data})
+        await self._complete(token, _codec.encode(value, name="the completion's value"))
 
     # --- the inbox ----------------------------------------------------------------------
 
@@ -230,10 +204,7 @@ class Client:
             ...     command = await client.post("resume", "order-1", {})
             ...     answer = await client.wait_answer(command.id, timeout_s=5)
         """
-        self._check_open()
-        command = Command.new(kind, run_id, encode_payload(fields), dedup=dedup)
-        await self.store.post_command(command)
-        return command
+        return await self._post(kind, run_id, fields, dedup=dedup)
 
     async def wait_answer(self, id: str, *, timeout_s: float | None = None) -> Answer | None:
         """The worker's answer to command ``id``; None when ``timeout_s`` passes first.
@@ -243,122 +214,7 @@ class Client:
             ...     command = await client.post("cancel", "order-1", {"reason": "late"})
             ...     print(await client.wait_answer(command.id))
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        polling = _Polling()
-        while True:
-            self._check_open()
-            answer = await self.store.get_answer(id)
-            if answer is not None:
-                return answer
-            if deadline is not None and loop.time() >= deadline:
-                return None
-            await polling.wait()
-
-    async def _call(
-        self, kind: str, run_id: str, fields: Mapping[str, Any], *, dedup: str | None = None
-    ) -> dict[str, Any]:
-        command = await self.post(kind, run_id, fields, dedup=dedup)
-        answer = await self.wait_answer(command.id)
-        assert answer is not None
-        return answer_fields(answer)
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise FuseeError("this client is closed; connect a new one with fusee.Client.connect")
-
-    # --- run handle operations (`Run` calls these) --------------------------------------
-
-    async def _result(self, id: str) -> Any:
-        polling = _Polling()
-        while True:
-            self._check_open()
-            row = await self.store.get(id)
-            if row is None:
-                raise no_run(id)
-            if row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
-                entries = await self.store.load(id, row.run)
-                done = decode_journal(id, row.run, entries[-1:])[0]
-                if not isinstance(done, Done):
-                    raise StoreError(
-                        f"run '{id}' is marked {row.status} but its journal has no end record"
-                    )
-                return end_value(self._decoder(row.workflow), done)
-            await polling.wait()
-
-    def _decoder(self, workflow: str) -> WorkflowDef[Any, Any]:
-        wf = self._workflows.get(workflow)
-        if wf is not None:
-            return wf
-        # A workflow known by name only: its result decodes to plain values.
-        return cast("WorkflowDef[Any, Any]", types.SimpleNamespace(decode_result=_codec.decode))
-
-    async def _signal(
-        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
-    ) -> None:
-        fields = {"name": name, "payload": payload, "dedup": dedup}
-        await self._call("signal", id, fields, dedup=str(dedup) if dedup else None)
-
-    async def _query(self, id: str, name: str, arg: bytes) -> Any:
-        fields = await self._call("query", id, {"name": name, "arg": arg})
-        return _codec.decode(fields["value"])
-
-    async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
-        fields = await self._call(
-            "update", id, {"name": name, "payload": payload, "update_id": update_id}
-        )
-        return _codec.decode(fields["value"])
-
-    async def _cancel(self, id: str, reason: str) -> None:
-        await self._call("cancel", id, {"reason": reason})
-
-    async def _resume(self, id: str) -> None:
-        await self._call("resume", id, {})
-
-    async def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
-        sent = 0
-        polling = _Polling()
-        while True:
-            self._check_open()
-            row = await self.store.get(id)
-            if row is None:
-                raise no_run(id)
-            entries = await self.store.load(id, row.run)
-            chunks: list[bytes] = []
-            ended = row.status in FINISHED_STATUSES
-            for rec in decode_journal(id, row.run, entries):
-                if isinstance(rec, Chunk) and rec.stream == name:
-                    chunks.append(rec.payload)
-                elif isinstance(rec, StreamEnd) and rec.stream == name:
-                    ended = True
-            if len(chunks) > sent:
-                polling = _Polling()
-            for c in chunks[sent:]:
-                yield _codec.decode(c)
-            sent = len(chunks)
-            if ended:
-                return
-            await polling.wait()
-
-    async def _describe(self, id: str) -> RunInfo:
-        row = await self.store.get(id)
-        if row is None:
-            raise no_run(id)
-        return info_of(row, None, None)
-
-
-def answer_fields(answer: Answer) -> dict[str, Any]:
-    """An answer's fields; raises the error of a command that failed, with its type.
-
-    Example:
-        >>> from fusee.store import Answer
-        >>> answer_fields(Answer(True, encode_payload({"message": "ok"}), 0))
-        {'message': 'ok'}
-    """
-    fields = decode_payload(answer.payload)
-    if not answer.ok:
-        raise decode_error(bytes(fields.get("error") or b""))
-    return fields
+        return await self._wait_answer(id, timeout_s)
 
 
 def _blocking(portal: BlockingPortal, call: Callable[[], Awaitable[T]]) -> T:

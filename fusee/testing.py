@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import uuid
 import contextlib
 import inspect
 import logging
@@ -119,6 +120,7 @@ class TestEngine:
         self._watchdog_reports: list[str] = []
         self._reported = 0
         self.store: Store = store if store is not None else MemoryStore()
+        self._worker = f"test-{uuid.uuid4().hex[:8]}"
         self.clock = VirtualClock(start_ms)
         self._profile = profile
         self._park_after = park_after
@@ -166,6 +168,10 @@ class TestEngine:
             profile=self._profile,
             watchdog=self._watchdog,
             hooks=hooks,
+            # One name across its crashes: on a shared store each restart
+            # takes the shards of the life before at once, as a worker
+            # restarted under its name does.
+            worker=self._worker,
         )
         self._engine = engine
         await engine.recover()

@@ -25,7 +25,8 @@ from typing import Any, Final
 from fusee._definitions import SignalDef
 from fusee.cli._output import CliError, Output
 from fusee.cli._reading import store_target
-from fusee.client import Client, answer_fields
+from fusee.client import Client
+from fusee.engine._remote import answer_fields
 from fusee.errors import FuseeError, PayloadError, StoreError
 from fusee.store import Command
 from fusee.store.sqlite import is_served

@@ -24,7 +24,7 @@ import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fusee.errors import StoreError
+from fusee.errors import StaleLease, StoreError
 from fusee.store import Entry, RunRow
 
 if TYPE_CHECKING:
@@ -89,6 +89,29 @@ class Committer:
         # so one woken writer is enough).
         self._idle: list[asyncio.Future[None]] = []
         self._woken = False
+        # Fencing, on a shared store: a shard's epoch (None: not held), a
+        # run's shard, and who hears of shards lost.
+        self._fence: Callable[[int], int | None] | None = None
+        self._shard_of: Callable[[str], int] = _no_shard
+        self._on_stale: Callable[[list[int]], None] | None = None
+        # LSNs of records a lost lease refused, with why: never durable.
+        self._lost: dict[int, StaleLease] = {}
+
+    def fenced(
+        self,
+        fence: Callable[[int], int | None],
+        shard_of: Callable[[str], int],
+        on_stale: Callable[[list[int]], None],
+    ) -> None:
+        """Fences every write by shard: ``fence(shard)`` gives the epoch to write under."""
+        self._fence = fence
+        self._shard_of = shard_of
+        self._on_stale = on_stale
+
+    def advance(self, lsn: int) -> None:
+        """Numbers the next records past ``lsn`` (another worker's last, in shards taken over)."""
+        if lsn > self.lsn:
+            self.lsn = lsn
 
     def start(self) -> None:
         """Starts the writer tasks on the running loop."""
@@ -124,6 +147,8 @@ class Committer:
             StoreError: The store failed; nothing after its last good write is durable.
         """
         if lsn <= self.durable_lsn:
+            if self._lost and lsn in self._lost:
+                raise self._lost[lsn]
             return
         if self.failed is not None:
             raise self.failed
@@ -175,7 +200,10 @@ class Committer:
             flight = _Flight(entries[-1].lsn if entries else 0)
             flights.append(flight)
             try:
-                await self.store.append(entries, rows)
+                if self._fence is None:
+                    await self.store.append(entries, rows)
+                else:
+                    await self._append_fenced(entries, rows)
             except StoreError as e:
                 flights.clear()
                 if self.failed is None:  # the writes behind it fail too: report the first
@@ -195,16 +223,60 @@ class Committer:
             self._release()
             self._woken = woken
 
+    async def _append_fenced(self, entries: list[Entry], rows: list[RunRow]) -> None:
+        """One append per shard, each under its lease; a lost shard's part is lost alone."""
+        fence, shard_of = self._fence, self._shard_of
+        assert fence is not None
+        parts: dict[int, tuple[list[Entry], list[RunRow]]] = {}
+        for e in entries:
+            parts.setdefault(shard_of(e.id), ([], []))[0].append(e)
+        for r in rows:
+            parts.setdefault(shard_of(r.id), ([], []))[1].append(r)
+        lost: list[int] = []
+        sent: list[tuple[int, list[Entry]]] = []
+        appends = []
+        for shard, (es, rs) in parts.items():
+            epoch = fence(shard)
+            if epoch is None:
+                self._lose(es, StaleLease([shard]))
+                lost.append(shard)
+                continue
+            sent.append((shard, es))
+            appends.append(self.store.append(es, rs, fence={shard: epoch}))  # type: ignore[call-arg]
+        # Queued together, the store commits them in one transaction.
+        results = await asyncio.gather(*appends, return_exceptions=True)
+        error: BaseException | None = None
+        for (shard, es), result in zip(sent, results, strict=True):
+            if isinstance(result, StaleLease):
+                self._lose(es, result)
+                lost.append(shard)
+            elif isinstance(result, BaseException) and error is None:
+                error = result
+        if lost and self._on_stale is not None:
+            self._on_stale(lost)
+        if error is not None:
+            raise error
+
+    def _lose(self, entries: list[Entry], why: StaleLease) -> None:
+        for e in entries:
+            self._lost[e.lsn] = why
+
     def _release(self) -> None:
         durable = self.durable_lsn
         waiters = self._waiters
+        lost = self._lost
         while waiters and waiters[0][0] <= durable:
-            fut = heapq.heappop(waiters)[2]
+            lsn, _, fut = heapq.heappop(waiters)
             if not fut.done():
-                fut.set_result(None)
+                if lost and lsn in lost:
+                    fut.set_exception(lost[lsn])
+                else:
+                    fut.set_result(None)
         callbacks = self._callbacks
         while callbacks and callbacks[0][0] <= durable:
-            heapq.heappop(callbacks)[2]()
+            lsn, _, callback = heapq.heappop(callbacks)
+            if not (lost and lsn in lost):
+                callback()
 
     def _fail(self, error: StoreError) -> None:
         self.failed = error
@@ -244,3 +316,7 @@ class Committer:
             fut.cancel()
         self._waiters.clear()
         self._callbacks.clear()
+
+
+def _no_shard(id: str) -> int:
+    return 0

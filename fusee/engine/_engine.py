@@ -30,7 +30,9 @@ from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
 from fusee.engine._inbox import Inbox
 from fusee.engine._journal import decode_journal, end_record, end_value, no_run
+from fusee.engine._leases import Leases, default_worker, is_shared
 from fusee.engine._messages import Messages
+from fusee.engine._remote import Remote
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._state import RunState
@@ -95,6 +97,8 @@ class Engine:
         profile: str | None = None,
         watchdog: Any = "2s",
         hooks: Hooks | None = None,
+        lease: Any = "10s",
+        worker: str | None = None,
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -118,8 +122,23 @@ class Engine:
         if isinstance(self.clock, WallClock):
             self.clock.loop = self.loop
         self.committer = Committer(store, on_fail=self._store_failed)
+        # On a store several workers share, this engine serves the runs of the
+        # shards it leases (the store's shards, then), and reaches the others
+        # through the store's inbox.
+        self.leases: Leases | None = None
+        if is_shared(store):
+            self.leases = Leases(
+                self,
+                store,  # type: ignore[arg-type]
+                lease_s=parse_duration(lease),
+                owner=worker if worker is not None else default_worker(),
+            )
+            shards = self.leases.count
+            self.committer.fenced(self.leases.fence, self.leases.shard_of, self.lost_shards)
+        self.remote = Remote(store)
         self.host = EngineHost(self)
         self.runs = Runs(self, shards)
+        self.remote._workflows = self.workflows
         self.timers = Timers(
             self.clock, self.loop, self.runs.shard, self.runs.fire, self.runs.wake_soon
         )
@@ -153,12 +172,15 @@ class Engine:
         durability: str = "fsync",
         profile: str | None = None,
         watchdog: Any = "2s",
+        lease: Any = "10s",
+        worker: str | None = None,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
         Args:
             target: A directory (SQLite in that directory, the embedded
-                default) or ``"memory"`` (keeps nothing).
+                default), ``"memory"`` (keeps nothing) or a
+                ``postgresql://`` URL (a store several workers share).
             workflows: The workflows this engine runs.
             shards: How many shards the runs are spread over.
             park_after: How long a suspended run stays in memory.
@@ -167,6 +189,11 @@ class Engine:
                 when it waits or ends, reporting a difference at once.
             watchdog: Report workflow code that runs this long without
                 yielding (None: never).
+            lease: On a shared store, how long a shard lease lasts: a dead
+                worker's runs move to the others once it runs out.
+            worker: On a shared store, this worker's name (default: host,
+                process and a random part); a worker started again under
+                the same name takes its shards back at once.
 
         Example:
             >>> async def main() -> None:
@@ -192,8 +219,14 @@ class Engine:
             park_after=park_after,
             profile=profile,
             watchdog=watchdog,
+            lease=lease,
+            worker=worker,
         )
-        await engine.recover()
+        try:
+            await engine.recover()
+        except BaseException:
+            await engine.close()
+            raise
         return engine
 
     async def __aenter__(self) -> Engine:
@@ -212,7 +245,22 @@ class Engine:
         self.committer.start()
         if self.watchdog_s is not None and sys.gettrace() is None:
             self._watchdog = Watchdog(self.runs.all, self.watchdog_s, self._watchdog_report)
-        for row in await self.store.unfinished():
+        if self.leases is not None:
+            # Recovers the shards it takes, now and whenever it takes more.
+            await self.leases.start()
+        else:
+            await self.recover_shards(None)
+        self.inbox.start()
+
+    async def recover_shards(self, shards: set[int] | None) -> None:
+        """Picks up the unfinished runs of ``shards`` (None: of the whole store)."""
+        if shards is None:
+            rows = await self.store.unfinished()
+        else:
+            rows = await self.store.unfinished(shards=shards)  # type: ignore[call-arg]
+        for row in rows:
+            if self.runs.loaded(row.id) is not None or self.runs.is_loading(row.id):
+                continue
             if row.status == RunStatus.SUSPENDED:
                 self.runs.arm_wake(row)
             else:
@@ -223,10 +271,48 @@ class Engine:
         # `Done` is durable, in a later write: a row still "continued" at
         # open lost that write in a crash, so its next run starts now.
         for row in await self.store.list(status=RunStatus.CONTINUED):
+            if shards is not None and self.runs.shard_index(row.id) not in shards:
+                continue
             # Before anything else is served: a message to the id goes to
             # that next run.
             await self._continue(row)
-        self.inbox.start()
+
+    def owns(self, id: str) -> bool:
+        """Whether this engine serves run ``id`` (always, on a store it is alone on)."""
+        return self.leases is None or self.leases.owns(id)
+
+    def lost_shards(self, shards: list[int]) -> None:
+        """Another worker took ``shards`` over: their runs are dropped at once."""
+        assert self.leases is not None
+        lost = self.leases.lose(shards)
+        if lost:
+            log.warning(
+                "worker %s lost shards %s to another worker; their runs move there",
+                self.leases.owner,
+                ", ".join(str(s) for s in sorted(lost)),
+            )
+            self.drop_shards(lost)
+
+    def drop_shards(self, shards: Iterable[int]) -> None:
+        """Unloads the runs of ``shards`` (this engine no longer serves them).
+
+        Their steps in flight are abandoned (the next holder runs them again),
+        and whoever waits here for their results goes on waiting through the
+        store.
+        """
+        for index in shards:
+            shard = self.runs.shards[index]
+            for state in list(shard.runs.values()):
+                for t in state.steps:
+                    t.cancel()
+                if state.park_handle is not None:
+                    state.park_handle.cancel()
+                state.driver.close()
+                self.messages.release_updates_of(state)
+                for fut in self._results.pop(state.id, []):
+                    if not fut.done():
+                        fut.set_result(None)
+            shard.clear()
 
     def _watchdog_report(self, text: str) -> None:
         self.hooks.watchdog_reports.append(text)
@@ -267,12 +353,16 @@ class Engine:
             await asyncio.gather(*tasks, return_exceptions=True)
         await self.committer.close()
         self.runs.close_all()
+        if self.leases is not None:
+            await self.leases.stop()
         await self.store.close()
 
     def abandon(self) -> None:
         """Drops everything but the store, as a crash would (the test host's ``crash``)."""
         self._stop()
         self.committer.abandon()
+        if self.leases is not None:
+            self.leases.abandon()
         for task in list(self._tasks):
             task.cancel()
         for state in self.runs.all():
@@ -283,6 +373,7 @@ class Engine:
     def _stop(self) -> None:
         self.closed = True
         self.host.closed = True
+        self.remote._closed = True
         self.inbox.stop()
         # Stream readers and update callers of this engine hear that it
         # closed instead of waiting forever.
@@ -406,6 +497,11 @@ class Engine:
         wf = self.workflow(check_workflow(workflow))
         check_id(id, "a run")
         data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
+        if not self.owns(id):
+            await self.remote._call(
+                "start", id, {"workflow": wf.name, "input": data, "id_policy": id_policy.value}
+            )
+            return Run(self, id)
         starting = self._starting.get(id)
         if starting is not None:
             if id_policy is IdPolicy.ATTACH:
@@ -575,6 +671,10 @@ class Engine:
             >>> async def main(engine: Engine, token: str) -> None:
             ...     await engine.complete(token, {"approved": True})
         """
+        run_id = token.rsplit("/", 3)[0] if isinstance(token, str) else ""
+        if run_id and not self.owns(run_id):
+            await self.remote._complete(token, _codec.encode(value, name="the completion's value"))
+            return
         await self._check_completion(token, value)
         await self.messages.complete(token, value)
 
@@ -599,6 +699,8 @@ class Engine:
 
     async def _result(self, id: str) -> Any:
         while True:
+            if not self.owns(id):
+                return await self.remote._result(id)
             stuck = self._stuck.get(id)
             if stuck is not None:
                 raise stuck
@@ -660,6 +762,8 @@ class Engine:
         await self.messages.resume(id)
 
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
+        if not self.owns(id):
+            return self.remote._stream(id, name)
         return self.streams.read(id, name)
 
     async def _describe(self, id: str) -> RunInfo:

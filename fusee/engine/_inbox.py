@@ -33,7 +33,8 @@ from fusee import errors as _errors
 from fusee.engine._journal import decode_journal
 from fusee.engine._run import IdPolicy, dedup_key
 from fusee.errors import AlreadyExists, FuseeError, NotFound, PayloadError
-from fusee.record import Signal
+from fusee.machine import ChildCompleted
+from fusee.record import Child, Parent, Signal, Status
 from fusee.store import Command
 
 if TYPE_CHECKING:
@@ -200,8 +201,15 @@ class Inbox:
         store = engine.store
         next_forget = time.monotonic() + _FORGET_EVERY_S
         while not engine.closed:
+            leases = engine.leases
             try:
-                commands = await store.take_commands(_BATCH)
+                if leases is None:
+                    commands = await store.take_commands(_BATCH)
+                else:
+                    # Only those for runs this worker serves (and stops).
+                    commands = await store.take_commands(  # type: ignore[call-arg]
+                        _BATCH, shards=list(leases.held)
+                    )
             except Exception as e:  # the inbox outlives any one failure of its store
                 if engine.closed:
                     return
@@ -240,6 +248,10 @@ class Inbox:
         id = command.run_id
         if before is not None:
             await asyncio.wait((before,))
+        if command.kind != "stop" and not self._engine.owns(id):
+            # Its shard moved to another worker since it was taken: that
+            # worker takes it (unanswered) and applies it.
+            return
         fields: dict[str, Any]
         try:
             fields = await self._apply(command)
@@ -278,6 +290,24 @@ class Inbox:
         p = decode_payload(command.payload)
         id = command.run_id
         kind = command.kind
+        if kind == "start" and "parent" in p:
+            parent_id, parent_run, seq = p["parent"]
+            link = Parent(str(parent_id), int(parent_run), int(seq))
+            child = Child(
+                int(parent_run),
+                int(seq),
+                str(p["workflow"]),
+                id,
+                int(p.get("flags") or 0),
+                int(p.get("deadline_ms") or 0),
+                bytes(p["input"]),
+            )
+            await engine.messages.start_child_of(link, child, dropped=bool(p.get("dropped")))
+            return {"message": f"started child run {id!r} of {link.id!r}"}
+        if kind == "deliver":
+            completion = ChildCompleted(Status(int(p["status"])), bytes(p["payload"]))
+            await engine.runs.deliver(id, int(p["run"]), int(p["seq"]), completion)
+            return {"message": f"delivered a child's end to run {id!r}"}
         if kind == "start":
             wf = engine.workflow(str(p["workflow"]))
             value = wf.decode_input(bytes(p["input"]))
@@ -297,7 +327,8 @@ class Inbox:
             # applied again by the engine's next life signals once.
             dedup = int(p.get("dedup") or 0) or dedup_key(command.dedup or f"command/{command.id}")
             try:
-                await engine._signal(id, name, payload, dedup, None)
+                by = p.get("by")
+                await engine._signal(id, name, payload, dedup, bytes(by) if by else None)
             except FuseeError as e:
                 # A retry (the poster's, or this command taken again) after the
                 # run ended: delivered already, so applied, as a retry is.

@@ -89,6 +89,9 @@ class Messages:
         """
         engine = self._engine
         engine.check_open()
+        if not engine.owns(id):
+            await engine.remote._signal(id, name, payload, dedup, by)
+            return
         state = await self._target(id)
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, f"signal '{name}'")
@@ -155,15 +158,34 @@ class Messages:
 
     async def start_child(self, parent: RunState, rec: Child) -> None:
         """Starts child ``rec`` of ``parent`` (or finds it started), once ``rec`` is durable."""
-        await self._start_child(parent, rec)
+        link = Parent(parent.id, parent.run, rec.seq)
+        await self.start_child_of(link, rec, dropped=rec.seq in parent.dropped_children)
         # Only once the child's start is durable (a start cut short by a
         # close or crash stays in the outbox, for recovery to redo).
         self._engine.outbox_done(parent, rec.seq)
 
-    async def _start_child(self, parent: RunState, rec: Child) -> None:
+    async def start_child_of(self, link: Parent, rec: Child, *, dropped: bool = False) -> None:
+        """Starts child ``rec`` of the run ``link`` names (or finds it started).
+
+        ``dropped``: the parent cancelled it before its start was durable,
+        so it starts only if it had started already. A child of a shard
+        another worker holds is started by that worker, once (the command's
+        id is the parent's position).
+        """
         engine = self._engine
+        if not engine.owns(rec.id):
+            fields = {
+                "workflow": rec.wtype,
+                "input": rec.input,
+                "parent": [link.id, link.run, link.seq],
+                "flags": rec.flags,
+                "deadline_ms": rec.deadline_ms,
+                "dropped": dropped,
+            }
+            command_id = f"child/{link.id}/{link.run}/{link.seq}"
+            await engine.remote._call("start", rec.id, fields, command_id=command_id)
+            return
         runs = engine.runs
-        link = Parent(parent.id, parent.run, rec.seq)
         row = await engine.store.get(rec.id) if runs.loaded(rec.id) is None else None
         loaded = runs.loaded(rec.id)
         if loaded is not None or row is not None:
@@ -179,8 +201,8 @@ class Messages:
                 parent_of = first.parent if isinstance(first, Start) else None
             if parent_of != link:
                 runs.fire(
-                    parent.id,
-                    parent.run,
+                    link.id,
+                    link.run,
                     rec.seq,
                     ChildCompleted(
                         _FAILED,
@@ -193,18 +215,16 @@ class Messages:
             if row is not None and row.status in FINISHED_STATUSES and not rec.flags & DETACHED:
                 done = end_record(rec.id, row.run, entries)
                 if done is not None:
-                    runs.fire(
-                        parent.id, parent.run, rec.seq, ChildCompleted(done.status, done.payload)
-                    )
+                    runs.fire(link.id, link.run, rec.seq, ChildCompleted(done.status, done.payload))
             return
-        if rec.seq in parent.dropped_children:
+        if dropped:
             # Cancelled before its start was durable: it never starts.
             return
         wf = engine.workflows.get(rec.wtype)
         if wf is None:
             runs.fire(
-                parent.id,
-                parent.run,
+                link.id,
+                link.run,
                 rec.seq,
                 ChildCompleted(
                     _FAILED,
@@ -239,6 +259,8 @@ class Messages:
         """Asks run ``id``'s query handler (a finished run is replayed to ask it)."""
         engine = self._engine
         engine.check_open()
+        if not engine.owns(id):
+            return await engine.remote._query(id, name, arg)
         state = await engine.runs.wake(id)
         if state is not None and state.driver.end is None:
             return _codec.decode(state.driver.query(name, arg))
@@ -266,6 +288,8 @@ class Messages:
         """
         engine = self._engine
         engine.check_open()
+        if not engine.owns(id):
+            return await engine.remote._update(id, name, update_id, payload)
         state = await self._target(id)
         if state is None or state.driver.end is not None:
             if update_id is not None:
@@ -332,6 +356,9 @@ class Messages:
         """Cancels run ``id``; returns once the request is durable."""
         engine = self._engine
         engine.check_open()
+        if not engine.owns(id):
+            await engine.remote._cancel(id, reason)
+            return
         state = await self._target(id)
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, "cancel")
@@ -346,6 +373,9 @@ class Messages:
         """Gives run ``id``'s paused steps a fresh retry budget."""
         engine = self._engine
         engine.check_open()
+        if not engine.owns(id):
+            await engine.remote._resume(id)
+            return
         state = await engine.runs.wake(id)
         if state is None:
             return
@@ -364,6 +394,10 @@ class Messages:
             run_n, seq_n, attempt_n = int(run), int(seq), int(attempt)
         except (AttributeError, ValueError):
             raise ValueError(f"{token!r} is not an await_completion token") from None
+        if not engine.owns(id):
+            data = _codec.encode(value, name="the completion's value")
+            await engine.remote._complete(token, data)
+            return
         state = await engine.runs.wake(id)
         if state is None or state.run != run_n:
             return
@@ -377,6 +411,14 @@ class Messages:
         for state in self._engine.runs.all():
             for fut in list(state.updates):
                 _settle(fut, (Status.CANCELLED, closed))
+
+    def release_updates_of(self, state: RunState) -> None:
+        """Answers the update callers of ``state``'s run, which moves to another worker."""
+        moved = _codec.encode(
+            ["StaleLease", f"run '{state.id}' moved to another worker before the update's answer"]
+        )
+        for fut in list(state.updates):
+            _settle(fut, (Status.CANCELLED, moved))
 
 
 def _update_result(name: str, id: str, outcome: tuple[Status, bytes]) -> Any:

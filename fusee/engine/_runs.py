@@ -23,7 +23,7 @@ from fusee.engine._journal import decode_journal, no_run
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
 from fusee.errors import FuseeError, UnknownWorkflow
-from fusee.machine import Completion, OpKind
+from fusee.machine import ChildCompleted, Completion, OpKind
 from fusee.record import (
     Attempt,
     Attributes,
@@ -77,6 +77,10 @@ class Runs:
     def shard(self, id: str) -> Shard:
         """The shard of run ``id``."""
         return self.shards[shard_index(id, len(self.shards))]
+
+    def shard_index(self, id: str) -> int:
+        """The number of run ``id``'s shard."""
+        return shard_index(id, len(self.shards))
 
     def loaded(self, id: str) -> RunState | None:
         """The loaded state of run ``id``, or None (parked, ended, never seen)."""
@@ -296,7 +300,15 @@ class Runs:
         self._engine.spawn(self.deliver(id, run, seq, completion))
 
     async def deliver(self, id: str, run: int, seq: int, completion: Completion) -> None:
-        """`fire` for a run that may have to be woken first."""
+        """`fire` for a run that may have to be woken first (or that another worker serves)."""
+        engine = self._engine
+        if not engine.owns(id):
+            # Only a child's end reaches a run from another shard.
+            assert isinstance(completion, ChildCompleted)
+            fields: dict[str, Any] = {"run": run, "seq": seq, "status": int(completion.status)}
+            fields["payload"] = completion.payload
+            await engine.remote._post("deliver", id, fields, command_id=f"deliver/{id}/{run}/{seq}")
+            return
         state = await self.wake(id)
         if state is not None and state.run == run:
             state.driver.complete(seq, completion)

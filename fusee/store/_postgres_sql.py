@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from fusee.store._base import UNFINISHED_STATUSES, RunRow, _unpack_attributes
 
-FORMAT: Final = 2
+FORMAT: Final = 3
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -62,6 +62,7 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         f"INSERT INTO {s}.meta VALUES ('format', {FORMAT}), ('shards', {shards}),"
         " ('run_reserved', 0)",
         *_commands_sql(s),
+        *_workers_sql(s),
     )
 
 
@@ -77,11 +78,25 @@ def _commands_sql(s: str) -> tuple[str, ...]:
     )
 
 
+def _workers_sql(s: str) -> tuple[str, ...]:
+    # A command's shard routes it to the worker holding that shard; commands
+    # posted before format 3 have none, and any worker takes them.
+    return (
+        f"ALTER TABLE {s}.commands ADD COLUMN shard INT",
+        f"CREATE TABLE {s}.workers (owner TEXT PRIMARY KEY, lease_until TIMESTAMPTZ NOT NULL)",
+    )
+
+
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
-# schema): format 2 adds the commands inbox.
-_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {1: _commands_sql}
+# schema): format 2 adds the commands inbox, format 3 the workers and each
+# command's shard.
+_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {
+    1: _commands_sql,
+    2: _workers_sql,
+}
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
+_POSTED_COLUMNS: Final = f"{_COMMAND_COLUMNS}, shard"
 
 
 class _Sql:
@@ -124,7 +139,7 @@ class _Sql:
             f"UPDATE {q}.shard_leases AS l SET owner = $1, epoch = l.epoch + 1,"
             " lease_until = now() + make_interval(secs => $3)"
             f" FROM (SELECT shard FROM {q}.shard_leases"
-            " WHERE owner IS NULL OR lease_until < now()"
+            " WHERE owner IS NULL OR lease_until < now() OR (owner = $1 AND $4)"
             " ORDER BY shard LIMIT $2 FOR UPDATE SKIP LOCKED) AS free"
             " WHERE l.shard = free.shard RETURNING l.shard, l.epoch"
         )
@@ -135,6 +150,18 @@ class _Sql:
         self.release = (
             f"UPDATE {q}.shard_leases SET owner = NULL, epoch = epoch + 1,"
             " lease_until = '-infinity' WHERE owner = $1 AND shard = ANY($2::int[])"
+        )
+        # A worker counts as live while its row's lease runs; it renews it
+        # with its shards' leases, and deletes it when it stops.
+        self.join = (
+            f"WITH me AS (INSERT INTO {q}.workers VALUES ($1, now() + make_interval(secs => $2))"
+            " ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until)"
+            f" SELECT count(*) + 1 FROM {q}.workers WHERE owner <> $1 AND lease_until >= now()"
+        )
+        self.leave = f"DELETE FROM {q}.workers WHERE owner = $1"
+        self.max_lsn = (
+            "SELECT coalesce(max(m), 0) FROM unnest($1::int[]) AS s,"
+            f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s) AS x"
         )
         self.leases = (
             f"SELECT shard, owner, epoch, owner IS NOT NULL AND lease_until >= now()"
@@ -158,14 +185,16 @@ class _Sql:
         # One statement: the row and its NOTIFY commit together (a NOTIFY is
         # sent at commit), and only a row really inserted announces itself.
         self.post_command = (
-            f"WITH posted AS (INSERT INTO {q}.commands ({_COMMAND_COLUMNS})"
-            " VALUES ($1, $2, $3, $4, $5, $6, 0) ON CONFLICT (id) DO NOTHING RETURNING id)"
+            f"WITH posted AS (INSERT INTO {q}.commands ({_POSTED_COLUMNS})"
+            " VALUES ($1, $2, $3, $4, $5, $6, 0, $8) ON CONFLICT (id) DO NOTHING RETURNING id)"
             " SELECT pg_notify($7, '') FROM posted"
         )
         self.take_commands = (
             f"UPDATE {q}.commands SET attempts = attempts + 1 WHERE id IN"
             f" (SELECT id FROM {q}.commands WHERE answered_ms IS NULL"
-            " AND NOT (id = ANY($2::text[])) ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)"
+            " AND NOT (id = ANY($2::text[]))"
+            " AND ($3::int[] IS NULL OR shard IS NULL OR shard = ANY($3::int[]))"
+            " ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)"
             f" RETURNING seq, {_COMMAND_COLUMNS}"
         )
         self.answer_command = (

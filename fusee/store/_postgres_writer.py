@@ -31,7 +31,7 @@ class _Write:
     rows: builtins.list[tuple[Any, ...]]
     fence: tuple[tuple[int, int], ...]  # (shard, epoch), sorted
     fail: BaseException | None  # test hook: raised inside the transaction
-    max_lsn: int  # 0 when there are no entries
+    tops: dict[int, int]  # shard -> the write's highest LSN in it
     # The failures the caller had seen reported when it called (see `_serve`).
     epoch: int
     # Resolves with None or the error; never cancelled, so reads wait on it.
@@ -59,7 +59,8 @@ class _PostgresWriter(_PostgresErrors):
     _wake: asyncio.Event
     _stop: bool
     _last_lsn: int
-    _accepted_lsn: int
+    _accepted: dict[int, int]
+    _stored: dict[int, int]
     _inflight: int
     _tail: asyncio.Future[StoreError | None] | None
     _failures: int
@@ -73,18 +74,15 @@ class _PostgresWriter(_PostgresErrors):
         rows: builtins.list[tuple[Any, ...]],
         fence: tuple[tuple[int, int], ...],
         fail: BaseException | None,
-        max_lsn: int,
+        tops: dict[int, int],
     ) -> _Write:
         loop = self._loop
         assert loop is not None
         done: asyncio.Future[StoreError | None] = loop.create_future()
-        if max_lsn:
-            self._accepted_lsn = max_lsn
+        self._accepted.update(tops)
         self._inflight += 1
         self._tail = done
-        write = _Write(
-            entries, rows, fence, fail, max_lsn, self._failures, done, loop.create_future()
-        )
+        write = _Write(entries, rows, fence, fail, tops, self._failures, done, loop.create_future())
         self._queue.append(write)
         self._wake.set()
         return write
@@ -190,8 +188,9 @@ class _PostgresWriter(_PostgresErrors):
     ) -> None:
         for write, error in zip(writes, errors, strict=True):
             self._inflight -= 1
-            if error is None and write.max_lsn > self._last_lsn:
-                self._last_lsn = write.max_lsn
+            if error is None and write.tops:
+                self._stored.update(write.tops)
+                self._last_lsn = max(self._last_lsn, *write.tops.values())
             write.done.set_result(error)
             if not write.answer.done():  # its caller was cancelled
                 write.answer.set_result(error)
@@ -202,4 +201,4 @@ class _PostgresWriter(_PostgresErrors):
                     del pending[row[0]]
         if self._inflight == 0:
             # LSNs of failed appends were never stored: they may be used again.
-            self._accepted_lsn = self._last_lsn
+            self._accepted = dict(self._stored)

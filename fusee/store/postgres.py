@@ -192,8 +192,13 @@ class PostgresStore(_PostgresWriter):
         self._writer: asyncio.Task[None] | None = None
         self._stop = False
         self._last_lsn = 0
-        # Above every LSN stored or queued: what the next append must exceed.
-        self._accepted_lsn = 0
+        # LSNs increase per shard (a shard's records have one writer at a
+        # time; a worker that takes a shard over numbers past its last LSN,
+        # see `max_lsn`): every append's LSNs exceed the highest LSN at open
+        # and, per shard, every LSN stored or queued before.
+        self._floor_lsn = 0
+        self._accepted: dict[int, int] = {}
+        self._stored: dict[int, int] = {}
         self._inflight = 0
         self._tail: asyncio.Future[StoreError | None] | None = None
         self._failures = 0
@@ -295,7 +300,9 @@ class PostgresStore(_PostgresWriter):
             await self._close_pool()
             self._state = "closed"
             raise
-        self._last_lsn = self._accepted_lsn = last_lsn
+        self._last_lsn = self._floor_lsn = last_lsn
+        self._accepted = {}
+        self._stored = {}
         self._run_reserved = reserved
         self._run_next = reserved + 1
         self._taken = set()
@@ -492,10 +499,22 @@ class PostgresStore(_PostgresWriter):
         """
         self._check_writable()
         entries = tuple(entries)
-        last, packed = _check_batch(entries, runs, self._accepted_lsn)
+        _, packed = _check_batch(entries, runs, self._floor_lsn)
         if not entries and not runs:
             return
         shards = self._shards
+        accepted = self._accepted
+        tops: dict[int, int] = {}
+        for e in entries:
+            shard = shard_of(e.id, shards)
+            floor = accepted.get(shard, 0)
+            if e.lsn <= floor:
+                raise ValueError(
+                    f"entry LSN {e.lsn} does not exceed the store's last LSN {floor} in shard "
+                    f"{shard}; the engine must assign increasing LSNs above every one "
+                    "appended before to the shard"
+                )
+            tops[shard] = e.lsn
         rows = [
             (
                 r.id,
@@ -513,7 +532,7 @@ class PostgresStore(_PostgresWriter):
         ]
         fenced = tuple(sorted(fence.items())) if fence else ()
         fail, self._fail_next = self._fail_next, None
-        write = self._submit(entries, rows, fenced, fail, last if entries else 0)
+        write = self._submit(entries, rows, fenced, fail, tops)
         pending = self._pending
         for r in runs:
             pending[r.id] = (r, write.done)
@@ -616,14 +635,23 @@ class PostgresStore(_PostgresWriter):
             command.dedup,
             command.created_ms,
         )
+        # A stop is for whichever worker takes it; the rest go to their run's shard's owner.
+        shard = shard_of(command.run_id, self._shards) if command.kind != "stop" else None
         await self._query(
-            lambda conn: conn.execute(self._sql.post_command, *values, self.channel),
+            lambda conn: conn.execute(self._sql.post_command, *values, self.channel, shard),
             "posting a command to",
         )
         return command.id
 
-    async def take_commands(self, limit: int = 100) -> builtins.list[Command]:
+    async def take_commands(
+        self, limit: int = 100, *, shards: Collection[int] | None = None
+    ) -> builtins.list[Command]:
         """The unanswered commands not taken since `open`, oldest first, each counted taken.
+
+        Args:
+            limit: At most this many.
+            shards: Only commands for runs of these shards (the shards a
+                worker holds) and those for any worker; None for all.
 
         Raises:
             StoreError: A read-only, client or closed store, or the server failed.
@@ -636,8 +664,10 @@ class PostgresStore(_PostgresWriter):
         """
         self._check_writable()
         taken = builtins.list(self._taken)
+        wanted = None if shards is None else sorted(set(shards))
         rows = await self._query(
-            lambda conn: conn.fetch(self._sql.take_commands, limit, taken), "taking commands from"
+            lambda conn: conn.fetch(self._sql.take_commands, limit, taken, wanted),
+            "taking commands from",
         )
         rows = sorted(rows, key=lambda r: r[0])
         self._taken.update(r[1] for r in rows)
@@ -753,8 +783,14 @@ class PostgresStore(_PostgresWriter):
 
     # -- shard leases ------------------------------------------------------------------
 
-    async def acquire_shards(self, owner: str, want: int, lease_s: float) -> dict[int, int]:
+    async def acquire_shards(
+        self, owner: str, want: int, lease_s: float, *, reclaim: bool = False
+    ) -> dict[int, int]:
         """Takes up to ``want`` shards that are free or whose lease ran out.
+
+        With ``reclaim``, shards ``owner`` still holds are taken again too:
+        a worker that restarts under the same name takes its shards back at
+        once, and the new epochs fence off writes of its previous life.
 
         Each shard taken gets a new epoch (its previous holder's fenced writes
         are refused from then on) and a lease until the database's
@@ -780,7 +816,7 @@ class PostgresStore(_PostgresWriter):
         if want <= 0:
             return {}
         taken = await self._query(
-            lambda conn: conn.fetch(self._sql.acquire, owner, want, float(lease_s)),
+            lambda conn: conn.fetch(self._sql.acquire, owner, want, float(lease_s), reclaim),
             "writing to",
         )
         return {int(r[0]): int(r[1]) for r in taken}
@@ -833,6 +869,53 @@ class PostgresStore(_PostgresWriter):
             await self._query(
                 lambda conn: conn.execute(self._sql.release, owner, wanted), "writing to"
             )
+
+    async def join(self, owner: str, lease_s: float) -> int:
+        """Counts ``owner`` live for ``lease_s`` more seconds; returns how many workers are live.
+
+        Workers call it with each renewal: the count is what a fair share
+        of the shards is reckoned from.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").join("w1", 10))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        _check_lease(owner, lease_s)
+        self._check_writable()
+        live = await self._query(
+            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s)), "writing to"
+        )
+        return int(live)
+
+    async def leave(self, owner: str) -> None:
+        """Stops counting ``owner`` as a live worker (it stops).
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").leave("w1"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        _check_lease(owner, 1.0)
+        self._check_writable()
+        await self._query(lambda conn: conn.execute(self._sql.leave, owner), "writing to")
+
+    async def max_lsn(self, shards: Iterable[int]) -> int:
+        """The highest LSN stored in ``shards`` (0 when they hold none).
+
+        A worker that takes shards over numbers its records past it.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").max_lsn([1, 2]))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        wanted = sorted(set(shards))
+        found = await self._query(lambda conn: conn.fetchval(self._sql.max_lsn, wanted), "reading")
+        return int(found)
 
     async def leases(self) -> dict[int, tuple[str | None, int, bool]]:
         """Every shard's lease: ``shard -> (owner, epoch, live)``, by the database's clock.

@@ -95,10 +95,12 @@ class HeldWrites:
         self.waiting = asyncio.Event()  # an append is held
         self.writes = 0
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+    async def append(
+        self, entries: Sequence[Entry], runs: Sequence[RunRow] = (), **fence: Any
+    ) -> None:
         self.waiting.set()
         await self.released.wait()
-        await self.real(entries, runs)
+        await self.real(entries, runs, **fence)
         self.writes += 1
 
     def release(self) -> None:

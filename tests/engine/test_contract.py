@@ -57,14 +57,14 @@ async def test_a_send_whose_delivery_a_crash_lost_is_delivered_on_recovery(host:
         real = store.append
         dropped: list[Entry] = []
 
-        async def lose_the_signal(entries: Any, runs: Any = ()) -> None:
+        async def lose_the_signal(entries: Any, runs: Any = (), **fence: Any) -> None:
             # The sender's records reach the disk; the target's signal does not
             # (the process dies between the two writes).
             for e in entries:
                 if e.id == "l-1" and isinstance(decode(e.data), Signal):
                     dropped.append(e)
                     raise fusee.StoreError("simulated crash before the signal was written")
-            await real(entries, runs)
+            await real(entries, runs, **fence)
 
         store.append = lose_the_signal  # type: ignore[method-assign]
         run = await t.start(sender, "s-1", "l-1")

@@ -149,11 +149,13 @@ class _FailingWrites:
         self.real = store.append
         self.failed = 0
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+    async def append(
+        self, entries: Sequence[Entry], runs: Sequence[RunRow] = (), **fence: Any
+    ) -> None:
         if self.fails([decode(e.data) for e in entries]):
             self.failed += 1
             raise fusee.StoreError("simulated crash before this write")
-        await self.real(entries, runs)
+        await self.real(entries, runs, **fence)
 
     def __enter__(self) -> _FailingWrites:
         self.store.append = self.append  # type: ignore[method-assign]

@@ -273,7 +273,9 @@ async def test_a_format_1_postgres_store_gains_the_inbox_when_it_opens(
     await store.close()
     conn = await asyncpg.connect(postgres_cluster.dsn)
     try:
+        # Format 1: no inbox, no workers table.
         await conn.execute(f'DROP TABLE "{store.schema}".commands')
+        await conn.execute(f'DROP TABLE "{store.schema}".workers')
         await conn.execute(f"UPDATE \"{store.schema}\".meta SET value = 1 WHERE key = 'format'")
     finally:
         await conn.close()

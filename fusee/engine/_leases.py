@@ -1,0 +1,247 @@
+"""Shard leases: which runs of a store shared by several workers this engine serves.
+
+On a shared store (Postgres) every run belongs to a shard (`shard_index`,
+the store's rule), and a worker serves the runs of the shards it holds by
+lease, each with an epoch, timed by the database's clock. Every
+`Leases.interval` a worker renews its leases and its membership, reckons
+its fair share from the live workers (the shard count divided by them,
+rounded up), takes free or expired shards up to it and gives back those
+above it. A shard it takes it recovers from the journals; a shard it gives
+back it first makes durable; a shard it loses (a renewal that finds it
+taken over, a write refused with `fusee.StaleLease`) it drops at once.
+
+The rule: the engine writes a shard's records only under its lease (the
+committer fences every append with the shard's epoch, see `Leases.fence`),
+and hosts a run only while `Leases.owns` its id: a message to a run of
+another shard goes through the store's inbox to its owner
+(`fusee.engine._remote`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from fusee.engine._state import shard_index
+from fusee.errors import FuseeError
+
+if TYPE_CHECKING:
+    from fusee.engine._engine import Engine
+
+__all__ = ["LeasedStore", "Leases", "default_worker", "is_shared"]
+
+log = logging.getLogger("fusee")
+
+# A round at least this often: a dead worker's shards are taken over at
+# most this long after its lease ran out.
+_MAX_INTERVAL_S: Final = 1.0
+
+
+class LeasedStore(Protocol):
+    """What a store several workers share offers besides the `fusee.store.Store` protocol."""
+
+    @property
+    def shards(self) -> int: ...
+
+    async def acquire_shards(
+        self, owner: str, want: int, lease_s: float, *, reclaim: bool = False
+    ) -> dict[int, int]: ...
+
+    async def renew_shards(
+        self, owner: str, shards: Iterable[int], lease_s: float
+    ) -> dict[int, int]: ...
+
+    async def release_shards(self, owner: str, shards: Iterable[int]) -> None: ...
+
+    async def join(self, owner: str, lease_s: float) -> int: ...
+
+    async def leave(self, owner: str) -> None: ...
+
+    async def max_lsn(self, shards: Iterable[int]) -> int: ...
+
+
+def is_shared(store: object) -> bool:
+    """Whether ``store`` is shared by workers that lease its shards (Postgres).
+
+    Example:
+        >>> from fusee.store.memory import MemoryStore
+        >>> is_shared(MemoryStore())
+        False
+    """
+    return callable(getattr(store, "acquire_shards", None))
+
+
+def default_worker() -> str:
+    """A name for this worker: its host, its process and a random part.
+
+    Example:
+        >>> default_worker().count("/")
+        2
+    """
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+
+
+class Leases:
+    """The shards one engine holds on a shared store, kept by lease.
+
+    Args:
+        engine: The engine they serve.
+        store: Its shared store (open).
+        lease_s: A lease's length: a dead worker's shards move after it.
+        owner: This worker's name: a worker started again under the same
+            name takes its shards back at once.
+
+    Example:
+        >>> async def main(engine: Engine) -> bool:
+        ...     return engine.leases is None or engine.leases.owns("order-1")
+    """
+
+    def __init__(self, engine: Engine, store: LeasedStore, *, lease_s: float, owner: str) -> None:
+        if not lease_s > 0:
+            raise ValueError(f"a shard lease must last more than 0 s, not {lease_s!r}")
+        if not isinstance(owner, str) or not owner:
+            raise ValueError(f"a worker needs a non-empty str name, not {owner!r}")
+        self._engine = engine
+        self._store = store
+        self.lease_s = lease_s
+        self.owner = owner
+        self.count = store.shards
+        # A third of the lease: two renewals may fail before it runs out.
+        self.interval = min(lease_s / 3, _MAX_INTERVAL_S)
+        self.held: dict[int, int] = {}  # shard -> epoch
+        # Shards being given back: still written under their lease until released.
+        self._releasing: dict[int, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        # The keeper is told to stop, never cancelled: a query cut short
+        # leaves asyncpg a connection to clean up after the store closed.
+        self._stopping = asyncio.Event()
+        self._failing = False
+        self.rounds = 0
+
+    def owns(self, id: str) -> bool:
+        """Whether this engine serves run ``id`` (it holds the run's shard)."""
+        return shard_index(id, self.count) in self.held
+
+    def fence(self, shard: int) -> int | None:
+        """The epoch to write ``shard``'s records under; None when it is not held."""
+        epoch = self.held.get(shard)
+        return epoch if epoch is not None else self._releasing.get(shard)
+
+    def shard_of(self, id: str) -> int:
+        """Run ``id``'s shard."""
+        return shard_index(id, self.count)
+
+    async def start(self) -> None:
+        """Takes a first share (recovering its runs), then keeps the leases in the background."""
+        await self._round(first=True)
+        self._task = asyncio.get_running_loop().create_task(self._keep(), name="fusee-leases")
+
+    async def _keep(self) -> None:
+        stopping = self._stopping
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.interval)
+            if stopping.is_set():
+                return
+            try:
+                await self._round()
+            except Exception as e:  # the leases outlive any one failure of the store
+                if stopping.is_set():
+                    return
+                if not self._failing:
+                    log.warning("renewing shard leases failed (retrying): %s", e)
+                    self._failing = True
+                continue
+            if self._failing:
+                log.warning("renewing shard leases works again")
+                self._failing = False
+
+    async def _round(self, *, first: bool = False) -> None:
+        store, engine = self._store, self._engine
+        self.rounds += 1
+        if self.held:
+            asked = dict(self.held)
+            kept = await store.renew_shards(self.owner, asked, self.lease_s)
+            lost = [s for s, epoch in asked.items() if kept.get(s) != epoch and s in self.held]
+            if lost:
+                engine.lost_shards(lost)
+        live = await store.join(self.owner, self.lease_s)
+        fair = -(-self.count // max(live, 1))
+        if len(self.held) < fair:
+            got = await store.acquire_shards(
+                self.owner, fair - len(self.held), self.lease_s, reclaim=first
+            )
+            if got:
+                await self._adopt(got)
+        elif len(self.held) > fair:
+            await self.give_back(sorted(self.held)[fair:])
+
+    async def _adopt(self, got: dict[int, int]) -> None:
+        engine = self._engine
+        # The previous holder's last records are the highest of those shards:
+        # this worker's records number past them, before it writes any.
+        engine.committer.advance(await self._store.max_lsn(got))
+        self.held.update(got)
+        log.info("worker %s took shards %s", self.owner, _names(got))
+        await engine.recover_shards(set(got))
+
+    async def give_back(self, shards: Iterable[int]) -> None:
+        """Makes ``shards``' records durable, drops their runs and releases their leases."""
+        engine = self._engine
+        wanted = [s for s in shards if s in self.held]
+        if not wanted:
+            return
+        for s in wanted:
+            self._releasing[s] = self.held.pop(s)
+        try:
+            # Messages to their runs go to the next holder from here on.
+            await engine.committer.flush()
+            engine.drop_shards(wanted)
+            await engine.committer.flush()
+            await self._store.release_shards(self.owner, wanted)
+            log.info("worker %s gave back shards %s", self.owner, _names(wanted))
+        finally:
+            for s in wanted:
+                self._releasing.pop(s, None)
+
+    def lose(self, shards: Iterable[int]) -> list[int]:
+        """Forgets ``shards`` (taken over by another worker); returns those it held."""
+        lost = [s for s in shards if s in self.held or s in self._releasing]
+        for s in lost:
+            self.held.pop(s, None)
+            self._releasing.pop(s, None)
+        return lost
+
+    async def stop(self) -> None:
+        """Stops renewing and gives every shard back at once (the engine closes)."""
+        task, self._task = self._task, None
+        self._stopping.set()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        held, self.held = sorted(self.held), {}
+        try:
+            if held:
+                await self._store.release_shards(self.owner, held)
+            await self._store.leave(self.owner)
+        except FuseeError as e:
+            log.warning(
+                "worker %s could not give its shards back (they move once their leases run "
+                "out): %s",
+                self.owner,
+                e,
+            )
+
+    def abandon(self) -> None:
+        """Stops renewing, leaving the leases to run out (a crash)."""
+        self._task = None
+        self._stopping.set()
+
+
+def _names(shards: Iterable[Any]) -> str:
+    return ", ".join(str(s) for s in sorted(shards))
