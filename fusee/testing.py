@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import uuid
 import contextlib
 import inspect
 import logging
 import textwrap
+import uuid
 from collections.abc import (
     AsyncIterator,
     Awaitable,

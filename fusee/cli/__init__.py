@@ -203,6 +203,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("modules", nargs="+", metavar="MODULE", help="dotted name or file path")
     p.add_argument("--durability", choices=["fsync", "none"], default="fsync", help="default fsync")
+    p.add_argument(
+        "--lease",
+        default="10s",
+        metavar="DURATION",
+        help="Postgres: how long a shard lease lasts; a dead worker's runs move after it "
+        "(default 10s)",
+    )
+    p.add_argument(
+        "--name",
+        metavar="NAME",
+        help="Postgres: this worker's name (default host/pid/random); restarted under the "
+        "same name, it takes its shards back at once",
+    )
     p.add_argument("--max-seconds", type=float, help=argparse.SUPPRESS)
     p.set_defaults(handler=worker_command)
 

@@ -145,7 +145,11 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
     with lock, _showing_logs(out):
         try:
             async with await Engine.open(
-                target, workflows=workflows, durability=args.durability
+                target,
+                workflows=workflows,
+                durability=args.durability,
+                lease=args.lease,
+                worker=args.name,
             ) as engine:
                 # Before the first await: the inbox's first command sees them.
                 engine.inbox.check_signal = signal_checker(signals)
@@ -170,12 +174,19 @@ async def _serve(
     if threading.current_thread() is threading.main_thread():
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGTERM, terminated.set)
-    unfinished = len(await engine.store.unfinished())
+    leases = engine.leases
+    if leases is None:
+        recovered = f"{len(await engine.store.unfinished())} unfinished run(s) recovered"
+    else:
+        recovered = (
+            f"worker {leases.owner} holds {len(leases.held)} of {leases.count} shards "
+            "(the others' workers serve the rest)"
+        )
     out.say(
         ("fusee worker", "bold"),
         f" (pid {os.getpid()}) on {_shown(engine, target)}: workflows "
         + ", ".join(wf.name for wf in workflows)
-        + f"; {unfinished} unfinished run(s) recovered; Ctrl-C stops it",
+        + f"; {recovered}; Ctrl-C stops it",
     )
     reporter = _Reporter(engine, out)
     await reporter.start()

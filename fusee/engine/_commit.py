@@ -169,11 +169,16 @@ class Committer:
         return not self._entries and not self._rows and not self._flights
 
     async def flush(self) -> None:
-        """Returns once everything appended so far is durable."""
-        await self.durable(self.lsn)
+        """Returns once everything appended so far is durable (or lost with its shard's lease)."""
+        await self._settled(self.lsn)
         while self._rows and self.failed is None:
-            await self.durable(self.lsn)
+            await self._settled(self.lsn)
             await asyncio.sleep(0)
+
+    async def _settled(self, lsn: int) -> None:
+        # What a lost lease refused is settled too: its run is dropped.
+        with contextlib.suppress(StaleLease):
+            await self.durable(lsn)
 
     def _wake(self) -> None:
         idle = self._idle

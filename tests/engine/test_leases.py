@@ -1,0 +1,251 @@
+"""Several engines on one Postgres store: shard leases, fencing, takeover and messages across.
+
+The engines here share one process (one event loop) but nothing else: each
+has its own store object, connections and leases, as workers on several
+machines do (tests/engine/test_workers.py runs them as processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+from _postgres import Cluster
+
+import fusee
+from fusee.engine import Engine
+from fusee.store.postgres import PostgresStore, shard_of
+
+pytestmark = pytest.mark.asyncio
+
+go = fusee.signal("go", int)
+LEASE = "1.5s"
+SHARDS = 16
+ran: list[str] = []
+
+
+@fusee.workflow("waiter")
+async def waiter(ctx: fusee.Ctx, n: int) -> int:
+    await ctx.step("first", lambda: ran.append(f"{ctx.info.id}/first"))
+    got = await ctx.wait_for(go) or 0
+    await ctx.step("second", lambda: ran.append(f"{ctx.info.id}/second"))
+    return n + got
+
+
+@fusee.workflow("pinger")
+async def pinger(ctx: fusee.Ctx, target: str) -> int:
+    ctx.send(target, go, 5)
+    return await ctx.child(waiter, f"{ctx.info.id}-kid", 100)
+
+
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [waiter, pinger]
+
+
+class Cluster2:
+    """Engines on one store (a schema of the session's server), opened and closed by the test."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.schema = cluster.new_name("leases_")
+        self.engines: list[Engine] = []
+
+    def store(self) -> PostgresStore:
+        return PostgresStore(self.cluster.dsn, schema=self.schema, shards=SHARDS, durability="none")
+
+    async def open(self, name: str, *, lease: str = LEASE) -> Engine:
+        store = self.store()
+        await store.open()
+        engine = Engine(store, WORKFLOWS, lease=lease, worker=name, watchdog=None)
+        await engine.recover()
+        self.engines.append(engine)
+        return engine
+
+    async def held(self) -> dict[str, int]:
+        """How many live leases each worker holds, by the database."""
+        store = self.store()
+        await store.open()
+        try:
+            counts: dict[str, int] = {}
+            for owner, _, live in (await store.leases()).values():
+                if owner is not None and live:
+                    counts[owner] = counts.get(owner, 0) + 1
+            return counts
+        finally:
+            await store.close()
+
+    async def close(self) -> None:
+        for engine in self.engines:
+            await engine.close()
+
+
+@pytest.fixture
+async def shared(postgres_cluster: Cluster) -> AsyncIterator[Cluster2]:
+    ran.clear()
+    c = Cluster2(postgres_cluster)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def eventually(check: Callable[[], Any], *, within_s: float = 15.0) -> Any:
+    """Polls ``check`` (sync or async) until it returns a truthy value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        assert loop.time() < deadline, "the condition did not come true in time"
+        await asyncio.sleep(0.05)
+
+
+def held(engine: Engine) -> dict[int, int]:
+    """The shards ``engine`` holds, with their epochs."""
+    assert engine.leases is not None
+    return engine.leases.held
+
+
+def ids_on(engine: Engine, count: int, prefix: str, *, owned: bool = True) -> list[str]:
+    """``count`` run ids whose shard ``engine`` holds (or, with ``owned=False``, does not)."""
+    assert engine.leases is not None
+    found: list[str] = []
+    n = 0
+    while len(found) < count:
+        id = f"{prefix}-{n}"
+        n += 1
+        if (shard_of(id, SHARDS) in engine.leases.held) == owned:
+            found.append(id)
+    return found
+
+
+async def balanced(shared: Cluster2, *names: str) -> bool:
+    held = await shared.held()
+    fair = -(-SHARDS // len(names))
+    return sorted(held) == sorted(names) and all(
+        SHARDS // len(names) <= held[n] <= fair for n in names
+    )
+
+
+async def test_one_engine_holds_every_shard_and_a_second_takes_half(shared: Cluster2) -> None:
+    a = await shared.open("a")
+    assert a.leases is not None
+    assert len(a.leases.held) == SHARDS
+    b = await shared.open("b")
+    await eventually(lambda: balanced(shared, "a", "b"))
+    assert b.leases is not None
+    assert a.leases is not None
+    assert not set(a.leases.held) & set(b.leases.held)
+
+
+async def test_a_stopping_engine_gives_its_shards_back_at_once(shared: Cluster2) -> None:
+    a = await shared.open("a")
+    b = await shared.open("b")
+    await eventually(lambda: balanced(shared, "a", "b"))
+    await b.close()
+    shared.engines.remove(b)
+    # Released, not left to run out: the other takes them within a round or two.
+    assert a.leases is not None
+    await eventually(lambda: len(held(a)) == SHARDS, within_s=3.0)
+
+
+async def test_runs_started_anywhere_run_on_their_shards_owner_with_signals_across(
+    shared: Cluster2,
+) -> None:
+    a = await shared.open("a")
+    b = await shared.open("b")
+    await eventually(lambda: balanced(shared, "a", "b"))
+    mine, theirs = ids_on(a, 5, "w"), ids_on(a, 5, "w", owned=False)
+    runs = [await a.start(waiter, id, i) for i, id in enumerate(mine + theirs)]
+    # Signals sent through the other engine, and from a run on each side.
+    for i, id in enumerate(mine + theirs):
+        engine = b if i % 2 else a
+        await engine.get(id).signal(go, 10)
+    assert [await r.result() for r in runs] == [i + 10 for i in range(10)]
+    assert sorted(ran) == sorted([f"{id}/{s}" for id in mine + theirs for s in ("first", "second")])
+    # Each run is hosted by its shard's owner only.
+    assert b.leases is not None
+    assert a.leases is not None
+    for id in mine:
+        assert shard_of(id, SHARDS) in a.leases.held
+    for id in theirs:
+        assert shard_of(id, SHARDS) in b.leases.held
+
+
+async def test_a_send_and_a_child_reach_runs_another_engine_serves(shared: Cluster2) -> None:
+    a = await shared.open("a")
+    b = await shared.open("b")
+    await eventually(lambda: balanced(shared, "a", "b"))
+    # A pinger on a's shards, its target and its child on b's.
+    for p in ids_on(a, 20, "p"):
+        if shard_of(f"{p}-kid", SHARDS) not in a.leases.held:  # type: ignore[union-attr]
+            pinger_id = p
+            break
+    (target_id,) = ids_on(a, 1, "t", owned=False)
+    target = await b.start(waiter, target_id, 1)
+    run = await a.start(pinger, pinger_id, target_id)
+    assert await target.result() == 6
+    await b.get(f"{pinger_id}-kid").signal(go, 1)
+    assert await run.result() == 101
+    # Described alike from either engine.
+    assert (await a.get(target_id).describe()).status == "completed"
+    assert (await b.get(pinger_id).describe()).status == "completed"
+
+
+async def test_a_crashed_engines_runs_move_once_its_lease_runs_out(shared: Cluster2) -> None:
+    a = await shared.open("a")
+    b = await shared.open("b")
+    await eventually(lambda: balanced(shared, "a", "b"))
+    ids = ids_on(a, 6, "c")
+    runs = [await a.start(waiter, id, i) for i, id in enumerate(ids)]
+    await eventually(lambda: sum(r.endswith("/first") for r in ran) == len(ids))
+    a.abandon()  # a crash: no lease given back
+    shared.engines.remove(a)
+    await a.store.close()
+    loop = asyncio.get_running_loop()
+    crashed = loop.time()
+    assert b.leases is not None
+    await eventually(lambda: len(held(b)) == SHARDS)
+    # Within the lease and one round of the survivor.
+    assert loop.time() - crashed <= 1.5 + b.leases.interval + 1.0
+    for id in ids:
+        await b.get(id).signal(go, 1)
+    assert [await b.get(r.id).result() for r in runs] == [i + 1 for i in range(len(ids))]
+    # The first steps were recorded before the crash: none ran again.
+    assert sorted(ran) == sorted([f"{id}/{s}" for id in ids for s in ("first", "second")])
+
+
+async def test_a_write_under_a_taken_over_lease_is_refused_and_its_runs_dropped(
+    shared: Cluster2, postgres_cluster: Cluster
+) -> None:
+    a = await shared.open("a", lease="30s")
+    (id,) = ids_on(a, 1, "f")
+    run = await a.start(waiter, id, 1)
+    await eventually(lambda: f"{id}/first" in ran)
+    shard = shard_of(id, SHARDS)
+    # Another worker takes the shard over (its lease ran out, say).
+    conn = await asyncpg.connect(postgres_cluster.dsn)
+    try:
+        await conn.execute(
+            f'UPDATE "{shared.schema}".shard_leases SET owner = $1, epoch = epoch + 1'
+            " WHERE shard = $2",
+            "thief",
+            shard,
+        )
+    finally:
+        await conn.close()
+    before = len(await a.store.load(id))
+    with contextlib.suppress(fusee.StaleLease):
+        await a.get(id).signal(go, 1)
+    assert a.leases is not None
+    await eventually(lambda: shard not in held(a))
+    assert a.runs.loaded(id) is None
+    # Nothing of the refused write is stored.
+    assert len(await a.store.load(id)) == before
+    assert (await run.describe()).status in ("running", "suspended")
