@@ -238,7 +238,7 @@ class Committer:
         for r in rows:
             parts.setdefault(shard_of(r.id), ([], []))[1].append(r)
         lost: list[int] = []
-        sent: list[tuple[int, list[Entry]]] = []
+        sent: list[tuple[int, int, list[Entry]]] = []
         appends = []
         for shard, (es, rs) in parts.items():
             epoch = fence(shard)
@@ -246,15 +246,18 @@ class Committer:
                 self._lose(es, StaleLease([shard]))
                 lost.append(shard)
                 continue
-            sent.append((shard, es))
+            sent.append((shard, epoch, es))
             appends.append(self.store.append(es, rs, fence={shard: epoch}))  # type: ignore[call-arg]
         # Queued together, the store commits them in one transaction.
         results = await asyncio.gather(*appends, return_exceptions=True)
         error: BaseException | None = None
-        for (shard, es), result in zip(sent, results, strict=True):
+        for (shard, epoch, es), result in zip(sent, results, strict=True):
             if isinstance(result, StaleLease):
                 self._lose(es, result)
-                lost.append(shard)
+                # Refused under an epoch since replaced (the shard was lost,
+                # then taken again): the runs of that life are gone already.
+                if fence(shard) in (epoch, None):
+                    lost.append(shard)
             elif isinstance(result, BaseException) and error is None:
                 error = result
         if lost and self._on_stale is not None:

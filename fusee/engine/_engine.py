@@ -17,7 +17,7 @@ import collections
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fusee import _codec
@@ -291,9 +291,10 @@ class Engine:
                 self.leases.owner,
                 ", ".join(str(s) for s in sorted(lost)),
             )
-            self.drop_shards(lost)
+        # A run loaded while its shard was being given back is dropped too.
+        self.drop_shards(shards)
 
-    def drop_shards(self, shards: Iterable[int]) -> None:
+    def drop_shards(self, shards: Collection[int]) -> None:
         """Unloads the runs of ``shards`` (this engine no longer serves them).
 
         Their steps in flight are abandoned (the next holder runs them again),
@@ -309,10 +310,14 @@ class Engine:
                     state.park_handle.cancel()
                 state.driver.close()
                 self.messages.release_updates_of(state)
-                for fut in self._results.pop(state.id, []):
-                    if not fut.done():
-                        fut.set_result(None)
             shard.clear()
+        # Whoever waits here for a result of those shards' runs waits through
+        # the store from now on (`_result` looks again).
+        dropped = set(shards)
+        for id in [id for id in self._results if self.runs.shard_index(id) in dropped]:
+            for fut in self._results.pop(id):
+                if not fut.done():
+                    fut.set_result(None)
 
     def _watchdog_report(self, text: str) -> None:
         self.hooks.watchdog_reports.append(text)

@@ -213,7 +213,7 @@ class Inbox:
             except Exception as e:  # the inbox outlives any one failure of its store
                 if engine.closed:
                     return
-                log.error("taking commands from the store failed; retrying: %s", e)
+                log.warning("taking commands from the store failed; retrying: %s", e)
                 await asyncio.sleep(_IDLE_S)
                 continue
             for command in commands:

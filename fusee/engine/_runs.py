@@ -22,7 +22,7 @@ from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._journal import decode_journal, no_run
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
-from fusee.errors import FuseeError, UnknownWorkflow
+from fusee.errors import FuseeError, StaleLease, UnknownWorkflow
 from fusee.machine import ChildCompleted, Completion, OpKind
 from fusee.record import (
     Attempt,
@@ -161,9 +161,10 @@ class Runs:
         except BaseException as e:
             fut.set_exception(e)
             fut.exception()
-            if isinstance(e, FuseeError):
+            if isinstance(e, FuseeError) and not isinstance(e, StaleLease):
                 # The run cannot be loaded: whoever waits for its result
-                # hears why instead of waiting forever.
+                # hears why instead of waiting forever (a run that moved to
+                # another worker is waited for there: `Engine.drop_shards`).
                 engine.fail_waiters(id, e)
             raise
         else:
@@ -186,6 +187,9 @@ class Runs:
         if wf is None:
             raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))
         entries = await engine.store.load(id, row.run)
+        if not engine.owns(id):
+            # Its shard moved to another worker while it was being read.
+            raise StaleLease([self.shard_index(id)])
         records = through_end(decode_journal(id, row.run, entries))
         engine.timers.disarm(id, -1)
         state = self.make_state(wf, records, entries[-1][0])
