@@ -185,7 +185,12 @@ class Cluster:
 
     def restart(self) -> None:
         """Stops the server (fast: connections are cut) and starts it on the same port."""
-        self._run("pg_ctl", "-D", str(self.data), "-w", "-m", "fast", "restart")
+        # With its log file, as `start` has: a server writing to pg_ctl's own
+        # output would hold the pipe open, and this would wait forever.
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w",
+            "-t", str(_WAIT_S), "-m", "fast", "restart",
+        )  # fmt: skip
 
     def stop(self) -> None:
         """Stops the server (if running) and removes the directory; safe to call twice."""

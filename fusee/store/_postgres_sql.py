@@ -112,6 +112,11 @@ class _Sql:
             f"INSERT INTO {q}.journal (shard, lsn, id, run, data) SELECT * FROM"
             " unnest($1::int[], $2::bigint[], $3::text[], $4::bigint[], $5::bytea[])"
         )
+        self.count_entries = (
+            f"SELECT count(*) FROM {q}.journal AS j"
+            " JOIN unnest($1::int[], $2::bigint[]) AS k(shard, lsn)"
+            " ON j.shard = k.shard AND j.lsn = k.lsn"
+        )
         self.upsert_rows = (
             f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, finished_ms,"
             " wake_ms, attributes, parent) SELECT * FROM unnest($1::text[], $2::int[],"

@@ -12,15 +12,20 @@ from __future__ import annotations
 import asyncio
 import builtins
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from fusee.errors import StaleLease, StoreError
 from fusee.store._base import Entry, RunRow
-from fusee.store._postgres_errors import _fails_every_write, _PostgresErrors
+from fusee.store._postgres_errors import _fails_every_write, _is_connection_lost, _PostgresErrors
 from fusee.store._postgres_sql import _Sql, shard_of
 
 if TYPE_CHECKING:
     import asyncpg
+
+
+# How long a commit waits for a server that went away (a restart) before
+# its caller hears of the failure.
+_RECONNECT_S: Final = 30.0
 
 
 @dataclass(slots=True)
@@ -113,7 +118,7 @@ class _PostgresWriter(_PostgresErrors):
         if not writes:
             return errors
         try:
-            await self._commit(writes)
+            await self._commit_surviving(writes)
             return errors + [None] * len(writes)
         except _Stale as e:
             lost = e.pairs
@@ -131,13 +136,69 @@ class _PostgresWriter(_PostgresErrors):
                 errors.append(StaleLease(shard for shard, _ in lost.intersection(write.fence)))
                 continue
             try:
-                await self._commit([write])
+                await self._commit_surviving([write])
                 errors.append(None)
             except _Stale as e:
                 errors.append(StaleLease(shard for shard, _ in e.pairs))
             except Exception as e:
                 errors.append(self._failure(e))
         return errors
+
+    async def _commit_surviving(self, writes: builtins.list[_Write]) -> None:
+        """`_commit`, through a lost connection: a server restart, a dropped link.
+
+        A connection lost before the commit's answer leaves it unknown
+        whether the transaction committed: once the server answers again,
+        the write's records are looked up, and the transaction is sent
+        again only if they are not there (so it is never stored twice).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _RECONNECT_S
+        delay = 0.05
+        try:
+            await self._commit(writes)
+            return
+        except Exception as e:
+            if not _is_connection_lost(e):
+                raise
+            lost: BaseException = e
+        while True:
+            if loop.time() >= deadline or self._stop:
+                raise lost
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            try:
+                if await self._landed(writes):
+                    self._transactions += 1
+                    return
+                await self._commit(writes)
+                return
+            except Exception as e:
+                if not _is_connection_lost(e):
+                    raise
+                lost = e
+
+    async def _landed(self, writes: builtins.list[_Write]) -> bool:
+        """Whether the journal holds the records of ``writes`` (a commit whose answer was lost)."""
+        entries = [e for w in writes for e in w.entries]
+        if not entries:
+            return False  # rows only: writing them again changes nothing
+        shards = self._shards
+        assert self._pool is not None
+        async with self._pool.acquire() as conn:
+            found = await conn.fetchval(
+                self._sql.count_entries,
+                [shard_of(e.id, shards) for e in entries],
+                [e.lsn for e in entries],
+            )
+        if found == len(entries):
+            return True
+        if found == 0:
+            return False
+        raise StoreError(
+            f"a commit lost with its connection stored {found} of its {len(entries)} records; "
+            "the store is damaged: run `fusee check`"
+        )
 
     async def _commit(self, writes: builtins.list[_Write]) -> None:
         sql = self._sql

@@ -238,3 +238,23 @@ async def _two_share(db: Database) -> bool:
 async def _all_held_by(db: Database, name: str) -> bool:
     owners = await db.owners()
     return owners == collections.Counter({name: 64})
+
+
+async def test_a_server_restart_mid_run_loses_nothing_acknowledged(
+    db: Database, postgres_cluster: Cluster
+) -> None:
+    await db.start("w1", lease="10s")
+    await db.start("w2", lease="10s")
+    ids = [f"r-{i}" for i in range(60)]
+    async with await fusee.Client.connect(db.url) as client:
+        runs: list[fusee.Run[Any]] = [await client.start("job", id, i) for i, id in enumerate(ids)]
+        for id in ids[:30]:
+            await client.get(id).signal(go, 1)
+        # The server restarts while the workers commit (fast shutdown: every
+        # connection is cut, a commit in flight with it).
+        await asyncio.to_thread(postgres_cluster.restart)
+        for id in ids[30:]:
+            await client.get(id).signal(go, 1)
+        results = [await asyncio.wait_for(r.result(), 120) for r in runs]
+    assert results == [i + 1 for i in range(60)]
+    await assert_one_record_per_step(db, ids)
