@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -191,11 +192,18 @@ async def test_a_send_and_a_child_reach_runs_another_engine_serves(shared: Clust
     target = await b.start(waiter, target_id, 1)
     run = await a.start(pinger, pinger_id, target_id)
     assert await target.result() == 6
-    await b.get(f"{pinger_id}-kid").signal(go, 1)
+    kid = f"{pinger_id}-kid"
+    await eventually(lambda: b.store.get(kid))  # started by b, on a's request
+    await b.get(kid).signal(go, 1)
     assert await run.result() == 101
-    # Described alike from either engine.
-    assert (await a.get(target_id).describe()).status == "completed"
-    assert (await b.get(pinger_id).describe()).status == "completed"
+    # Described alike from either engine (a run's row follows its end by at
+    # most one group commit of its owner).
+    for engine, id in ((a, target_id), (b, pinger_id), (a, pinger_id)):
+        await eventually(functools.partial(_completed, engine, id))
+
+
+async def _completed(engine: Engine, id: str) -> bool:
+    return (await engine.get(id).describe()).status == "completed"
 
 
 async def test_a_crashed_engines_runs_move_once_its_lease_runs_out(shared: Cluster2) -> None:
