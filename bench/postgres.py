@@ -131,15 +131,15 @@ def server_cpu_s(cluster: Cluster) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def owners(url: str) -> dict[int, str]:
-    """Each shard's live owner."""
+async def owners(url: str) -> dict[int, str | None]:
+    """Each shard's live owner (None: free, or its lease ran out), for every shard."""
     store = PostgresStore(url, readonly=True)
     await store.open()
     try:
         leases = await store.leases()
     finally:
         await store.close()
-    return {s: o for s, (o, _, live) in leases.items() if o is not None and live}
+    return {s: o if live else None for s, (o, _, live) in leases.items()}
 
 
 async def until(check: Callable[[], Any], what: str, within_s: float = 60.0) -> Any:
@@ -285,7 +285,7 @@ async def takeover(url: str, lease: str, runs: int, tmp: Path) -> float:
             await asyncio.gather(*(client.start("park", id, i) for i, id in enumerate(ids)))
             await until(lambda: len(ended("a")) == runs, "every run's first step")
             held = await owners(url)
-            count = len(held)
+            count = len(held)  # every shard, held or not: the shard count
             victim, survivor = crew
             theirs = [id for id in ids if held.get(shard_of(id, count)) == victim.name]
             killed_ns = time.time_ns()
