@@ -46,6 +46,7 @@ class Args:
     directory: str
     steps: int
     workflows: int
+    url: str = ""  # the database, for --store postgres
 
 
 def parse_args(argv: Sequence[str], *, workloads: Sequence[str], stores: Sequence[str]) -> Args:
@@ -65,10 +66,13 @@ def parse_args(argv: Sequence[str], *, workloads: Sequence[str], stores: Sequenc
     p.add_argument("--dir", required=True, help="a fresh, empty directory for the database")
     p.add_argument("--steps", type=int, required=True, help="steps per workflow (W3: gathered)")
     p.add_argument("--workflows", type=int, default=1, help="workflows started at once (W2)")
+    p.add_argument("--url", default="", help="the database's postgresql:// URL (--store postgres)")
     ns = p.parse_args(list(argv))
     if ns.steps < 1 or ns.workflows < 1:
         p.error("--steps and --workflows must be at least 1")
-    return Args(ns.workload, ns.store, ns.dir, ns.steps, ns.workflows)
+    if (ns.store == "postgres") != bool(ns.url):
+        p.error("--url goes with --store postgres, and --store postgres needs it")
+    return Args(ns.workload, ns.store, ns.dir, ns.steps, ns.workflows, ns.url)
 
 
 class StepClock:

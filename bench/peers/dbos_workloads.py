@@ -14,7 +14,14 @@ Cloud variables (the harness strips DBOS* from the environment), and DBOS
 3.4 has no admin server; the audit-hook guard from `_common` would stop
 anything that still tried.
 
+With ``--store postgres --url URL`` it runs on a Postgres system database
+instead (DBOS's ``system_database_url``; DBOS creates the database if it
+is not there, and talks to it through psycopg 3, which it installs), with
+its own pool and settings.
+
     bench/.venv-dbos/bin/python -m peers.dbos_workloads W1 --store sqlite --dir DIR --steps 1000
+    bench/.venv-dbos/bin/python -m peers.dbos_workloads W2 --store postgres --dir DIR \
+        --url postgresql://user:secret@127.0.0.1:5432/dbos_sys --steps 10 --workflows 200
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from peers._common import (
 )
 
 WORKLOADS = ("W1", "W2", "W3")
-STORES = ("sqlite",)
+STORES = ("sqlite", "postgres")
 DB_FILE = "dbos.sqlite"
 
 # Replaced after the warm-up, so only the timed run is counted.
@@ -135,6 +142,19 @@ def recorded_steps(db: Path) -> int:
     return int(row[0])
 
 
+def recorded_steps_postgres(url: str) -> int:
+    """Step records the timed run left in DBOS's Postgres system database."""
+    import psycopg  # DBOS's own driver, installed with it
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM dbos.operation_outputs WHERE workflow_uuid NOT LIKE %s",
+            (WARMUP_PREFIX + "%",),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def sqlite_settings(db: Path) -> str:
     # DBOS sets neither pragma, so a fresh connection shows what its own get.
     with sqlite3.connect(db) as conn:
@@ -151,7 +171,7 @@ async def main(argv: list[str]) -> None:
     db = Path(args.directory).resolve() / DB_FILE
     config: DBOSConfig = {
         "name": "fusee-peers-bench",
-        "system_database_url": f"sqlite:///{db}",
+        "system_database_url": args.url if args.store == "postgres" else f"sqlite:///{db}",
         # INFO logs a line per launch and recovery, never per step; turned
         # down anyway so neither side pays for console output.
         "log_level": "WARNING",
@@ -175,16 +195,20 @@ async def main(argv: list[str]) -> None:
     if args.workload == "W2":
         extra = latency_figures(clock.gaps_ms(args.workflows, args.steps))
     check_calls(clock, total)
-    recorded = recorded_steps(db)
+    postgres = args.store == "postgres"
+    recorded = recorded_steps_postgres(args.url) if postgres else recorded_steps(db)
     if recorded != total:
         raise RuntimeError(f"DBOS recorded {recorded} steps, expected {total}")
     meta: dict[str, Any] = {
         "system": "dbos",
         "version": importlib.metadata.version("dbos"),
         "sqlalchemy": importlib.metadata.version("sqlalchemy"),
-        "sqlite": f"{sqlite3.sqlite_version}, {sqlite_settings(db)}",
         "python": sys.version.split()[0],
     }
+    if postgres:
+        meta["psycopg"] = importlib.metadata.version("psycopg")
+    else:
+        meta["sqlite"] = f"{sqlite3.sqlite_version}, {sqlite_settings(db)}"
     emit(args, seconds, cpu_seconds, total, extra, meta)
 
 

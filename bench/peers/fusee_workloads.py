@@ -2,8 +2,9 @@
 
 Runs in the project's venv, one workload per process, written against the
 public API of DESIGN.md ("Public API"). Two stores: ``sqlite-fsync`` (the
-embedded default in the directory it is given, ``durability="fsync"``) and
-``memory``.
+embedded default in the directory it is given, ``durability="fsync"``),
+``memory``, and ``postgres`` (``--url``, ``durability="fsync"``: one worker
+on a Postgres database, run by bench/postgres.py).
 
 The API is reached through the `Fusee` protocol below rather than a plain
 ``import fusee``, so that this file type-checks before the engine exists;
@@ -38,7 +39,7 @@ from peers._common import (
 )
 
 WORKLOADS = ("W1", "W2", "W3")
-STORES = ("sqlite-fsync", "memory")
+STORES = ("sqlite-fsync", "memory", "postgres")
 
 T = TypeVar("T")
 
@@ -205,6 +206,9 @@ async def main(argv: list[str]) -> None:
     wf = define(fusee)
     if args.store == "memory":
         opening = fusee.Engine.open("memory", workflows=wf.all())
+    elif args.store == "postgres":
+        # One worker holding every shard of a fresh database (bench/postgres.py).
+        opening = fusee.Engine.open(args.url, workflows=wf.all(), durability="fsync")
     else:
         opening = fusee.Engine.open(args.directory, workflows=wf.all(), durability="fsync")
     async with await opening as engine:
