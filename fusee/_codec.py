@@ -282,6 +282,8 @@ def _default_other(o: object) -> object:
 
 
 _local = threading.local()
+_SCALARS_PACKED: Final = frozenset({type(None), bool, float, str, bytes})
+_pack_scalar = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 
 def encode(value: object, *, name: str = "value") -> bytes:
@@ -304,6 +306,14 @@ def encode(value: object, *, name: str = "value") -> bytes:
         >>> encode([1, "a", None])
         b'\\x93\\x01\\xa1a\\xc0'
     """
+    t = type(value)
+    if t in _SCALARS_PACKED or (t is int and _INT64_MIN <= value <= _UINT64_MAX):  # type: ignore[operator]
+        # A lone scalar never calls `_default`: the shared packer runs in one
+        # C call under the GIL, which no other thread can enter.
+        try:
+            return _pack_scalar(value)
+        except Exception as e:
+            raise _encode_error(value, name, e) from e
     # One Packer per thread: steps encode results on worker threads, and
     # `_default` runs Python code in the middle of a pack, where another
     # thread could otherwise take the GIL and write into the same buffer.
