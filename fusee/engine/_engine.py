@@ -13,6 +13,7 @@ depends on are durable; nothing else waits for the disk.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import logging
 import os
@@ -31,6 +32,7 @@ from fusee.engine._host import EngineHost
 from fusee.engine._inbox import Inbox
 from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._messages import Messages
+from fusee.engine._queues import Queues
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._state import RunState
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import WorkflowDef
+    from fusee._queue import Queue, QueueStats
 
 __all__ = ["Engine"]
 
@@ -95,6 +98,7 @@ class Engine:
         profile: str | None = None,
         watchdog: Any = "2s",
         hooks: Hooks | None = None,
+        queues: Iterable[Queue] = (),
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -139,6 +143,7 @@ class Engine:
         )
         self._watchdog: Watchdog | None = None
         self.inbox = Inbox(self)
+        self.queues = Queues(self, queues)
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -153,6 +158,7 @@ class Engine:
         durability: str = "fsync",
         profile: str | None = None,
         watchdog: Any = "2s",
+        queues: Iterable[Queue] = (),
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -167,6 +173,7 @@ class Engine:
                 when it waits or ends, reporting a difference at once.
             watchdog: Report workflow code that runs this long without
                 yielding (None: never).
+            queues: The `fusee.Queue` values runs may be started through.
 
         Example:
             >>> async def main() -> None:
@@ -192,6 +199,7 @@ class Engine:
             park_after=park_after,
             profile=profile,
             watchdog=watchdog,
+            queues=queues,
         )
         await engine.recover()
         return engine
@@ -213,6 +221,8 @@ class Engine:
         if self.watchdog_s is not None and sys.gettrace() is None:
             self._watchdog = Watchdog(self.runs.all, self.watchdog_s, self._watchdog_report)
         for row in await self.store.unfinished():
+            if row.status == RunStatus.QUEUED:
+                continue  # no code yet: `Queues.recover` admits it
             if row.status == RunStatus.SUSPENDED:
                 self.runs.arm_wake(row)
             else:
@@ -226,6 +236,7 @@ class Engine:
             # Before anything else is served: a message to the id goes to
             # that next run.
             await self._continue(row)
+        await self.queues.recover()
         self.inbox.start()
 
     def _watchdog_report(self, text: str) -> None:
@@ -333,6 +344,13 @@ class Engine:
             if not fut.done():
                 fut.set_result(None)
 
+    def result_ready(self, id: str) -> None:
+        """Run ``id`` ended outside a driver (a queued run cancelled): its waiters look again."""
+        self._ends.pop(id, None)
+        for fut in self._results.pop(id, []):
+            if not fut.done():
+                fut.set_result(None)
+
     def fail_waiters(self, id: str, error: BaseException) -> None:
         """The waiters of run ``id``'s result get ``error`` (it cannot be loaded)."""
         for waiter in self._results.pop(id, []):
@@ -369,14 +387,36 @@ class Engine:
         input: None = None,
         *,
         id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
-        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+        self,
+        workflow: WorkflowDef[I, T],
+        id: str,
+        input: I,
+        *,
+        id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
-        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+        self,
+        workflow: str,
+        id: str,
+        input: Any = None,
+        *,
+        id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[Any]: ...
 
     async def start(
@@ -386,14 +426,25 @@ class Engine:
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
+        queue: Queue | str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: Any = None,
     ) -> Run[Any]:
         """Starts a run of ``workflow`` with id ``id``; returns once its start is durable.
+
+        With ``queue`` (a `fusee.Queue` of this engine, or its name) the run
+        is ``queued`` until the queue admits it: lower ``priority`` first,
+        within the queue's limits (``per_key`` counts runs of one ``key``).
+        With ``debounce`` (a duration), a start of an id still queued
+        replaces its input and holds its admission back that long again.
 
         Raises:
             TypeError: ``workflow`` is not a `fusee.WorkflowDef` (decorate the
                 function with ``@fusee.workflow``) nor a workflow's name.
             ValueError: ``id`` is empty or not valid text.
             fusee.UnknownWorkflow: The engine was not given that workflow.
+            fusee.UnknownQueue: The engine was not given that queue.
             fusee.AlreadyExists: The id is taken (see `IdPolicy`).
             fusee.PayloadError: ``input`` cannot be encoded, or does not fit
                 the workflow's input type (nothing is recorded).
@@ -406,6 +457,18 @@ class Engine:
         wf = self.workflow(check_workflow(workflow))
         check_id(id, "a run")
         data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
+        if queue is not None or debounce is not None:
+            await self.queues.start(
+                wf,
+                id,
+                data,
+                queue=queue,
+                key=key,
+                priority=priority,
+                id_policy=IdPolicy(id_policy),
+                debounce=debounce,
+            )
+            return Run(self, id)
         starting = self._starting.get(id)
         if starting is not None:
             if id_policy is IdPolicy.ATTACH:
@@ -564,6 +627,17 @@ class Engine:
             if limit is not None and count >= limit:
                 return
 
+    async def queue_stats(self) -> builtins.list[QueueStats]:
+        """Queued and running runs per queue and per key, by queue name.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     for q in await engine.queue_stats():
+            ...         print(q.queue, q.queued, q.running)
+        """
+        self.check_open()
+        return await self.queues.stats()
+
     async def complete(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``.
 
@@ -654,6 +728,11 @@ class Engine:
         return await self.messages.update(id, name, update_id, payload)
 
     async def _cancel(self, id: str, reason: str) -> None:
+        if self.runs.loaded(id) is None and not self.runs.is_loading(id):
+            row = await self.store.get(id)
+            queued = row is not None and row.status == RunStatus.QUEUED
+            if queued and await self.queues.cancel(id, reason):
+                return
         await self.messages.cancel(id, reason)
 
     async def _resume(self, id: str) -> None:
@@ -726,6 +805,7 @@ class Engine:
                     unconsumed,
                 )
                 return
+            self.queues.ended(state.id)
             ends = self._ends
             ends[state.id] = (state.workflow, done)
             if len(ends) > _ENDS_KEPT:
