@@ -282,8 +282,18 @@ class Inbox:
             wf = engine.workflow(str(p["workflow"]))
             value = wf.decode_input(bytes(p["input"]))
             policy = IdPolicy(p.get("id_policy") or IdPolicy.REJECT.value)
+            debounce_ms = p.get("debounce_ms")
             try:
-                await engine.start(wf, id, value, id_policy=policy)
+                await engine.start(
+                    wf,
+                    id,
+                    value,
+                    id_policy=policy,
+                    queue=p.get("queue"),
+                    key=p.get("key"),
+                    priority=int(p.get("priority") or 0),
+                    debounce=None if debounce_ms is None else int(debounce_ms) / 1000,
+                )
             except AlreadyExists:
                 if command.attempt <= 1 or not await self._started_by_us(id, wf.name):
                     raise

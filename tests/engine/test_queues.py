@@ -9,18 +9,20 @@ runs running at once, and no step runs twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 from collections import Counter
+from collections.abc import AsyncIterator
 
 import pytest
 from _postgres import Cluster
 
 import fusee
 from fusee.engine._engine import Engine
-from fusee.store import PostgresStore
+from fusee.store import PostgresStore, SqliteStore, Store
 from fusee.testing import TestEngine
 
-from .conftest import Host, assert_steps_ran_once
+from .conftest import Host, Stores, assert_steps_ran_once
 
 pytestmark = pytest.mark.asyncio
 
@@ -281,3 +283,63 @@ async def test_two_engines_on_one_postgres_database_share_a_queue_s_concurrency(
     finally:
         for engine in engines:
             await engine.close()
+
+
+@contextlib.asynccontextmanager
+async def client_of(stores: Stores, store: Store) -> AsyncIterator[fusee.Client]:
+    """A Client beside the engine on ``store``, as a web app beside a worker would have."""
+    if isinstance(store, SqliteStore):
+        async with await fusee.Client.connect(store.path.parent, durability="none") as c:
+            yield c
+    elif isinstance(store, PostgresStore):
+        assert stores.postgres is not None
+        theirs = PostgresStore(stores.postgres.dsn, schema=store.schema, client=True)
+        await theirs.open()
+        try:
+            async with await fusee.Client.connect(theirs) as c:
+                yield c
+        finally:
+            await theirs.close()
+    else:
+        async with await fusee.Client.connect(store) as c:
+            yield c
+
+
+go = fusee.signal("go", int)
+
+
+@fusee.workflow("held")
+async def held(ctx: fusee.Ctx) -> int:
+    return await ctx.wait_for(go) or 0
+
+
+async def test_a_client_starts_runs_through_a_queue_and_reads_its_figures(
+    stores: Stores,
+) -> None:
+    q = fusee.Queue("jobs", concurrency=1, per_key=1)
+    store = stores.new()
+    await store.open()
+    engine = Engine(store, [held], queues=[q], watchdog=None)
+    await engine.recover()
+    try:
+        async with client_of(stores, store) as client:
+            first = await client.start(held, "c-1", queue=q, key="a")
+            second = await client.start("held", "c-2", queue="jobs", key="b", priority=1)
+            with pytest.raises(fusee.UnknownQueue, match="queue 'other' is not one of"):
+                await client.start(held, "c-3", queue="other")
+            while (await second.describe()).status != "queued" or (
+                await first.describe()
+            ).status == "queued":
+                await asyncio.sleep(0.01)
+            (stats,) = await client.queue_stats()
+            assert (stats.queue, stats.queued, stats.running) == ("jobs", 1, 1)
+            assert stats.keys == {"a": (0, 1), "b": (1, 0)}
+            await first.signal(go, 1)
+            assert await first.result() == 1
+            while (await second.describe()).status == "queued":
+                await asyncio.sleep(0.01)
+            await second.signal(go, 2)
+            assert await second.result() == 2
+            assert all(s.queued == 0 for s in await client.queue_stats())
+    finally:
+        await engine.close()
