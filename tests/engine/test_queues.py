@@ -324,7 +324,9 @@ async def test_a_client_starts_runs_through_a_queue_and_reads_its_figures(
     try:
         async with client_of(stores, store) as client:
             first = await client.start(held, "c-1", queue=q, key="a")
-            second = await client.start("held", "c-2", queue="jobs", key="b", priority=1)
+            second: fusee.Run[int] = await client.start(
+                "held", "c-2", queue="jobs", key="b", priority=1
+            )
             with pytest.raises(fusee.UnknownQueue, match="queue 'other' is not one of"):
                 await client.start(held, "c-3", queue="other")
             while (await second.describe()).status != "queued" or (
