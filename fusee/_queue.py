@@ -8,14 +8,14 @@ store's admission (`fusee.store._queues.plan_admission`), never here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fusee._durations import duration_ms
 from fusee.store._queues import QueueLimits
 
-__all__ = ["Queue", "QueueStats"]
+__all__ = ["Queue", "QueueStats", "stats_json"]
 
 
 def _bound(value: object, what: str) -> int | None:
@@ -95,3 +95,21 @@ class QueueStats:
     queued: int
     running: int
     keys: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def stats_json(stats: Iterable[QueueStats]) -> list[dict[str, Any]]:
+    """The figures as JSON values (``fusee queues --json``, ``GET /api/queues``).
+
+    Example:
+        >>> stats_json([QueueStats("q", 2, 1, {"k": (2, 1)})])
+        [{'queue': 'q', 'queued': 2, 'running': 1, 'keys': {'k': {'queued': 2, 'running': 1}}}]
+    """
+    return [
+        {
+            "queue": s.queue,
+            "queued": s.queued,
+            "running": s.running,
+            "keys": {k: {"queued": q, "running": r} for k, (q, r) in s.keys.items()},
+        }
+        for s in stats
+    ]
