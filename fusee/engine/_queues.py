@@ -82,6 +82,8 @@ class Queues:
         self._admitting: set[str] = set()
         self._again: set[str] = set()
         self._wakes: dict[str, tuple[int, TimerHandle]] = {}
+        # Ended runs whose slots the next admission of their queue frees.
+        self._released: dict[str, set[str]] = {}
         self._polls: set[str] = set()
         self.shared = "postgres" in type(engine.store).__module__
 
@@ -183,9 +185,15 @@ class Queues:
                 return
             while True:
                 self._again.discard(name)
-                admission = await engine.store.admit(
-                    q.limits, engine.clock.now_ms(), frozenset(engine.workflows)
-                )
+                released = self._released.pop(name, set())
+                try:
+                    admission = await engine.store.admit(
+                        q.limits, engine.clock.now_ms(), frozenset(engine.workflows), released
+                    )
+                except BaseException:
+                    # Freed by the next admission, or by recovery after a crash.
+                    self._released.setdefault(name, set()).update(released)
+                    raise
                 for item in admission.items:
                     self._run(item)
                 if admission.wake_ms is not None:
@@ -232,8 +240,12 @@ class Queues:
     def ended(self, id: str) -> None:
         """Run ``id``'s end is durable: the slot it held (if any) is freed."""
         name = self.admitted.pop(id, None)
-        # On a shared store another engine may have admitted it.
-        if name is not None or (self.shared and self.named):
+        if name is not None:
+            # In the admission it makes possible: one write for both.
+            self._released.setdefault(name, set()).add(id)
+            self.kick(name)
+        elif self.shared and self.named:
+            # On a shared store another engine may have admitted it.
             self._engine.spawn(self._release(id))
 
     async def _release(self, id: str) -> None:

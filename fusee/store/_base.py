@@ -369,7 +369,11 @@ class Store(Protocol):
         ...
 
     async def admit(
-        self, limits: QueueLimits, now_ms: int, workflows: Collection[str] | None = None
+        self,
+        limits: QueueLimits,
+        now_ms: int,
+        workflows: Collection[str] | None = None,
+        released: Collection[str] = (),
     ) -> Admission:
         """Admits, in one atomic write, what ``limits`` allow at ``now_ms``.
 
@@ -377,6 +381,9 @@ class Store(Protocol):
         are read inside the write that marks the admitted ones (see
         `fusee.store._queues.plan_admission`). ``workflows``: admit only
         items of these workflows (the ones the caller can run).
+        ``released``: ids of runs of this queue that ended, whose slots the
+        same write frees first (`release_queued` of each, without a write
+        of its own).
         """
         ...
 

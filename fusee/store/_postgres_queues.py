@@ -151,13 +151,24 @@ class PostgresQueues:
         return await self._in_transaction(write, "debouncing a queued run in")
 
     async def admit(
-        self, limits: QueueLimits, now_ms: int, workflows: Collection[str] | None = None
+        self,
+        limits: QueueLimits,
+        now_ms: int,
+        workflows: Collection[str] | None = None,
+        released: Collection[str] = (),
     ) -> Admission:
-        """Admits what ``limits`` allow at ``now_ms``, in one transaction (see the module)."""
+        """Frees ``released``'s slots, then admits what ``limits`` allow (see the module)."""
         q = self._q
         serialized = limits.shares_budget or limits.per_key is not None
 
         async def write(conn: asyncpg.Connection) -> Admission:
+            if released:
+                # Before the lock: freeing a slot only ever lets more in.
+                await conn.execute(
+                    f"UPDATE {q}.queue_items SET state = 'done'"
+                    " WHERE id = ANY($1::text[]) AND state = 'admitted'",
+                    list(released),
+                )
             if serialized:
                 await conn.execute(
                     f"INSERT INTO {q}.queues (name) VALUES ($1) ON CONFLICT DO NOTHING",

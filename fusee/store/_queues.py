@@ -260,10 +260,16 @@ class MemoryQueues:
         return True
 
     async def admit(
-        self, limits: QueueLimits, now_ms: int, workflows: Collection[str] | None = None
+        self,
+        limits: QueueLimits,
+        now_ms: int,
+        workflows: Collection[str] | None = None,
+        released: Collection[str] = (),
     ) -> Admission:
-        """Admits what ``limits`` allow at ``now_ms`` (`plan_admission`), in one step."""
+        """Frees ``released``'s slots, then admits what ``limits`` allow at ``now_ms``."""
         self._check_open()
+        for id in released:
+            await self.release_queued(id)
         items = [i for i in self._queue_items.values() if i.queue == limits.name]
         for item in items:
             if forgettable(item, now_ms, limits.rate_ms):

@@ -140,11 +140,20 @@ class SqliteQueues:
         return await self._in_writer(write)
 
     async def admit(
-        self, limits: QueueLimits, now_ms: int, workflows: Collection[str] | None = None
+        self,
+        limits: QueueLimits,
+        now_ms: int,
+        workflows: Collection[str] | None = None,
+        released: Collection[str] = (),
     ) -> Admission:
-        """Admits what ``limits`` allow at ``now_ms``, in one transaction."""
+        """Frees ``released``'s slots, then admits what ``limits`` allow, in one transaction."""
 
         def write(conn: sqlite3.Connection) -> Admission:
+            if released:
+                conn.executemany(
+                    "UPDATE queue_items SET state = 'done' WHERE id = ? AND state = 'admitted'",
+                    [(id,) for id in released],
+                )
             items = [
                 _item(v)
                 for v in conn.execute(

@@ -203,9 +203,13 @@ class FaultyStore:
         return await self.inner.debounce_queued(id, input, not_before_ms)
 
     async def admit(
-        self, limits: QueueLimits, now_ms: int, workflows: Collection[str] | None = None
+        self,
+        limits: QueueLimits,
+        now_ms: int,
+        workflows: Collection[str] | None = None,
+        released: Collection[str] = (),
     ) -> Admission:
-        return await self.inner.admit(limits, now_ms, workflows)
+        return await self.inner.admit(limits, now_ms, workflows, released)
 
     async def release_queued(self, id: str) -> str | None:
         return await self.inner.release_queued(id)
