@@ -728,11 +728,6 @@ class Engine:
         return await self.messages.update(id, name, update_id, payload)
 
     async def _cancel(self, id: str, reason: str) -> None:
-        if self.runs.loaded(id) is None and not self.runs.is_loading(id):
-            row = await self.store.get(id)
-            queued = row is not None and row.status == RunStatus.QUEUED
-            if queued and await self.queues.cancel(id, reason):
-                return
         await self.messages.cancel(id, reason)
 
     async def _resume(self, id: str) -> None:

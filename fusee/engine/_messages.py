@@ -16,11 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 from fusee import _codec
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
-from fusee._status import FINISHED_STATUSES
+from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._journal import decode_journal, end_record, error_pair
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
-from fusee.errors import FuseeError, NotFound, RunFinished, UpdateFailed, UpdateRejected
+from fusee.errors import (
+    FuseeError,
+    NotFound,
+    RunFinished,
+    UnknownQueue,
+    UpdateFailed,
+    UpdateRejected,
+)
 from fusee.machine import ChildCompleted, SignalMatched
 from fusee.record import (
     DETACHED,
@@ -166,6 +173,9 @@ class Messages:
         link = Parent(parent.id, parent.run, rec.seq)
         row = await engine.store.get(rec.id) if runs.loaded(rec.id) is None else None
         loaded = runs.loaded(rec.id)
+        queued = parent.driver.child_queues.get(rec.seq)
+        if row is not None and row.status == RunStatus.QUEUED and queued is not None:
+            return  # queued by this start before a crash
         if loaded is not None or row is not None:
             entries: list[tuple[int, bytes]] = []
             if loaded is not None:
@@ -213,6 +223,17 @@ class Messages:
                     ),
                 ),
             )
+            return
+        if queued is not None:
+            try:
+                await engine.queues.start_child(wf, rec, link, *queued)
+            except UnknownQueue as e:
+                runs.fire(
+                    parent.id,
+                    parent.run,
+                    rec.seq,
+                    ChildCompleted(_FAILED, _codec.encode(["UnknownQueue", str(e)])),
+                )
             return
         lsn = engine.create_run(wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1)
         await engine.committer.durable(lsn)
@@ -332,6 +353,8 @@ class Messages:
         """Cancels run ``id``; returns once the request is durable."""
         engine = self._engine
         engine.check_open()
+        if await engine.queues.cancel_queued(id, reason):
+            return
         state = await self._target(id)
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, "cancel")

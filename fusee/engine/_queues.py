@@ -16,6 +16,7 @@ slot whose run goes on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -27,7 +28,8 @@ from fusee._queue import Queue, QueueStats
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._run import IdPolicy
 from fusee.errors import AlreadyExists, UnknownQueue
-from fusee.record import Done, Start, Status, encode
+from fusee.machine import ChildCompleted
+from fusee.record import DETACHED, Child, Done, Parent, Start, Status, encode
 from fusee.store import RunRow
 from fusee.store._queues import QueueItem
 
@@ -80,6 +82,8 @@ class Queues:
         # Runs this engine admitted (or recovered admitted) whose end frees a slot.
         self.admitted: dict[str, str] = {}
         self._admitting: set[str] = set()
+        # The admission task of each queue with one under way.
+        self._rounds: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._wakes: dict[str, tuple[int, TimerHandle]] = {}
         # Ended runs whose slots the next admission of their queue frees.
@@ -175,7 +179,7 @@ class Queues:
             self._again.add(name)
             return
         self._admitting.add(name)
-        engine.spawn(self._admit(name))
+        self._rounds[name] = engine.spawn(self._admit(name))
 
     async def _admit(self, name: str) -> None:
         engine = self._engine
@@ -204,12 +208,31 @@ class Queues:
                     return
         finally:
             self._admitting.discard(name)
+            self._rounds.pop(name, None)
+
+    async def start_child(
+        self, wf: WorkflowDef[Any, Any], rec: Child, link: Parent, queue: str, key: str | None
+    ) -> None:
+        """Queues child ``rec`` of the run ``link`` names, under ``key``; returns once durable.
+
+        Raises:
+            fusee.UnknownQueue: The engine has no queue named ``queue``.
+        """
+        engine = self._engine
+        q = self.resolve(queue, False)
+        now = engine.clock.now_ms()
+        origin = _codec.encode([link.id, link.run, link.seq, rec.flags])
+        item = QueueItem(q.name, rec.id, 1, wf.name, rec.input, key, origin=origin)
+        row = RunRow(rec.id, 1, wf.name, RunStatus.QUEUED, now, parent=link.id)
+        await engine.store.enqueue(item, row)
+        self.kick(q.name)
 
     def _run(self, item: QueueItem) -> None:
         engine = self._engine
         wf = engine.workflows[item.workflow]
         self.admitted[item.id] = item.queue
-        engine.create_run(wf, item.id, item.input, parent=None, policy=0, run=item.run)
+        parent, policy = _origin(item.origin)
+        engine.create_run(wf, item.id, item.input, parent=parent, policy=policy, run=item.run)
 
     def _wake_at(self, name: str, at_ms: int) -> None:
         have = self._wakes.get(name)
@@ -253,11 +276,21 @@ class Queues:
         if name is not None:
             self.kick(name)
 
-    async def cancel(self, id: str, reason: str) -> bool:
+    async def cancel_queued(self, id: str, reason: str) -> bool:
         """Cancels run ``id`` if it is still queued (no code runs); False if it is not."""
         engine = self._engine
+        if engine.runs.loaded(id) is not None or engine.runs.is_loading(id):
+            return False
+        row = await engine.store.get(id)
+        if row is None or row.status != RunStatus.QUEUED:
+            return False
         item = await engine.store.unqueue(id)
         if item is None:
+            # Admitted meanwhile: once its admission has started it here,
+            # it is cancelled as any loaded run is.
+            rounds = list(self._rounds.values())
+            if rounds:
+                await asyncio.wait(rounds)
             return False
         await self._finish_cancelled(item, reason)
         return True
@@ -275,6 +308,11 @@ class Queues:
         engine.committer.put_row(RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now))
         await engine.committer.durable(lsn)
         engine.result_ready(id)
+        parent, policy = _origin(item.origin)
+        if parent is not None and not policy & DETACHED:
+            engine.runs.fire(
+                parent.id, parent.run, parent.seq, ChildCompleted(Status.CANCELLED, done.payload)
+            )
 
     async def recover(self) -> None:
         """Picks up the store's items: admitted ones go on or free their slot; queues are tried."""
@@ -331,6 +369,14 @@ def queue_stats(items: Iterable[QueueItem], names: Iterable[str] = ()) -> list[Q
         QueueStats(name, queued[name], running[name], dict(sorted(keys[name].items())))
         for name in sorted(keys)
     ]
+
+
+def _origin(origin: bytes) -> tuple[Parent | None, int]:
+    """A queued child's parent link and policy flags (a run started from outside: none)."""
+    if not origin:
+        return None, 0
+    id, run, seq, flags = _codec.decode(origin)
+    return Parent(str(id), int(run), int(seq)), int(flags)
 
 
 def _policy_hint() -> str:

@@ -105,17 +105,18 @@ class PostgresQueues:
             if seq is None:
                 return None
             await conn.execute(
-                f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms)"
-                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO UPDATE SET"
+                f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, parent)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET"
                 " shard = EXCLUDED.shard, run = EXCLUDED.run, workflow = EXCLUDED.workflow,"
                 " status = EXCLUDED.status, started_ms = EXCLUDED.started_ms,"
-                " finished_ms = NULL, wake_ms = NULL, attributes = NULL, parent = NULL",
+                " finished_ms = NULL, wake_ms = NULL, attributes = NULL, parent = EXCLUDED.parent",
                 row.id,
                 shard_of(row.id, self._shards),
                 row.run,
                 row.workflow,
                 str(row.status),
                 row.started_ms,
+                row.parent,
             )
             return QueueItem(
                 item.queue,

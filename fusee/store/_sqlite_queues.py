@@ -105,7 +105,17 @@ class SqliteQueues:
             )
             conn.execute(
                 _UPSERT_ROWS + " (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (row.id, row.run, row.workflow, row.status, row.started_ms, None, None, None, None),
+                (
+                    row.id,
+                    row.run,
+                    row.workflow,
+                    row.status,
+                    row.started_ms,
+                    None,
+                    None,
+                    None,
+                    row.parent,
+                ),
             )
             seq = cur.lastrowid
             assert seq is not None

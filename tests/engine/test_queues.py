@@ -345,3 +345,86 @@ async def test_a_client_starts_runs_through_a_queue_and_reads_its_figures(
             assert all(s.queued == 0 for s in await client.queue_stats())
     finally:
         await engine.close()
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_children_started_through_a_queue_wait_their_turn_and_report_to_the_parent(
+    host: Host, crash: bool
+) -> None:
+    gauge = Gauge()
+    child = tracked(gauge, "child")
+    q = fusee.Queue("kids", concurrency=1, per_key=1)
+
+    @fusee.workflow("parent")
+    async def parent(ctx: fusee.Ctx) -> list[str]:
+        kids = [ctx.child(child, f"kid-{i}", "k", queue=q, key=f"k{i % 2}") for i in range(3)]
+        return list(await asyncio.gather(*kids))
+
+    async with host(workflows=[parent, child], queues=[q]) as t:
+        run = await t.start(parent, "p-1")
+        await settle_or_crash(t, crash)
+        (stats,) = await t.queue_stats()
+        assert (stats.queued, stats.running) == (2, 1)
+        assert await run.result() == [f"kid-{i} done" for i in range(3)]
+        assert gauge.most == 1
+        info = await t.get("kid-2").describe()
+        assert info.status == "completed"
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_a_queued_child_is_cancelled_with_its_parent_and_a_missing_queue_fails_it(
+    host: Host, crash: bool
+) -> None:
+    gauge = Gauge()
+    child = tracked(gauge, "child", work="1h")
+    q = fusee.Queue("kids", concurrency=1)
+
+    @fusee.workflow("parent")
+    async def parent(ctx: fusee.Ctx) -> str:
+        first = ctx.child(child, "kid-1", "k", queue=q)
+        second = ctx.child(child, "kid-2", "k", queue="kids")
+        try:
+            await ctx.child(child, "kid-3", "k", queue="nowhere")
+        except fusee.ChildFailed as e:
+            missing = str(e)
+        await asyncio.gather(first, second)
+        return missing
+
+    async with host(workflows=[parent, child], queues=[q]) as t:
+        await t.start(child, "blocker", "k", queue=q)
+        await t.settle()
+        run = await t.start(parent, "p-1")
+        await settle_or_crash(t, crash)
+        assert [(await t.get(f"kid-{i}").describe()).status for i in (1, 2)] == ["queued"] * 2
+        await run.cancel("stop")
+        with pytest.raises(fusee.Cancelled):
+            await run.result()
+        await t.settle()
+        assert [(await t.get(f"kid-{i}").describe()).status for i in (1, 2)] == ["cancelled"] * 2
+        with pytest.raises(fusee.Cancelled, match="stopped waiting"):
+            await t.get("kid-1").result()
+        assert gauge.order == ["blocker"]
+        assert_steps_ran_once(t)
+
+
+async def test_a_child_through_a_queue_the_engine_lacks_fails_with_unknown_queue(
+    host: Host,
+) -> None:
+    gauge = Gauge()
+    child = tracked(gauge, "child")
+
+    @fusee.workflow("parent")
+    async def parent(ctx: fusee.Ctx) -> str:
+        try:
+            return await ctx.child(child, "kid-1", "k", queue="nowhere")
+        except fusee.ChildFailed as e:
+            return str(e)
+
+    async with host(workflows=[parent, child], queues=[fusee.Queue("kids")]) as t:
+        assert "queue 'nowhere' is not one of this engine's queues ('kids')" in await t.execute(
+            parent, "p-1"
+        )
+        await t.crash()
+        assert "UnknownQueue" in await t.get("p-1").result()
+        assert gauge.order == []
