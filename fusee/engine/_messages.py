@@ -96,6 +96,8 @@ class Messages:
         """
         engine = self._engine
         engine.check_open()
+        if await engine.queues.signal_queued(id, name, payload, dedup, by):
+            return
         state = await self._target(id)
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, f"signal '{name}'")

@@ -29,7 +29,7 @@ from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._run import IdPolicy
 from fusee.errors import AlreadyExists, UnknownQueue
 from fusee.machine import ChildCompleted
-from fusee.record import DETACHED, Child, Done, Parent, Start, Status, encode
+from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, encode
 from fusee.store import RunRow
 from fusee.store._queues import QueueItem
 
@@ -232,7 +232,36 @@ class Queues:
         wf = engine.workflows[item.workflow]
         self.admitted[item.id] = item.queue
         parent, policy = _origin(item.origin)
-        engine.create_run(wf, item.id, item.input, parent=parent, policy=policy, run=item.run)
+        signals: list[Signal] = []
+        seen: set[int] = set()
+        for data in item.signals:
+            name, dedup, payload, by = _codec.decode(data)
+            if dedup and dedup in seen:
+                continue  # a repeat of a signal it has (one dedup id counts once)
+            seen.add(dedup)
+            signals.append(Signal(item.run, name, dedup, payload, by))
+        engine.create_run(
+            wf, item.id, item.input, parent=parent, policy=policy, run=item.run, signals=signals
+        )
+
+    async def signal_queued(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> bool:
+        """Holds a signal for run ``id`` if it is queued (its run records it first); else False."""
+        engine = self._engine
+        if engine.runs.loaded(id) is not None or engine.runs.is_loading(id):
+            return False
+        row = await engine.store.get(id)
+        if row is None or row.status != RunStatus.QUEUED:
+            return False
+        if await engine.store.signal_queued(id, _codec.encode([name, dedup, payload, by])):
+            return True
+        # Admitted meanwhile: once its admission has started it here, the
+        # signal goes to it as to any loaded run.
+        rounds = list(self._rounds.values())
+        if rounds:
+            await asyncio.wait(rounds)
+        return False
 
     def _wake_at(self, name: str, at_ms: int) -> None:
         have = self._wakes.get(name)

@@ -368,6 +368,13 @@ class Store(Protocol):
         """
         ...
 
+    async def signal_queued(self, id: str, signal: bytes) -> bool:
+        """Adds ``signal`` (encoded by the engine) to queued ``id``'s `QueueItem.signals`.
+
+        Returns False, changing nothing, when ``id`` has no item still queued.
+        """
+        ...
+
     async def admit(
         self,
         limits: QueueLimits,

@@ -34,7 +34,8 @@ __all__ = ["PostgresQueues"]
 _T = TypeVar("_T")
 
 _COLUMNS: Final = (
-    "queue, id, run, workflow, input, key, priority, seq, not_before_ms, state, admitted_ms, origin"
+    "queue, id, run, workflow, input, key, priority, seq, not_before_ms, state, admitted_ms,"
+    " origin, signals"
 )
 # How many items one admission of a queue without limits takes at most.
 _UNLIMITED_BATCH: Final = 500
@@ -54,6 +55,7 @@ def _item(r: Any) -> QueueItem:
         r["state"],
         None if r["admitted_ms"] is None else int(r["admitted_ms"]),
         bytes(r["origin"]),
+        tuple(bytes(b) for b in r["signals"] or ()),
     )
 
 
@@ -150,6 +152,21 @@ class PostgresQueues:
             return str(status) != "UPDATE 0"
 
         return await self._in_transaction(write, "debouncing a queued run in")
+
+    async def signal_queued(self, id: str, signal: bytes) -> bool:
+        """Adds ``signal`` to queued ``id``'s signals; False if it is not queued."""
+        q = self._q
+
+        async def write(conn: asyncpg.Connection) -> bool:
+            status = await conn.execute(
+                f"UPDATE {q}.queue_items SET signals = array_append(signals, $1::bytea)"
+                " WHERE id = $2 AND state = 'queued'",
+                signal,
+                id,
+            )
+            return str(status) != "UPDATE 0"
+
+        return await self._in_transaction(write, "signalling a queued run in")
 
     async def admit(
         self,

@@ -91,7 +91,7 @@ def queues_sql(s: str) -> tuple[str, ...]:
         ' queue TEXT NOT NULL, id TEXT COLLATE "C" NOT NULL, run BIGINT NOT NULL,'
         " workflow TEXT NOT NULL, input BYTEA NOT NULL, key TEXT, priority INT NOT NULL,"
         " not_before_ms BIGINT NOT NULL, state TEXT NOT NULL, admitted_ms BIGINT,"
-        " origin BYTEA NOT NULL)",
+        " origin BYTEA NOT NULL, signals BYTEA[] NOT NULL DEFAULT '{}')",
         f"CREATE INDEX IF NOT EXISTS queue_items_by_queue ON {s}.queue_items"
         " (queue, state, priority, seq)",
         # One queued or admitted item per run id: a second enqueue of it conflicts.

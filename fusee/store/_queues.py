@@ -93,6 +93,9 @@ class QueueItem:
         admitted_ms: When it was admitted, or None.
         origin: What the engine needs to start it besides the above (a
             child's parent link), encoded by the engine; opaque to the store.
+        signals: Signals sent to it while it was queued, in arrival order,
+            each encoded by the engine (opaque to the store); its run
+            records them before its code starts.
 
     Example:
         >>> QueueItem("emails", "mail-1", 1, "send", b"\\xc0").state
@@ -111,6 +114,7 @@ class QueueItem:
     state: str = "queued"
     admitted_ms: int | None = None
     origin: bytes = b""
+    signals: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +249,7 @@ class MemoryQueues:
         if self._active_item(item.id) is not None:
             return None
         self._queue_seq += 1
-        stored = replace(item, seq=self._queue_seq, state="queued", admitted_ms=None)
+        stored = replace(item, seq=self._queue_seq, state="queued", admitted_ms=None, signals=())
         self._queue_items[stored.seq] = stored
         self._rows[row.id] = row
         return stored
@@ -257,6 +261,15 @@ class MemoryQueues:
         if item is None or item.state != "queued":
             return False
         self._queue_items[item.seq] = replace(item, input=input, not_before_ms=not_before_ms)
+        return True
+
+    async def signal_queued(self, id: str, signal: bytes) -> bool:
+        """Adds ``signal`` to queued ``id``'s signals; False, changing nothing, if not queued."""
+        self._check_open()
+        item = self._active_item(id)
+        if item is None or item.state != "queued":
+            return False
+        self._queue_items[item.seq] = replace(item, signals=(*item.signals, signal))
         return True
 
     async def admit(

@@ -14,6 +14,8 @@ import sqlite3
 from collections.abc import Callable, Collection
 from typing import Any, Final, TypeVar
 
+import msgpack
+
 from fusee.errors import StoreError
 from fusee.store._base import RunRow
 from fusee.store._queues import (
@@ -31,15 +33,29 @@ __all__ = ["SqliteQueues"]
 _T = TypeVar("_T")
 
 _COLUMNS: Final = (
-    "queue, id, run, workflow, input, key, priority, seq, not_before_ms, state, admitted_ms, origin"
+    "queue, id, run, workflow, input, key, priority, seq, not_before_ms, state, admitted_ms,"
+    " origin, signals"
 )
 _ACTIVE: Final = f"SELECT {_COLUMNS} FROM queue_items WHERE id = ? AND state != 'done'"
 
 
 def _item(values: tuple[Any, ...]) -> QueueItem:
-    q, id, run, wf, input, key, priority, seq, not_before, state, admitted, origin = values
+    q, id, run, wf, input, key, priority, seq, not_before, state, admitted, origin, sigs = values
+    signals = tuple(msgpack.unpackb(sigs)) if sigs else ()
     return QueueItem(
-        q, id, run, wf, bytes(input), key, priority, seq, not_before, state, admitted, bytes(origin)
+        q,
+        id,
+        run,
+        wf,
+        bytes(input),
+        key,
+        priority,
+        seq,
+        not_before,
+        state,
+        admitted,
+        bytes(origin),
+        signals,
     )
 
 
@@ -146,6 +162,22 @@ class SqliteQueues:
                 (input, not_before_ms, id),
             )
             return cur.rowcount > 0
+
+        return await self._in_writer(write)
+
+    async def signal_queued(self, id: str, signal: bytes) -> bool:
+        """Adds ``signal`` to queued ``id``'s signals; False if it is not queued."""
+
+        def write(conn: sqlite3.Connection) -> bool:
+            found = conn.execute(
+                f"SELECT {_COLUMNS} FROM queue_items WHERE id = ? AND state = 'queued'", (id,)
+            ).fetchone()
+            if found is None:
+                return False
+            item = _item(found)
+            packed = msgpack.packb([*item.signals, signal], use_bin_type=True)
+            conn.execute("UPDATE queue_items SET signals = ? WHERE seq = ?", (packed, item.seq))
+            return True
 
         return await self._in_writer(write)
 

@@ -36,7 +36,7 @@ _QUEUES_SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS queue_items (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
     " queue TEXT NOT NULL, id TEXT NOT NULL, run INTEGER NOT NULL, workflow TEXT NOT NULL,"
     " input BLOB NOT NULL, key TEXT, priority INTEGER NOT NULL, not_before_ms INTEGER NOT NULL,"
-    " state TEXT NOT NULL, admitted_ms INTEGER, origin BLOB NOT NULL)",
+    " state TEXT NOT NULL, admitted_ms INTEGER, origin BLOB NOT NULL, signals BLOB)",
     "CREATE INDEX IF NOT EXISTS queue_items_by_queue ON queue_items (queue, state)",
     # One queued or admitted item per run id: a second enqueue of it fails.
     "CREATE UNIQUE INDEX IF NOT EXISTS queue_items_active ON queue_items (id)"

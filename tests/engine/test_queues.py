@@ -428,3 +428,31 @@ async def test_a_child_through_a_queue_the_engine_lacks_fails_with_unknown_queue
         await t.crash()
         assert "UnknownQueue" in await t.get("p-1").result()
         assert gauge.order == []
+
+
+@fusee.workflow("tally")
+async def tally(ctx: fusee.Ctx) -> list[int]:
+    got = [await ctx.wait_for(go) or 0 for _ in range(2)]
+    return await ctx.step("sum", lambda: got)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_signals_to_a_queued_run_wait_for_it_and_one_dedup_id_counts_once(
+    host: Host, crash: bool
+) -> None:
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[tally], queues=[q]) as t:
+        first = await t.start(tally, "first", queue=q)
+        second = await t.start(tally, "second", queue=q)
+        await t.settle()
+        assert (await second.describe()).status == "queued"
+        await second.signal(go, 3, dedup="a")
+        await second.signal(go, 3, dedup="a")
+        await second.signal(go, 4)
+        await settle_or_crash(t, crash)
+        assert (await second.describe()).status == "queued"
+        await first.signal(go, 1)
+        await first.signal(go, 2)
+        assert await first.result() == [1, 2]
+        assert await second.result() == [3, 4]
+        assert_steps_ran_once(t)

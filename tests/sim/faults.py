@@ -202,6 +202,9 @@ class FaultyStore:
     async def debounce_queued(self, id: str, input: bytes, not_before_ms: int) -> bool:
         return await self.inner.debounce_queued(id, input, not_before_ms)
 
+    async def signal_queued(self, id: str, signal: bytes) -> bool:
+        return await self.inner.signal_queued(id, signal)
+
     async def admit(
         self,
         limits: QueueLimits,

@@ -99,7 +99,7 @@ async def test_a_rate_window_counts_admissions_of_ended_runs_and_says_when_it_fr
 
 
 @pytest.mark.asyncio
-async def test_debounce_replaces_a_queued_input_and_unqueue_takes_it_back(
+async def test_debounce_and_signals_change_a_queued_item_and_unqueue_takes_it_back(
     store: Store,
 ) -> None:
     await enqueue(store, item("d", not_before_ms=500))
@@ -112,10 +112,13 @@ async def test_debounce_replaces_a_queued_input_and_unqueue_takes_it_back(
     assert taken.input == b"newer"
     assert not await store.debounce_queued("d", b"late", 2000)
     assert await store.unqueue("d") is None  # admitted: no longer queued
+    assert not await store.signal_queued("d", b"to an admitted item")
     await enqueue(store, item("e"))
+    assert await store.signal_queued("e", b"one")
+    assert await store.signal_queued("e", b"two")
     gone = await store.unqueue("e")
     assert gone is not None
-    assert gone.id == "e"
+    assert (gone.id, gone.signals) == ("e", (b"one", b"two"))
     assert [i.id for i in await store.queue_items()] == ["d"]
 
 
