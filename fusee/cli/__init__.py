@@ -5,7 +5,7 @@
     fusee list [--status S] [--workflow W] [--attr K=V]   the runs of a store
     fusee show ID [--follow] [--full]                     a run and its journal, as a timeline
     fusee result ID [--wait]                              a run's result
-    fusee start MODULE:WORKFLOW ID [JSON]                 start a run
+    fusee start MODULE:WORKFLOW ID [JSON] [--queue Q]     start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
     fusee worker MODULE... [--store URL]                  serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
@@ -172,6 +172,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=[p.value for p in IdPolicy],
         default="reject",
         help="when the id is taken (default reject)",
+    )
+    p.add_argument("--queue", metavar="Q", help="start it through the worker's queue Q")
+    p.add_argument("--key", help="with --queue: its key, for the queue's per-key limit")
+    p.add_argument(
+        "--priority", type=int, default=0, help="with --queue: lower is admitted first (0)"
     )
     acting(p)
     p.set_defaults(handler=start_command)

@@ -236,7 +236,9 @@ class Engine:
             # Before anything else is served: a message to the id goes to
             # that next run.
             await self._continue(row)
-        await self.queues.recover()
+        # In the background, as the runs above load: admitting queued runs
+        # needs no unfinished run loaded first.
+        self.spawn(self.queues.recover())
         self.inbox.start()
 
     def _watchdog_report(self, text: str) -> None:

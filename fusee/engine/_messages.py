@@ -18,6 +18,7 @@ from fusee import _codec
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._journal import decode_journal, end_record, error_pair
+from fusee.engine._queues import RunQueued
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
 from fusee.errors import (
@@ -96,9 +97,12 @@ class Messages:
         """
         engine = self._engine
         engine.check_open()
-        if await engine.queues.signal_queued(id, name, payload, dedup, by):
-            return
-        state = await self._target(id)
+        try:
+            state = await self._target(id)
+        except RunQueued:
+            if await engine.queues.signal_queued(id, name, payload, dedup, by):
+                return
+            state = await self._target(id)  # admitted meanwhile
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, f"signal '{name}'")
         if dedup and dedup in state.dedups:
@@ -355,9 +359,12 @@ class Messages:
         """Cancels run ``id``; returns once the request is durable."""
         engine = self._engine
         engine.check_open()
-        if await engine.queues.cancel_queued(id, reason):
-            return
-        state = await self._target(id)
+        try:
+            state = await self._target(id)
+        except RunQueued:
+            if await engine.queues.cancel_queued(id, reason):
+                return
+            state = await self._target(id)  # admitted meanwhile
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, "cancel")
         if state.cancelled:

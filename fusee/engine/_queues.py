@@ -27,7 +27,7 @@ from fusee._durations import duration_ms
 from fusee._queue import Queue, QueueStats
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._run import IdPolicy
-from fusee.errors import AlreadyExists, UnknownQueue
+from fusee.errors import AlreadyExists, FuseeError, UnknownQueue
 from fusee.machine import ChildCompleted
 from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, encode
 from fusee.store import RunRow
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from fusee.engine._clock import TimerHandle
     from fusee.engine._engine import Engine
 
-__all__ = ["Queues"]
+__all__ = ["Queues", "RunQueued"]
 
 log = logging.getLogger("fusee")
 
@@ -48,6 +48,15 @@ _POLL_S: Final = 0.05
 
 # The queue `start(..., debounce=...)` uses when given no queue: no limits.
 _DEBOUNCE_QUEUE: Final = "fusee.debounce"
+
+
+class RunQueued(FuseeError):
+    """A run that is queued was to be loaded: it has no journal until its queue admits it.
+
+    Example:
+        >>> issubclass(RunQueued, FuseeError)
+        True
+    """
 
 
 class Queues:
@@ -247,13 +256,11 @@ class Queues:
     async def signal_queued(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> bool:
-        """Holds a signal for run ``id`` if it is queued (its run records it first); else False."""
+        """Holds a signal for run ``id`` if it is queued (its run records it first); else False.
+
+        Called when loading ``id`` raised `RunQueued`.
+        """
         engine = self._engine
-        if engine.runs.loaded(id) is not None or engine.runs.is_loading(id):
-            return False
-        row = await engine.store.get(id)
-        if row is None or row.status != RunStatus.QUEUED:
-            return False
         if await engine.store.signal_queued(id, _codec.encode([name, dedup, payload, by])):
             return True
         # Admitted meanwhile: once its admission has started it here, the
@@ -306,13 +313,11 @@ class Queues:
             self.kick(name)
 
     async def cancel_queued(self, id: str, reason: str) -> bool:
-        """Cancels run ``id`` if it is still queued (no code runs); False if it is not."""
+        """Cancels run ``id`` if it is still queued (no code runs); False if it is not.
+
+        Called when loading ``id`` raised `RunQueued`.
+        """
         engine = self._engine
-        if engine.runs.loaded(id) is not None or engine.runs.is_loading(id):
-            return False
-        row = await engine.store.get(id)
-        if row is None or row.status != RunStatus.QUEUED:
-            return False
         item = await engine.store.unqueue(id)
         if item is None:
             # Admitted meanwhile: once its admission has started it here,

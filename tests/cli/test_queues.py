@@ -1,4 +1,4 @@
-"""`fusee queues` (fusee/cli/_queues.py): the figures of a store's queues, read-only."""
+"""`fusee queues` (fusee/cli/_queues.py), read-only, and `fusee start --queue`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import fusee
 
-from .conftest import acli
+from .conftest import MODULE, acli
 
 pytestmark = pytest.mark.asyncio
 
@@ -27,16 +27,29 @@ async def test_queues_prints_queued_and_running_runs_per_queue_and_key(tmp_path:
             await engine.start(wfs.gated, f"o-{i}", wfs.Order(f"o{i}", 5), queue=q, key=key)
         while [s.running for s in await engine.queue_stats()] != [1]:
             await asyncio.sleep(0.005)  # the admission runs meanwhile
+        code, out, err = await acli(
+            "start",
+            "--data",
+            str(tmp_path),
+            f"{MODULE}:gated",
+            "o-9",
+            json.dumps({"id": "o9", "amount": 5}),
+            "--queue",
+            "orders",
+            "--key",
+            "bo",
+        )
+        assert code == 0, err
         code, out, _ = await acli("queues", "--data", str(tmp_path), "--json")
         assert code == 0
         assert json.loads(out) == [
             {
                 "queue": "orders",
-                "queued": 2,
+                "queued": 3,
                 "running": 1,
                 "keys": {
                     "ada": {"queued": 0, "running": 1},
-                    "bo": {"queued": 2, "running": 0},
+                    "bo": {"queued": 3, "running": 0},
                 },
             }
         ]
@@ -45,12 +58,13 @@ async def test_queues_prints_queued_and_running_runs_per_queue_and_key(tmp_path:
         lines = [line.split() for line in out.strip().splitlines()]
         assert lines == [
             ["queue", "key", "queued", "running"],
-            ["orders", "2", "1"],
+            ["orders", "3", "1"],
             ["ada", "0", "1"],
-            ["bo", "2", "0"],
+            ["bo", "3", "0"],
         ]
         await engine.get("o-1").cancel("no")
         await engine.get("o-2").cancel("no")
+        await engine.get("o-9").cancel("no")
         await engine.get("o-0").cancel("no")
         with pytest.raises(fusee.Cancelled):
             await engine.get("o-0").result()

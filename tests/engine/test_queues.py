@@ -456,3 +456,17 @@ async def test_signals_to_a_queued_run_wait_for_it_and_one_dedup_id_counts_once(
         assert await first.result() == [1, 2]
         assert await second.result() == [3, 4]
         assert_steps_ran_once(t)
+
+
+async def test_a_query_or_update_of_a_queued_run_says_it_is_queued(host: Host) -> None:
+    q = fusee.Queue("one", concurrency=1)
+    status = fusee.query("status")
+    async with host(workflows=[tally], queues=[q]) as t:
+        await t.start(tally, "first", queue=q)
+        second = await t.start(tally, "second", queue=q)
+        await t.settle()
+        with pytest.raises(fusee.FuseeError, match="'second' is queued and none of its code runs"):
+            await second.query(status)
+        await t.crash()
+        with pytest.raises(fusee.FuseeError, match="until its queue admits it"):
+            await second.query(status)
