@@ -38,6 +38,7 @@ from fusee._definitions import (
     update,
     workflow,
 )
+from fusee._queue import Queue, QueueStats
 from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
 from fusee.client import Client, SyncClient
@@ -59,6 +60,7 @@ from fusee.errors import (
     StaleLease,
     StepFailed,
     StoreError,
+    UnknownQueue,
     UnknownWorkflow,
     UpdateFailed,
     UpdateRejected,
@@ -83,6 +85,8 @@ __all__ = [
     "PayloadError",
     "QueryDef",
     "QueryFailed",
+    "Queue",
+    "QueueStats",
     "Retry",
     "Run",
     "RunFinished",
@@ -94,6 +98,7 @@ __all__ = [
     "StepFailed",
     "StoreError",
     "SyncClient",
+    "UnknownQueue",
     "UnknownWorkflow",
     "UpdateDef",
     "UpdateFailed",

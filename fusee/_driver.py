@@ -233,6 +233,10 @@ class RunDriver:
         self.id = start.id
         self.run = start.run
         self.strict = strict
+        # Children started with ``ctx.child(..., queue=)``: their queue and
+        # key by position. Set by the code's call, live and on replay alike,
+        # so a recovered run's child start finds it too.
+        self.child_queues: dict[int, tuple[str, str | None]] = {}
         # Time of the run's timers as its journal recorded them: loop time
         # moves to a timer's time when it fires, on replay as live.
         self._timer_at_ms: dict[int, int] = {

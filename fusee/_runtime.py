@@ -114,6 +114,11 @@ class Runtime(Protocol):
         """The run's query and update handlers."""
         ...
 
+    @property
+    def child_queues(self) -> dict[int, tuple[str, str | None]]:
+        """The queue and key of each child started through a queue, by position."""
+        ...
+
     def now_ms(self) -> int:
         """The host's wall clock (live values and deadlines only)."""
         ...

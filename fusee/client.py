@@ -12,6 +12,7 @@ to a run is the serving engine's, so it stays durable and applied once.
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -19,6 +20,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from fusee import _codec
+from fusee._durations import duration_ms
+from fusee._queue import Queue, QueueStats
+from fusee.engine._queues import queue_stats
 from fusee.engine._remote import Remote
 from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
 from fusee.errors import Cancelled
@@ -115,6 +119,10 @@ class Client(Remote):
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
+        queue: Queue | str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: Any = None,
     ) -> Run[T]:
         """Starts a run on the serving worker; returns once its start is durable.
 
@@ -123,10 +131,17 @@ class Client(Remote):
             id: The run's workflow id.
             input: Its input.
             id_policy: What to do when the id is taken (`fusee.IdPolicy`).
+            queue: A queue of the worker's (a `fusee.Queue` or its name):
+                the run is ``queued`` until the queue admits it.
+            key: Its key, for the queue's ``per_key`` limit.
+            priority: Lower numbers are admitted first.
+            debounce: A duration: a start of an id still queued replaces its
+                input and holds its admission back this long again.
 
         Raises:
             fusee.AlreadyExists: The id is taken.
             fusee.UnknownWorkflow: The worker does not serve that workflow.
+            fusee.UnknownQueue: The worker has no such queue.
             fusee.PayloadError: ``input`` cannot be encoded, or does not fit
                 the workflow's input type.
 
@@ -143,7 +158,15 @@ class Client(Remote):
             self._workflows[name] = workflow
         data = _codec.encode(input, name=f"the input of run '{id}'")
         policy = IdPolicy(id_policy)
-        await self._call("start", id, {"workflow": name, "input": data, "id_policy": policy.value})
+        fields: dict[str, Any] = {"workflow": name, "input": data, "id_policy": policy.value}
+        if queue is not None or debounce is not None:
+            fields.update(
+                queue=queue.name if isinstance(queue, Queue) else queue,
+                key=key,
+                priority=priority,
+                debounce_ms=None if debounce is None else duration_ms(debounce),
+            )
+        await self._call("start", id, fields)
         self._workflow_of[id] = name
         return Run(self, id)
 
@@ -176,6 +199,17 @@ class Client(Remote):
         )
         for row in rows:
             yield info_of(row, None, None)
+
+    async def queue_stats(self) -> builtins.list[QueueStats]:
+        """Queued and running runs per queue (that has any) and per key, by queue name.
+
+        Example:
+            >>> async def main(client: Client) -> None:
+            ...     for q in await client.queue_stats():
+            ...         print(q.queue, q.queued, q.running)
+        """
+        self._check_open()
+        return queue_stats(await self.store.queue_items())
 
     async def complete(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``.
@@ -366,10 +400,24 @@ class SyncClient:
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
+        queue: Queue | str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: Any = None,
     ) -> SyncRun[T]:
         """Starts a run on the serving worker (`Client.start`)."""
         run = _blocking(
-            self._portal, lambda: self._client.start(workflow, id, input, id_policy=id_policy)
+            self._portal,
+            lambda: self._client.start(
+                workflow,
+                id,
+                input,
+                id_policy=id_policy,
+                queue=queue,
+                key=key,
+                priority=priority,
+                debounce=debounce,
+            ),
         )
         return SyncRun(self._portal, run)
 
@@ -394,6 +442,10 @@ class SyncClient:
             return [info async for info in listing]
 
         return _blocking(self._portal, collect)
+
+    def queue_stats(self) -> builtins.list[QueueStats]:
+        """Queued and running runs per queue and per key (`Client.queue_stats`)."""
+        return _blocking(self._portal, self._client.queue_stats)
 
     def complete(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``."""

@@ -36,6 +36,14 @@ if TYPE_CHECKING:
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
     from fusee._runtime import Runtime
 
+
+class _Named(Protocol):
+    """What ``ctx.child(queue=)`` reads of a `fusee.Queue` (defined in a higher layer)."""
+
+    @property
+    def name(self) -> str: ...
+
+
 __all__ = [
     "CancelFlag",
     "Ctx",
@@ -425,11 +433,16 @@ class Ctx:
         input: Any = None,
         *,
         detached: bool = False,
+        queue: _Named | str | None = None,
+        key: str | None = None,
     ) -> asyncio.Future[T]:
         """Starts child run ``id`` of ``workflow``; resolves to its result.
 
         A detached child outlives this run and its future resolves to None
-        once it is started.
+        once it is started. With ``queue`` (a `fusee.Queue` of the engine,
+        or its name) the child is queued until the queue admits it, under
+        ``key`` for the queue's ``per_key`` limit; a queue the engine does
+        not have fails the child with `fusee.UnknownQueue`.
 
         Raises:
             fusee.ChildFailed: (from the future) the child failed.
@@ -455,6 +468,11 @@ class Ctx:
             )
         except DeterminismError as e:
             raise self._diverged(e) from None
+        if queue is not None:
+            name = queue if isinstance(queue, str) else queue.name
+            if key is not None and not isinstance(key, str):
+                raise TypeError(f"ctx.child's queue key must be a string or None, not {key!r}")
+            d.child_queues[seq] = (name, key)
         d.append(arm.record)
         if detached:
             fut: asyncio.Future[Any] = d.loop.create_future()

@@ -10,6 +10,7 @@ FuseeError
 ├── NotFound              no run with that id
 ├── AlreadyExists         a run with that id exists (see fusee.IdPolicy)
 ├── UnknownWorkflow       a workflow name the engine was not given
+├── UnknownQueue          a queue name the engine was not given
 ├── RunFinished           a signal, update or cancel sent to a run that has ended
 ├── UpdateRejected        the update's validator refused it (nothing recorded)
 ├── UpdateFailed          the update's handler raised (type, message)
@@ -50,6 +51,7 @@ __all__ = [
     "StaleLease",
     "StepFailed",
     "StoreError",
+    "UnknownQueue",
     "UnknownWorkflow",
     "UpdateFailed",
     "UpdateRejected",
@@ -203,6 +205,15 @@ class UnknownWorkflow(FuseeError):
 
     Example:
         >>> issubclass(UnknownWorkflow, FuseeError)
+        True
+    """
+
+
+class UnknownQueue(FuseeError):
+    """A queue name that was not passed to ``Engine.open(..., queues=[...])``.
+
+    Example:
+        >>> issubclass(UnknownQueue, FuseeError)
         True
     """
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import builtins
 import contextlib
 import inspect
 import logging
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import WorkflowDef
+    from fusee._queue import Queue, QueueStats
 
 __all__ = ["TestEngine", "crash_everywhere"]
 
@@ -91,6 +93,8 @@ class TestEngine:
             next `settle`, `advance`, ``result()`` or `execute` raise
             `fusee.WatchdogError` with the stack the watchdog saw. It is off
             under a debugger (``sys.gettrace()``), as in the engine.
+        queues: The `fusee.Queue` values runs may be started through, on
+            the virtual clock (rate windows and debounces count its time).
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -111,8 +115,10 @@ class TestEngine:
         park_after: Any = "5s",
         step_grace: Any = "500ms",
         watchdog: Any = "2s",
+        queues: Iterable[Queue] = (),
     ) -> None:
         self.workflows = list(workflows)
+        self.queues = list(queues)
         self._step_grace_s = parse_duration(step_grace)
         self._watchdog = watchdog
         # Reports of every life, appended by the watchdog's thread; the
@@ -172,6 +178,7 @@ class TestEngine:
             # takes the shards of the life before at once, as a worker
             # restarted under its name does.
             worker=self._worker,
+            queues=self.queues,
         )
         self._engine = engine
         await engine.recover()
@@ -186,14 +193,36 @@ class TestEngine:
         input: None = None,
         *,
         id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
-        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+        self,
+        workflow: WorkflowDef[I, T],
+        id: str,
+        input: I,
+        *,
+        id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
-        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+        self,
+        workflow: str,
+        id: str,
+        input: Any = None,
+        *,
+        id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[Any]: ...
 
     async def start(
@@ -203,9 +232,22 @@ class TestEngine:
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
+        queue: Queue | str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: Any = None,
     ) -> Run[Any]:
         """`Engine.start`; the handle stays valid across crashes."""
-        run = await self.engine.start(workflow, id, input, id_policy=id_policy)
+        run = await self.engine.start(
+            workflow,
+            id,
+            input,
+            id_policy=id_policy,
+            queue=queue,
+            key=key,
+            priority=priority,
+            debounce=debounce,
+        )
         return Run(self, run.id)
 
     @overload
@@ -245,6 +287,10 @@ class TestEngine:
     def list(self, **filters: Any) -> AsyncIterator[RunInfo]:
         """`Engine.list`."""
         return self.engine.list(**filters)
+
+    async def queue_stats(self) -> builtins.list[QueueStats]:
+        """`Engine.queue_stats`."""
+        return await self.engine.queue_stats()
 
     async def complete(self, token: str, value: Any = None) -> None:
         """`Engine.complete`."""

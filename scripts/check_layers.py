@@ -36,6 +36,7 @@ RANKS: Mapping[str, int] = {
     "fusee.context": 6,
     "fusee._driver": 7,
     "fusee.store": 8,
+    "fusee._queue": 8,
     "fusee.engine": 9,
     "fusee.client": 10,
     "fusee.testing": 11,

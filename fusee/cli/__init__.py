@@ -5,15 +5,16 @@
     fusee list [--status S] [--workflow W] [--attr K=V]   the runs of a store
     fusee show ID [--follow] [--full]                     a run and its journal, as a timeline
     fusee result ID [--wait]                              a run's result
-    fusee start MODULE:WORKFLOW ID [JSON]                 start a run
+    fusee start MODULE:WORKFLOW ID [JSON] [--queue Q]     start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
     fusee worker MODULE... [--store URL]                  serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee check                                           what is damaged in a store
+    fusee queues [--keys]                                 queued and running runs per queue
     fusee ui [--port 8700] [--token T]                    a web page of the runs
     fusee disk-check [DIR]                                the flush latency of a disk
 
-Reading commands (``list``, ``show``, ``result``, ``replay``, ``check``) open the store
+Reading commands (``list``, ``show``, ``result``, ``replay``, ``check``, ``queues``) open the store
 read-only: they work while an engine writes it from another process.
 
 The rule: one engine writes a store. So the commands that change runs
@@ -46,6 +47,7 @@ from fusee.cli._commands import (
 from fusee.cli._diskcheck import disk_check_command
 from fusee.cli._inbox import writer_lock
 from fusee.cli._output import CliError, Output
+from fusee.cli._queues import queues_command
 from fusee.cli._replay import replay_command
 from fusee.cli._show import show_command
 from fusee.cli._ui import ui_command
@@ -171,6 +173,11 @@ def _parser() -> argparse.ArgumentParser:
         default="reject",
         help="when the id is taken (default reject)",
     )
+    p.add_argument("--queue", metavar="Q", help="start it through the worker's queue Q")
+    p.add_argument("--key", help="with --queue: its key, for the queue's per-key limit")
+    p.add_argument(
+        "--priority", type=int, default=0, help="with --queue: lower is admitted first (0)"
+    )
     acting(p)
     p.set_defaults(handler=start_command)
 
@@ -244,6 +251,16 @@ def _parser() -> argparse.ArgumentParser:
         "is damaged.",
     )
     p.set_defaults(handler=check_command)
+
+    p = command(
+        "queues",
+        "queued and running runs per queue",
+        "Print, for each queue with runs in it, how many wait for admission (queued) and "
+        "how many it admitted that have not ended (running, waiting included); --keys adds "
+        "the same per key.",
+    )
+    p.add_argument("--keys", action="store_true", help="the figures per key too")
+    p.set_defaults(handler=queues_command)
 
     p = command(
         "ui",

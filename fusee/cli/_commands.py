@@ -225,5 +225,7 @@ async def start_command(args: argparse.Namespace, out: Output) -> int:
                 "over once it has finished"
             )
     fields = {"workflow": wf.name, "input": _codec.encode(value), "id_policy": args.id_policy}
+    if args.queue is not None:
+        fields.update(queue=args.queue, key=args.key, priority=args.priority)
     what = f"start of run {args.id!r} ({wf.name})"
     return await send_command(args, out, "start", args.id, fields, what)

@@ -13,6 +13,7 @@ depends on are durable; nothing else waits for the disk.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import logging
 import os
@@ -32,6 +33,7 @@ from fusee.engine._inbox import Inbox
 from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._leases import Leases, default_worker, is_shared
 from fusee.engine._messages import Messages
+from fusee.engine._queues import Queues
 from fusee.engine._remote import Remote
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import WorkflowDef
+    from fusee._queue import Queue, QueueStats
 
 __all__ = ["Engine"]
 
@@ -99,6 +102,7 @@ class Engine:
         hooks: Hooks | None = None,
         lease: Any = "10s",
         worker: str | None = None,
+        queues: Iterable[Queue] = (),
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -158,6 +162,7 @@ class Engine:
         )
         self._watchdog: Watchdog | None = None
         self.inbox = Inbox(self)
+        self.queues = Queues(self, queues)
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -174,6 +179,7 @@ class Engine:
         watchdog: Any = "2s",
         lease: Any = "10s",
         worker: str | None = None,
+        queues: Iterable[Queue] = (),
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -194,6 +200,7 @@ class Engine:
             worker: On a shared store, this worker's name (default: host,
                 process and a random part); a worker started again under
                 the same name takes its shards back at once.
+            queues: The `fusee.Queue` values runs may be started through.
 
         Example:
             >>> async def main() -> None:
@@ -221,6 +228,7 @@ class Engine:
             watchdog=watchdog,
             lease=lease,
             worker=worker,
+            queues=queues,
         )
         try:
             await engine.recover()
@@ -250,6 +258,9 @@ class Engine:
             await self.leases.start()
         else:
             await self.recover_shards(None)
+        # In the background, as the runs above load: admitting queued runs
+        # needs no unfinished run loaded first.
+        self.spawn(self.queues.recover())
         self.inbox.start()
 
     async def recover_shards(self, shards: set[int] | None) -> None:
@@ -261,6 +272,8 @@ class Engine:
         for row in rows:
             if self.runs.loaded(row.id) is not None or self.runs.is_loading(row.id):
                 continue
+            if row.status == RunStatus.QUEUED:
+                continue  # no code yet: `Queues.recover` admits it
             if row.status == RunStatus.SUSPENDED:
                 self.runs.arm_wake(row)
             else:
@@ -429,6 +442,13 @@ class Engine:
             if not fut.done():
                 fut.set_result(None)
 
+    def result_ready(self, id: str) -> None:
+        """Run ``id`` ended outside a driver (a queued run cancelled): its waiters look again."""
+        self._ends.pop(id, None)
+        for fut in self._results.pop(id, []):
+            if not fut.done():
+                fut.set_result(None)
+
     def fail_waiters(self, id: str, error: BaseException) -> None:
         """The waiters of run ``id``'s result get ``error`` (it cannot be loaded)."""
         for waiter in self._results.pop(id, []):
@@ -465,14 +485,36 @@ class Engine:
         input: None = None,
         *,
         id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
-        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
+        self,
+        workflow: WorkflowDef[I, T],
+        id: str,
+        input: I,
+        *,
+        id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
-        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
+        self,
+        workflow: str,
+        id: str,
+        input: Any = None,
+        *,
+        id_policy: IdPolicy = ...,
+        queue: Queue | str | None = ...,
+        key: str | None = ...,
+        priority: int = ...,
+        debounce: Any = ...,
     ) -> Run[Any]: ...
 
     async def start(
@@ -482,14 +524,25 @@ class Engine:
         input: Any = None,
         *,
         id_policy: IdPolicy = IdPolicy.REJECT,
+        queue: Queue | str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        debounce: Any = None,
     ) -> Run[Any]:
         """Starts a run of ``workflow`` with id ``id``; returns once its start is durable.
+
+        With ``queue`` (a `fusee.Queue` of this engine, or its name) the run
+        is ``queued`` until the queue admits it: lower ``priority`` first,
+        within the queue's limits (``per_key`` counts runs of one ``key``).
+        With ``debounce`` (a duration), a start of an id still queued
+        replaces its input and holds its admission back that long again.
 
         Raises:
             TypeError: ``workflow`` is not a `fusee.WorkflowDef` (decorate the
                 function with ``@fusee.workflow``) nor a workflow's name.
             ValueError: ``id`` is empty or not valid text.
             fusee.UnknownWorkflow: The engine was not given that workflow.
+            fusee.UnknownQueue: The engine was not given that queue.
             fusee.AlreadyExists: The id is taken (see `IdPolicy`).
             fusee.PayloadError: ``input`` cannot be encoded, or does not fit
                 the workflow's input type (nothing is recorded).
@@ -502,6 +555,19 @@ class Engine:
         wf = self.workflow(check_workflow(workflow))
         check_id(id, "a run")
         data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
+        if queue is not None or debounce is not None:
+            # Queued in the store, whoever serves the run's shard: its owner admits it.
+            await self.queues.start(
+                wf,
+                id,
+                data,
+                queue=queue,
+                key=key,
+                priority=priority,
+                id_policy=IdPolicy(id_policy),
+                debounce=debounce,
+            )
+            return Run(self, id)
         if not self.owns(id):
             await self.remote._call(
                 "start", id, {"workflow": wf.name, "input": data, "id_policy": id_policy.value}
@@ -664,6 +730,17 @@ class Engine:
             count += 1
             if limit is not None and count >= limit:
                 return
+
+    async def queue_stats(self) -> builtins.list[QueueStats]:
+        """Queued and running runs per queue and per key, by queue name.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     for q in await engine.queue_stats():
+            ...         print(q.queue, q.queued, q.running)
+        """
+        self.check_open()
+        return await self.queues.stats()
 
     async def complete(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``.
@@ -835,6 +912,7 @@ class Engine:
                     unconsumed,
                 )
                 return
+            self.queues.ended(state.id)
             ends = self._ends
             ends[state.id] = (state.workflow, done)
             if len(ends) > _ENDS_KEPT:

@@ -302,7 +302,13 @@ class Inbox:
                 int(p.get("deadline_ms") or 0),
                 bytes(p["input"]),
             )
-            await engine.messages.start_child_of(link, child, dropped=bool(p.get("dropped")))
+            queued = p.get("queued")
+            await engine.messages.start_child_of(
+                link,
+                child,
+                dropped=bool(p.get("dropped")),
+                queued=(str(queued[0]), queued[1]) if queued else None,
+            )
             return {"message": f"started child run {id!r} of {link.id!r}"}
         if kind == "deliver":
             completion = ChildCompleted(Status(int(p["status"])), bytes(p["payload"]))
@@ -312,8 +318,18 @@ class Inbox:
             wf = engine.workflow(str(p["workflow"]))
             value = wf.decode_input(bytes(p["input"]))
             policy = IdPolicy(p.get("id_policy") or IdPolicy.REJECT.value)
+            debounce_ms = p.get("debounce_ms")
             try:
-                await engine.start(wf, id, value, id_policy=policy)
+                await engine.start(
+                    wf,
+                    id,
+                    value,
+                    id_policy=policy,
+                    queue=p.get("queue"),
+                    key=p.get("key"),
+                    priority=int(p.get("priority") or 0),
+                    debounce=None if debounce_ms is None else int(debounce_ms) / 1000,
+                )
             except AlreadyExists:
                 if command.attempt <= 1 or not await self._started_by_us(id, wf.name):
                     raise

@@ -16,11 +16,19 @@ from typing import TYPE_CHECKING, Any
 
 from fusee import _codec
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
-from fusee._status import FINISHED_STATUSES
+from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._journal import decode_journal, end_record, error_pair
+from fusee.engine._queues import RunQueued
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
-from fusee.errors import FuseeError, NotFound, RunFinished, UpdateFailed, UpdateRejected
+from fusee.errors import (
+    FuseeError,
+    NotFound,
+    RunFinished,
+    UnknownQueue,
+    UpdateFailed,
+    UpdateRejected,
+)
 from fusee.machine import ChildCompleted, SignalMatched
 from fusee.record import (
     DETACHED,
@@ -92,7 +100,12 @@ class Messages:
         if not engine.owns(id):
             await engine.remote._signal(id, name, payload, dedup, by)
             return
-        state = await self._target(id)
+        try:
+            state = await self._target(id)
+        except RunQueued:
+            if await engine.queues.signal_queued(id, name, payload, dedup, by):
+                return
+            state = await self._target(id)  # admitted meanwhile
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, f"signal '{name}'")
         if dedup and dedup in state.dedups:
@@ -159,16 +172,29 @@ class Messages:
     async def start_child(self, parent: RunState, rec: Child) -> None:
         """Starts child ``rec`` of ``parent`` (or finds it started), once ``rec`` is durable."""
         link = Parent(parent.id, parent.run, rec.seq)
-        await self.start_child_of(link, rec, dropped=rec.seq in parent.dropped_children)
+        await self.start_child_of(
+            link,
+            rec,
+            dropped=rec.seq in parent.dropped_children,
+            queued=parent.driver.child_queues.get(rec.seq),
+        )
         # Only once the child's start is durable (a start cut short by a
         # close or crash stays in the outbox, for recovery to redo).
         self._engine.outbox_done(parent, rec.seq)
 
-    async def start_child_of(self, link: Parent, rec: Child, *, dropped: bool = False) -> None:
+    async def start_child_of(
+        self,
+        link: Parent,
+        rec: Child,
+        *,
+        dropped: bool = False,
+        queued: tuple[str, str | None] | None = None,
+    ) -> None:
         """Starts child ``rec`` of the run ``link`` names (or finds it started).
 
         ``dropped``: the parent cancelled it before its start was durable,
-        so it starts only if it had started already. A child of a shard
+        so it starts only if it had started already. ``queued``: the queue
+        and key it starts through, if any. A child of a shard
         another worker holds is started by that worker, once (the command's
         id is the parent's position).
         """
@@ -181,6 +207,7 @@ class Messages:
                 "flags": rec.flags,
                 "deadline_ms": rec.deadline_ms,
                 "dropped": dropped,
+                "queued": list(queued) if queued is not None else None,
             }
             command_id = f"child/{link.id}/{link.run}/{link.seq}"
             await engine.remote._call("start", rec.id, fields, command_id=command_id)
@@ -188,6 +215,8 @@ class Messages:
         runs = engine.runs
         row = await engine.store.get(rec.id) if runs.loaded(rec.id) is None else None
         loaded = runs.loaded(rec.id)
+        if row is not None and row.status == RunStatus.QUEUED and queued is not None:
+            return  # queued by this start before a crash
         if loaded is not None or row is not None:
             entries: list[tuple[int, bytes]] = []
             if loaded is not None:
@@ -233,6 +262,17 @@ class Messages:
                     ),
                 ),
             )
+            return
+        if queued is not None:
+            try:
+                await engine.queues.start_child(wf, rec, link, *queued)
+            except UnknownQueue as e:
+                runs.fire(
+                    link.id,
+                    link.run,
+                    rec.seq,
+                    ChildCompleted(_FAILED, _codec.encode(["UnknownQueue", str(e)])),
+                )
             return
         lsn = engine.create_run(wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1)
         await engine.committer.durable(lsn)
@@ -359,7 +399,12 @@ class Messages:
         if not engine.owns(id):
             await engine.remote._cancel(id, reason)
             return
-        state = await self._target(id)
+        try:
+            state = await self._target(id)
+        except RunQueued:
+            if await engine.queues.cancel_queued(id, reason):
+                return
+            state = await self._target(id)  # admitted meanwhile
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, "cancel")
         if state.cancelled:

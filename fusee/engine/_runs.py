@@ -20,6 +20,7 @@ from fusee import _codec
 from fusee._driver import ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._journal import decode_journal, no_run
+from fusee.engine._queues import RunQueued
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
 from fusee.errors import FuseeError, StaleLease, UnknownWorkflow
@@ -183,6 +184,13 @@ class Runs:
             raise no_run(id)
         if row.status in FINISHED_STATUSES:
             return None
+        if row.status == RunStatus.QUEUED:
+            # No journal yet: signals and cancels to it are handled by `Queues`.
+            raise RunQueued(
+                f"run '{id}' is queued and none of its code runs until its queue admits it; "
+                "signal or cancel it meanwhile, or wait until describe() says it runs "
+                "(`fusee queues` shows the queues)"
+            )
         wf = engine.workflows.get(row.workflow)
         if wf is None:
             raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))

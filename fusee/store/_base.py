@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Protocol, runtime_checkable
@@ -22,14 +22,18 @@ import msgpack
 
 from fusee._status import UNFINISHED_STATUSES, RunStatus
 from fusee.errors import NotFound
+from fusee.store._queues import Admission, QueueItem, QueueLimits
 
 __all__ = [
     "COMMAND_KINDS",
     "RUN_STATUSES",
     "UNFINISHED_STATUSES",
+    "Admission",
     "Answer",
     "Command",
     "Entry",
+    "QueueItem",
+    "QueueLimits",
     "RunRow",
     "Store",
 ]
@@ -345,6 +349,62 @@ class Store(Protocol):
 
     async def forget_commands(self, answered_before_ms: int) -> int:
         """Deletes the commands answered before that time; returns how many."""
+        ...
+
+    # --- queue admission (`fusee.store._queues`) -------------------------------------------
+
+    async def enqueue(self, item: QueueItem, row: RunRow) -> QueueItem | None:
+        """Stores queued ``item`` and its run's ``row`` (status ``"queued"``) in one write.
+
+        Returns the item as stored (its `QueueItem.seq` assigned), or None,
+        storing nothing, when ``item.id`` has a queued or admitted item already.
+        """
+        ...
+
+    async def debounce_queued(self, id: str, input: bytes, not_before_ms: int) -> bool:
+        """Replaces queued ``id``'s input and holds it back until ``not_before_ms``.
+
+        Returns False, changing nothing, when ``id`` has no item still queued.
+        """
+        ...
+
+    async def signal_queued(self, id: str, signal: bytes) -> bool:
+        """Adds ``signal`` (encoded by the engine) to queued ``id``'s `QueueItem.signals`.
+
+        Returns False, changing nothing, when ``id`` has no item still queued.
+        """
+        ...
+
+    async def admit(
+        self,
+        limits: QueueLimits,
+        now_ms: int,
+        runnable: Callable[[QueueItem], bool] | None = None,
+        released: Collection[str] = (),
+    ) -> Admission:
+        """Admits, in one atomic write, what ``limits`` allow at ``now_ms``.
+
+        The limits hold across every engine on the store: the items counted
+        are read inside the write that marks the admitted ones (see
+        `fusee.store._queues.plan_admission`). ``runnable``: admit only
+        the items it accepts (those the caller can run: its workflows, its
+        shards).
+        ``released``: ids of runs of this queue that ended, whose slots the
+        same write frees first (`release_queued` of each, without a write
+        of its own).
+        """
+        ...
+
+    async def release_queued(self, id: str) -> str | None:
+        """Run ``id`` ended: its admitted item frees its slot; returns its queue, or None."""
+        ...
+
+    async def unqueue(self, id: str) -> QueueItem | None:
+        """Removes ``id``'s item if it is still queued (not admitted); returns it, or None."""
+        ...
+
+    async def queue_items(self) -> builtins.list[QueueItem]:
+        """Every queued or admitted item of every queue, in arrival order."""
         ...
 
 

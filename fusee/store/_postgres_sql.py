@@ -63,6 +63,7 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         " ('run_reserved', 0)",
         *_commands_sql(s),
         *_workers_sql(s),
+        *queues_sql(s),
     )
 
 
@@ -87,12 +88,38 @@ def _workers_sql(s: str) -> tuple[str, ...]:
     )
 
 
+def queues_sql(s: str) -> tuple[str, ...]:
+    """The statements that add the queue tables to schema ``s`` (format 3; safe to repeat).
+
+    Example:
+        >>> queues_sql('"fusee"')[0].split("(")[0]
+        'CREATE TABLE IF NOT EXISTS "fusee".queues '
+    """
+    return (
+        f"CREATE TABLE IF NOT EXISTS {s}.queues (name TEXT PRIMARY KEY)",
+        f"CREATE TABLE IF NOT EXISTS {s}.queue_items (seq BIGSERIAL PRIMARY KEY,"
+        ' queue TEXT NOT NULL, id TEXT COLLATE "C" NOT NULL, run BIGINT NOT NULL,'
+        " workflow TEXT NOT NULL, input BYTEA NOT NULL, key TEXT, priority INT NOT NULL,"
+        " not_before_ms BIGINT NOT NULL, state TEXT NOT NULL, admitted_ms BIGINT,"
+        " origin BYTEA NOT NULL, signals BYTEA[] NOT NULL DEFAULT '{}')",
+        f"CREATE INDEX IF NOT EXISTS queue_items_by_queue ON {s}.queue_items"
+        " (queue, state, priority, seq)",
+        # One queued or admitted item per run id: a second enqueue of it conflicts.
+        f"CREATE UNIQUE INDEX IF NOT EXISTS queue_items_active ON {s}.queue_items (id)"
+        " WHERE state <> 'done'",
+    )
+
+
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
-# schema): format 2 adds the commands inbox, format 3 the workers and each
-# command's shard.
+# schema): format 2 adds the commands inbox, format 3 the workers, each
+# command's shard and the queue tables.
+def _format_3_sql(s: str) -> tuple[str, ...]:
+    return (*_workers_sql(s), *queues_sql(s))
+
+
 _MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {
     1: _commands_sql,
-    2: _workers_sql,
+    2: _format_3_sql,
 }
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"

@@ -94,7 +94,8 @@ def _check_format(conn: sqlite3.Connection, path: Path, *, writer: bool, change:
     tables = {
         name for (name,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
     }
-    missing = [name for name in ("journal", "runs", "meta", "commands") if name not in tables]
+    required = ("journal", "runs", "meta", "commands", "queue_items")
+    missing = [name for name in required if name not in tables]
     if missing:
         raise _damaged(
             path,

@@ -14,7 +14,7 @@ from typing import Final
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
 
-FORMAT: Final = 2
+FORMAT: Final = 3
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 APPLICATION_ID: Final = 0x66757365
@@ -32,6 +32,17 @@ _COMMANDS_SCHEMA: Final = (
     "CREATE INDEX commands_answered ON commands (answered_ms) WHERE answered_ms IS NOT NULL",
 )
 
+_QUEUES_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS queue_items (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " queue TEXT NOT NULL, id TEXT NOT NULL, run INTEGER NOT NULL, workflow TEXT NOT NULL,"
+    " input BLOB NOT NULL, key TEXT, priority INTEGER NOT NULL, not_before_ms INTEGER NOT NULL,"
+    " state TEXT NOT NULL, admitted_ms INTEGER, origin BLOB NOT NULL, signals BLOB)",
+    "CREATE INDEX IF NOT EXISTS queue_items_by_queue ON queue_items (queue, state)",
+    # One queued or admitted item per run id: a second enqueue of it fails.
+    "CREATE UNIQUE INDEX IF NOT EXISTS queue_items_active ON queue_items (id)"
+    " WHERE state != 'done'",
+)
+
 _SCHEMA: Final = (
     "CREATE TABLE journal (lsn INTEGER PRIMARY KEY, id TEXT NOT NULL,"
     " run INTEGER NOT NULL, data BLOB NOT NULL)",
@@ -45,13 +56,14 @@ _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
     "INSERT INTO meta VALUES ('run_reserved', 0)",
     *_COMMANDS_SCHEMA,
+    *_QUEUES_SCHEMA,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {FORMAT}",
 )
 
 # Statements that upgrade format N to N + 1, keyed by N: format 2 adds the
-# commands inbox.
-_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {1: _COMMANDS_SCHEMA}
+# commands inbox, format 3 the queue items.
+_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {1: _COMMANDS_SCHEMA, 2: _QUEUES_SCHEMA}
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
 _INSERT_COMMAND: Final = (

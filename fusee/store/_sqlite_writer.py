@@ -62,6 +62,9 @@ class _Write:
     # The same answer for the caller to await: cancelling the caller cancels
     # this one only (a shield would cost the caller a loop iteration more).
     answer: asyncio.Future[StoreError | None]
+    # Functions run inside the transaction, after the statements (queue
+    # admission: it reads and writes in one transaction).
+    calls: tuple[Callable[[sqlite3.Connection], object], ...] = ()
 
 
 class _SqliteWriter:
@@ -276,6 +279,8 @@ class _SqliteWriter:
             for w in writes:
                 for statement, params in w.sql:
                     conn.execute(statement, params)
+                for call in w.calls:
+                    call(conn)
             conn.execute("COMMIT")
         except BaseException:
             _roll_back(conn)

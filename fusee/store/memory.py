@@ -34,13 +34,14 @@ from fusee.store._base import (
     _now_ms,
     _unpack_attributes,
 )
+from fusee.store._queues import MemoryQueues
 
 __all__ = ["MemoryStore"]
 
 _lsn_of = itemgetter(0)
 
 
-class MemoryStore:
+class MemoryStore(MemoryQueues):
     """A `fusee.store.Store` in memory; ``close`` then ``open`` keeps the data.
 
     Example:
@@ -59,6 +60,7 @@ class MemoryStore:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self._journals: dict[tuple[str, int], builtins.list[tuple[int, bytes]]] = {}
         # The highest run with records, per id: `load` falls back to it for an
         # id whose row was never written.

@@ -1,6 +1,6 @@
 """The Postgres store: journals and run rows in a PostgreSQL schema, on asyncpg.
 
-Schema, format 2, in one schema of the database (``fusee`` by default; the
+Schema, format 3, in one schema of the database (``fusee`` by default; the
 store creates it, and upgrades an older format, on open)::
 
     meta(key TEXT PRIMARY KEY, value BIGINT)
@@ -17,6 +17,10 @@ store creates it, and upgrades an older format, on open)::
     commands(seq BIGSERIAL, id TEXT PRIMARY KEY, kind, run_id, payload BYTEA, dedup,
              created_ms, attempts, answered_ms, ok, answer BYTEA)
         index (seq) of unanswered commands        -- the inbox (format 2)
+    queues(name TEXT PRIMARY KEY)                 -- a queue's admission lock
+    queue_items(seq BIGSERIAL PRIMARY KEY, queue, id, run, workflow, input BYTEA, key,
+                priority, not_before_ms, state, admitted_ms, origin BYTEA)
+        unique index (id) of items not done       -- queued starts (format 3)
 
 A posted command sends a ``NOTIFY`` on the store's channel (`PostgresStore.channel`)
 in its own transaction; the serving engine ``LISTEN``s on a connection of its
@@ -28,7 +32,9 @@ them, so listings and their cursors agree with the other stores. Leases are
 timed by the database's clock (``now()``), never this process's.
 
 The rule: only the writer task writes journals and rows, one transaction per
-group of appends, in call order; a fenced append's transaction locks the
+group of appends, in call order (but for a queued run's first row, which
+`enqueue` writes in the transaction of its queue item:
+`fusee.store._postgres_queues`); a fenced append's transaction locks the
 lease rows of its shards (``FOR SHARE``), so a takeover, which updates them,
 waits for it or makes it fail with `StaleLease`. Reads are plain snapshot
 reads on other connections: they never lock a table nor wait for a writer.
@@ -69,6 +75,7 @@ from fusee.store._postgres_errors import (
     _redact,
     _secrets_of,
 )
+from fusee.store._postgres_queues import PostgresQueues
 from fusee.store._postgres_sql import (
     _MIGRATIONS,
     _ROW_COLUMNS,
@@ -110,7 +117,7 @@ _PREFETCH: Final = 512
 _T = TypeVar("_T")
 
 
-class PostgresStore(_PostgresWriter):
+class PostgresStore(PostgresQueues, _PostgresWriter):
     """A `fusee.store.Store` in a PostgreSQL database (asyncpg, the ``postgres`` extra).
 
     Args:

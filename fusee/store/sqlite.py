@@ -1,6 +1,6 @@
 """The SQLite store: the embedded default, one WAL-mode file ``fusee.db`` per directory.
 
-Schema, format 2 (the format is ``PRAGMA user_version``; ``PRAGMA
+Schema, format 3 (the format is ``PRAGMA user_version``; ``PRAGMA
 application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
 
     journal(lsn INTEGER PRIMARY KEY, id TEXT, run INTEGER, data BLOB)
@@ -13,6 +13,9 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
     commands(seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE, kind, run_id,
              payload BLOB, dedup, created_ms, attempts, answered_ms, ok, answer BLOB)
         index (seq) of unanswered commands        -- the inbox (format 2)
+    queue_items(seq INTEGER PRIMARY KEY AUTOINCREMENT, queue, id, run, workflow,
+                input BLOB, key, priority, not_before_ms, state, admitted_ms, origin BLOB)
+        unique index (id) of items not done       -- queued starts (format 3)
 
 ``attributes`` is a msgpack map, NULL when empty. Run numbers are reserved in
 blocks (`next_run` writes once per block, riding along with appends), and
@@ -78,6 +81,7 @@ from fusee.store._sqlite_open import (
     _inspect,
     _store_error,
 )
+from fusee.store._sqlite_queues import SqliteQueues
 from fusee.store._sqlite_rows import (
     _get,
     _list,
@@ -116,7 +120,7 @@ _T = TypeVar("_T")
 log = logging.getLogger("fusee")
 
 
-class SqliteStore(_SqliteWriter):
+class SqliteStore(SqliteQueues, _SqliteWriter):
     """A `fusee.store.Store` in ``DIRECTORY/fusee.db`` (SQLite, WAL mode).
 
     Args:
@@ -968,6 +972,7 @@ class SqliteStore(_SqliteWriter):
         max_lsn: int,
         setup: Callable[[sqlite3.Connection], object] | None = None,
         sql: tuple[tuple[str, tuple[Any, ...]], ...] = (),
+        calls: tuple[Callable[[sqlite3.Connection], object], ...] = (),
     ) -> _Write:
         loop = self._loop
         assert loop is not None
@@ -988,6 +993,7 @@ class SqliteStore(_SqliteWriter):
             epoch,
             done,
             loop.create_future(),
+            calls,
         )
         self._queue.put(write)
         return write

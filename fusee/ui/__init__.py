@@ -52,8 +52,8 @@ def create_app(
 
     Example:
         >>> app = create_app("./data", token="s3cret")
-        >>> sorted(r.path for r in app.routes)[:3]
-        ['/', '/api/info', '/api/runs']
+        >>> sorted(r.path for r in app.routes)[:4]
+        ['/', '/api/info', '/api/queues', '/api/runs']
     """
     return build_app(target, token=token, readonly_store=readonly_store, actions=actions)
 

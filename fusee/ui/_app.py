@@ -39,6 +39,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from fusee._queue import stats_json
+from fusee.engine._queues import queue_stats
 from fusee.errors import FuseeError, NotFound, PayloadError
 from fusee.store import RUN_STATUSES, RunRow, Store, open_store
 from fusee.ui._timeline import Timeline, row_json
@@ -434,6 +436,11 @@ async def _list_runs(request: Request) -> Response:
     return JSONResponse(await _page(_store(request), request.query_params))
 
 
+async def _queues(request: Request) -> Response:
+    items = await _store(request).queue_items()
+    return JSONResponse(stats_json(queue_stats(items)))
+
+
 async def _get_run(request: Request) -> Response:
     store = _store(request)
     id = request.path_params["id"]
@@ -655,6 +662,7 @@ def build_app(
                 methods=["POST"],
             ),
         )
+    routes.append(Route("/api/queues", _handles_bad_requests(_queues)))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_Guard, token=token)])
     app.state.target = target
     app.state.actions = actions

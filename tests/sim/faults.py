@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from fusee.errors import StoreError
 from fusee.record import Step, decode
 from fusee.store import Answer, Command, Entry, RunRow, Store
+from fusee.store._queues import Admission, QueueItem, QueueLimits
 
 __all__ = ["FaultyStore"]
 
@@ -193,3 +194,31 @@ class FaultyStore:
 
     async def forget_commands(self, answered_before_ms: int) -> int:
         return await self.inner.forget_commands(answered_before_ms)
+
+    # Queue admission is passed through untouched: the simulation starts no queued run.
+    async def enqueue(self, item: QueueItem, row: RunRow) -> QueueItem | None:
+        return await self.inner.enqueue(item, row)
+
+    async def debounce_queued(self, id: str, input: bytes, not_before_ms: int) -> bool:
+        return await self.inner.debounce_queued(id, input, not_before_ms)
+
+    async def signal_queued(self, id: str, signal: bytes) -> bool:
+        return await self.inner.signal_queued(id, signal)
+
+    async def admit(
+        self,
+        limits: QueueLimits,
+        now_ms: int,
+        runnable: Callable[[QueueItem], bool] | None = None,
+        released: Collection[str] = (),
+    ) -> Admission:
+        return await self.inner.admit(limits, now_ms, runnable, released)
+
+    async def release_queued(self, id: str) -> str | None:
+        return await self.inner.release_queued(id)
+
+    async def unqueue(self, id: str) -> QueueItem | None:
+        return await self.inner.unqueue(id)
+
+    async def queue_items(self) -> builtins.list[QueueItem]:
+        return await self.inner.queue_items()

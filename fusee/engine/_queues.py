@@ -1,0 +1,425 @@
+"""Queued starts: `Queues` enqueues runs, admits them when their queue allows, and frees slots.
+
+A start with ``queue=`` stores a queue item and a ``queued`` row (no journal
+yet); an admission (`Store.admit`, atomic in the store, so the limits hold
+across every engine on it) turns items into runs through
+`Engine.create_run`. Admission is tried on a queued start, on the end of a
+run the queue admitted, when the engine's clock reaches the time a rate
+window or a debounce frees (`Admission.wake_ms`), on recovery and, on a
+store several engines share, every `_POLL_S` while items wait (another
+worker's run may have ended).
+
+The rule: an item is admitted only by the store, and its slot is freed only
+once its run's end is durable (`Queues.ended`), so a crash never frees a
+slot whose run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from fusee import _codec
+from fusee._durations import duration_ms
+from fusee._queue import Queue, QueueStats
+from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._run import IdPolicy
+from fusee.errors import AlreadyExists, FuseeError, UnknownQueue
+from fusee.machine import ChildCompleted
+from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, encode
+from fusee.store import RunRow
+from fusee.store._queues import QueueItem
+
+if TYPE_CHECKING:
+    from fusee._definitions import WorkflowDef
+    from fusee.engine._clock import TimerHandle
+    from fusee.engine._engine import Engine
+
+__all__ = ["Queues", "RunQueued"]
+
+log = logging.getLogger("fusee")
+
+# How often an engine on a shared store (Postgres) looks again at a queue
+# with waiting items: a slot another worker's run freed has no local event.
+_POLL_S: Final = 0.05
+
+# The queue `start(..., debounce=...)` uses when given no queue: no limits.
+_DEBOUNCE_QUEUE: Final = "fusee.debounce"
+
+
+class RunQueued(FuseeError):
+    """A run that is queued was to be loaded: it has no journal until its queue admits it.
+
+    Example:
+        >>> issubclass(RunQueued, FuseeError)
+        True
+    """
+
+
+class Queues:
+    """An engine's queues: enqueueing, admission, slot release, cancels and figures.
+
+    Example:
+        >>> import asyncio, fusee
+        >>> @fusee.workflow("hello")
+        ... async def hello(ctx) -> str:
+        ...     return "hi"
+        >>> async def main() -> str:
+        ...     q = fusee.Queue("q", concurrency=1)
+        ...     async with await fusee.Engine.open("memory", workflows=[hello], queues=[q]) as e:
+        ...         run = await e.start(hello, "h-1", queue=q)
+        ...         return await run.result()
+        >>> asyncio.run(main())
+        'hi'
+    """
+
+    def __init__(self, engine: Engine, queues: Iterable[Queue]) -> None:
+        self._engine = engine
+        self.queues: dict[str, Queue] = {}
+        for q in queues:
+            if not isinstance(q, Queue):
+                raise TypeError(f"queues must be fusee.Queue values, not {q!r}")
+            if q.name in self.queues and self.queues[q.name] != q:
+                raise ValueError(f"two different queues named '{q.name}' were given to one engine")
+            self.queues[q.name] = q
+        # Figures and cancels leave out the debounce queue, which every engine has.
+        self.named = bool(self.queues)
+        self.queues.setdefault(_DEBOUNCE_QUEUE, Queue(_DEBOUNCE_QUEUE))
+        # Runs this engine admitted (or recovered admitted) whose end frees a slot.
+        self.admitted: dict[str, str] = {}
+        self._admitting: set[str] = set()
+        # The admission task of each queue with one under way.
+        self._rounds: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self._wakes: dict[str, tuple[int, TimerHandle]] = {}
+        # Ended runs whose slots the next admission of their queue frees.
+        self._released: dict[str, set[str]] = {}
+        self._polls: set[str] = set()
+        self.shared = "postgres" in type(engine.store).__module__
+
+    def resolve(self, queue: Queue | str | None, debounce: bool) -> Queue:
+        """The engine's queue ``queue`` names (the debounce queue for None).
+
+        Raises:
+            fusee.UnknownQueue: The engine was not given it.
+        """
+        if queue is None:
+            if not debounce:
+                raise ValueError("a queued start needs a queue")
+            return self.queues[_DEBOUNCE_QUEUE]
+        name = queue.name if isinstance(queue, Queue) else queue
+        if not isinstance(name, str):
+            raise TypeError(f"queue must be a fusee.Queue or a queue's name, not {queue!r}")
+        q = self.queues.get(name)
+        if q is not None and isinstance(queue, Queue) and queue != q:
+            raise UnknownQueue(
+                f"{queue!r} differs from the engine's queue '{name}' ({q!r}); pass the "
+                "Queue given to Engine.open(..., queues=[...]), or its name"
+            )
+        if q is None:
+            known = ", ".join(repr(n) for n in sorted(self.queues) if n != _DEBOUNCE_QUEUE)
+            raise UnknownQueue(
+                f"queue '{name}' is not one of this engine's queues ({known or 'none'}); "
+                "pass it in Engine.open(..., queues=[...])"
+            )
+        return q
+
+    # --- starting through a queue -------------------------------------------------------
+
+    async def start(
+        self,
+        wf: WorkflowDef[Any, Any],
+        id: str,
+        data: bytes,
+        *,
+        queue: Queue | str | None,
+        key: str | None,
+        priority: int,
+        id_policy: IdPolicy,
+        debounce: Any,
+    ) -> None:
+        """Queues run ``id`` (or, debounced, replaces the queued one's input); returns once durable.
+
+        Raises:
+            fusee.AlreadyExists: The id is taken (see `fusee.IdPolicy`).
+        """
+        engine = self._engine
+        if key is not None and not isinstance(key, str):
+            raise TypeError(f"a queue key must be a string or None, not {key!r}")
+        if type(priority) is not int:
+            raise TypeError(f"priority must be an int, not {priority!r}")
+        debounce_ms = duration_ms(debounce) if debounce is not None else 0
+        q = self.resolve(queue, debounce is not None)
+        now = engine.clock.now_ms()
+        if debounce is not None and await engine.store.debounce_queued(id, data, now + debounce_ms):
+            self.kick(q.name)
+            return
+        loaded = engine.runs.loaded(id)
+        existing = loaded is not None or engine.runs.is_loading(id)
+        row = None if existing else await engine.store.get(id)
+        if existing or row is not None:
+            status = row.status if row is not None else RunStatus.RUNNING
+            if id_policy is IdPolicy.ATTACH:
+                return
+            if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
+                raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
+        run = row.run + 1 if row is not None else 1
+        item = QueueItem(
+            q.name, id, run, wf.name, data, key, priority, not_before_ms=now + debounce_ms
+        )
+        stored = await engine.store.enqueue(item, RunRow(id, run, wf.name, RunStatus.QUEUED, now))
+        if stored is None:
+            if id_policy is IdPolicy.ATTACH:
+                return
+            raise AlreadyExists(f"run '{id}' exists (queued); {_policy_hint()}")
+        self.kick(q.name)
+
+    # --- admission ----------------------------------------------------------------------
+
+    def kick(self, name: str) -> None:
+        """Tries an admission of queue ``name`` soon (one at a time per queue)."""
+        engine = self._engine
+        if engine.closed:
+            return
+        if name in self._admitting:
+            self._again.add(name)
+            return
+        self._admitting.add(name)
+        self._rounds[name] = engine.spawn(self._admit(name))
+
+    async def _admit(self, name: str) -> None:
+        engine = self._engine
+        q = self.queues.get(name)
+        try:
+            if q is None:
+                return
+            while True:
+                self._again.discard(name)
+                released = self._released.pop(name, set())
+                try:
+                    admission = await engine.store.admit(
+                        q.limits, engine.clock.now_ms(), self._runnable, released
+                    )
+                except BaseException:
+                    # Freed by the next admission, or by recovery after a crash.
+                    self._released.setdefault(name, set()).update(released)
+                    raise
+                for item in admission.items:
+                    self._run(item)
+                if admission.wake_ms is not None:
+                    self._wake_at(name, admission.wake_ms)
+                if admission.left and self.shared:
+                    self._poll(name)
+                if name not in self._again or engine.closed:
+                    return
+        finally:
+            self._admitting.discard(name)
+            self._rounds.pop(name, None)
+
+    async def start_child(
+        self, wf: WorkflowDef[Any, Any], rec: Child, link: Parent, queue: str, key: str | None
+    ) -> None:
+        """Queues child ``rec`` of the run ``link`` names, under ``key``; returns once durable.
+
+        Raises:
+            fusee.UnknownQueue: The engine has no queue named ``queue``.
+        """
+        engine = self._engine
+        q = self.resolve(queue, False)
+        now = engine.clock.now_ms()
+        origin = _codec.encode([link.id, link.run, link.seq, rec.flags])
+        item = QueueItem(q.name, rec.id, 1, wf.name, rec.input, key, origin=origin)
+        row = RunRow(rec.id, 1, wf.name, RunStatus.QUEUED, now, parent=link.id)
+        await engine.store.enqueue(item, row)
+        self.kick(q.name)
+
+    def _runnable(self, item: QueueItem) -> bool:
+        # Its workflow is here, and so is its shard (on a store workers share).
+        engine = self._engine
+        return item.workflow in engine.workflows and engine.owns(item.id)
+
+    def _run(self, item: QueueItem) -> None:
+        engine = self._engine
+        wf = engine.workflows[item.workflow]
+        self.admitted[item.id] = item.queue
+        parent, policy = _origin(item.origin)
+        signals: list[Signal] = []
+        seen: set[int] = set()
+        for data in item.signals:
+            name, dedup, payload, by = _codec.decode(data)
+            if dedup and dedup in seen:
+                continue  # a repeat of a signal it has (one dedup id counts once)
+            seen.add(dedup)
+            signals.append(Signal(item.run, name, dedup, payload, by))
+        engine.create_run(
+            wf, item.id, item.input, parent=parent, policy=policy, run=item.run, signals=signals
+        )
+
+    async def signal_queued(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> bool:
+        """Holds a signal for run ``id`` if it is queued (its run records it first); else False.
+
+        Called when loading ``id`` raised `RunQueued`.
+        """
+        engine = self._engine
+        if await engine.store.signal_queued(id, _codec.encode([name, dedup, payload, by])):
+            return True
+        # Admitted meanwhile: once its admission has started it here, the
+        # signal goes to it as to any loaded run.
+        rounds = list(self._rounds.values())
+        if rounds:
+            await asyncio.wait(rounds)
+        return False
+
+    def _wake_at(self, name: str, at_ms: int) -> None:
+        have = self._wakes.get(name)
+        if have is not None:
+            if have[0] <= at_ms:
+                return
+            have[1].cancel()
+
+        def wake() -> None:
+            self._wakes.pop(name, None)
+            self.kick(name)
+
+        self._wakes[name] = (at_ms, self._engine.clock.call_at(at_ms, wake))
+
+    def _poll(self, name: str) -> None:
+        if name in self._polls:
+            return
+        self._polls.add(name)
+
+        def poll() -> None:
+            self._polls.discard(name)
+            self.kick(name)
+
+        self._engine.loop.call_later(_POLL_S, poll)
+
+    # --- a run's end, a cancel, recovery ------------------------------------------------
+
+    def ended(self, id: str) -> None:
+        """Run ``id``'s end is durable: the slot it held (if any) is freed."""
+        name = self.admitted.pop(id, None)
+        if name is not None:
+            # In the admission it makes possible: one write for both.
+            self._released.setdefault(name, set()).add(id)
+            self.kick(name)
+        elif self.shared and self.named:
+            # On a shared store another engine may have admitted it.
+            self._engine.spawn(self._release(id))
+
+    async def _release(self, id: str) -> None:
+        name = await self._engine.store.release_queued(id)
+        if name is not None:
+            self.kick(name)
+
+    async def cancel_queued(self, id: str, reason: str) -> bool:
+        """Cancels run ``id`` if it is still queued (no code runs); False if it is not.
+
+        Called when loading ``id`` raised `RunQueued`.
+        """
+        engine = self._engine
+        item = await engine.store.unqueue(id)
+        if item is None:
+            # Admitted meanwhile: once its admission has started it here,
+            # it is cancelled as any loaded run is.
+            rounds = list(self._rounds.values())
+            if rounds:
+                await asyncio.wait(rounds)
+            return False
+        await self._finish_cancelled(item, reason)
+        return True
+
+    async def _finish_cancelled(self, item: QueueItem, reason: str) -> None:
+        # Its journal says it started and was cancelled, so `result()`,
+        # `fusee show` and the Client read it as any cancelled run.
+        engine = self._engine
+        now = engine.clock.now_ms()
+        run, id = item.run, item.id
+        start = Start(run=run, id=id, wtype=item.workflow, started_ms=now, input=item.input)
+        engine.committer.append(id, run, encode(start))
+        done = Done(run, Status.CANCELLED, now, _codec.encode(reason))
+        lsn = engine.committer.append(id, run, encode(done))
+        engine.committer.put_row(RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now))
+        await engine.committer.durable(lsn)
+        engine.result_ready(id)
+        parent, policy = _origin(item.origin)
+        if parent is not None and not policy & DETACHED:
+            engine.runs.fire(
+                parent.id, parent.run, parent.seq, ChildCompleted(Status.CANCELLED, done.payload)
+            )
+
+    async def recover(self) -> None:
+        """Picks up the store's items: admitted ones go on or free their slot; queues are tried."""
+        engine = self._engine
+        items = await engine.store.queue_items()
+        names: set[str] = set()
+        for item in items:
+            names.add(item.queue)
+            if item.state != "admitted" or item.workflow not in engine.workflows:
+                continue
+            row = await engine.store.get(item.id)
+            if row is None or row.run != item.run:
+                continue
+            if row.status == RunStatus.QUEUED:
+                # Admitted, then a crash before its start was durable.
+                self._run(item)
+            elif row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
+                # Ended, then a crash before its slot was freed.
+                await engine.store.release_queued(item.id)
+            else:
+                self.admitted[item.id] = item.queue
+        for name in sorted(names):
+            if name in self.queues:
+                self.kick(name)
+
+    # --- figures ------------------------------------------------------------------------
+
+    async def stats(self) -> list[QueueStats]:
+        """Queued and running runs per queue and per key, by queue name."""
+        items = await self._engine.store.queue_items()
+        return queue_stats(items, [n for n in self.queues if n != _DEBOUNCE_QUEUE])
+
+
+def queue_stats(items: Iterable[QueueItem], names: Iterable[str] = ()) -> list[QueueStats]:
+    """The figures of ``items``, one `QueueStats` per queue (``names`` listed even when empty).
+
+    Example:
+        >>> queue_stats([QueueItem("q", "a", 1, "wf", b"", key="k")], ["r"])
+        [QueueStats(queue='q', queued=1, running=0, keys={'k': (1, 0)}), QueueStats(queue='r', queued=0, running=0, keys={})]
+    """  # noqa: E501
+    queued: Counter[str] = Counter({n: 0 for n in names})
+    running: Counter[str] = Counter({n: 0 for n in names})
+    keys: dict[str, dict[str, tuple[int, int]]] = {n: {} for n in names}
+    for item in items:
+        is_queued = item.state == "queued"
+        (queued if is_queued else running)[item.queue] += 1
+        running.setdefault(item.queue, 0)
+        queued.setdefault(item.queue, 0)
+        per = keys.setdefault(item.queue, {})
+        if item.key is not None:
+            q, r = per.get(item.key, (0, 0))
+            per[item.key] = (q + 1, r) if is_queued else (q, r + 1)
+    return [
+        QueueStats(name, queued[name], running[name], dict(sorted(keys[name].items())))
+        for name in sorted(keys)
+    ]
+
+
+def _origin(origin: bytes) -> tuple[Parent | None, int]:
+    """A queued child's parent link and policy flags (a run started from outside: none)."""
+    if not origin:
+        return None, 0
+    id, run, seq, flags = _codec.decode(origin)
+    return Parent(str(id), int(run), int(seq)), int(flags)
+
+
+def _policy_hint() -> str:
+    return (
+        "pass id_policy=fusee.IdPolicy.ATTACH to get its handle, "
+        "or IdPolicy.REPLACE to start over once it has finished"
+    )

@@ -1,0 +1,472 @@
+"""Queued starts (fusee/engine/_queues.py): limits, priority, rate, cancel, debounce, crashes.
+
+Every test runs on the memory store, SQLite and Postgres (see conftest), on
+the test host's virtual clock, and each once live and once with a crash in
+the middle; a step records when a run holds its slot, so the tests count
+runs running at once, and no step runs twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+from _postgres import Cluster
+
+import fusee
+from fusee.engine._engine import Engine
+from fusee.store import PostgresStore, SqliteStore, Store
+from fusee.testing import TestEngine
+
+from .conftest import Host, Stores, assert_steps_ran_once
+
+pytestmark = pytest.mark.asyncio
+
+CRASH = [pytest.param(False, id="live"), pytest.param(True, id="crash")]
+
+
+class Gauge:
+    """Counts the runs between their ``enter`` and ``leave`` steps, overall and per key."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+        self.keys: Counter[str] = Counter()
+        self.most_per_key: Counter[str] = Counter()
+        self.order: list[str] = []
+
+    def enter(self, id: str, key: str) -> None:
+        self.order.append(id)
+        self.now += 1
+        self.most = max(self.most, self.now)
+        self.keys[key] += 1
+        self.most_per_key[key] = max(self.most_per_key[key], self.keys[key])
+
+    def leave(self, key: str) -> None:
+        self.now -= 1
+        self.keys[key] -= 1
+
+
+def tracked(gauge: Gauge, name: str = "tracked", work: str = "1s") -> fusee.WorkflowDef[str, str]:
+    @fusee.workflow(name)
+    async def wf(ctx: fusee.Ctx, key: str) -> str:
+        id = ctx.info.id
+        await ctx.step("enter", lambda: gauge.enter(id, key))
+        await ctx.sleep("work", work)
+        await ctx.step("leave", lambda: gauge.leave(key))
+        return f"{id} done"
+
+    return wf
+
+
+async def settle_or_crash(t: TestEngine, crash: bool) -> None:
+    await t.settle()
+    if crash:
+        await t.crash()
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_a_queue_never_runs_more_runs_at_once_than_its_concurrency(
+    host: Host, crash: bool
+) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("work", concurrency=2)
+    async with host(workflows=[wf], queues=[q]) as t:
+        runs = [await t.start(wf, f"r-{i}", "k", queue=q) for i in range(7)]
+        await settle_or_crash(t, crash)
+        stats = await t.queue_stats()
+        assert [(s.queue, s.queued, s.running) for s in stats] == [("work", 5, 2)]
+        assert [(await r.describe()).status for r in runs].count(fusee.RunStatus.QUEUED) == 5
+        assert [await r.result() for r in runs] == [f"r-{i} done" for i in range(7)]
+        assert gauge.most == 2
+        assert sorted(gauge.order) == [f"r-{i}" for i in range(7)]
+        assert [(s.queued, s.running) for s in await t.queue_stats()] == [(0, 0)]
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_per_key_bounds_each_key_while_other_keys_run(host: Host, crash: bool) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("mail", concurrency=3, per_key=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        runs = [
+            await t.start(wf, f"{key}-{i}", key, queue="mail", key=key)
+            for i in range(3)
+            for key in ("a", "b")
+        ]
+        await settle_or_crash(t, crash)
+        (stats,) = await t.queue_stats()
+        assert stats.keys == {"a": (2, 1), "b": (2, 1)}
+        for r in runs:
+            await r.result()
+        assert gauge.most_per_key == Counter({"a": 1, "b": 1})
+        assert gauge.most == 2
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_lower_priority_numbers_are_admitted_first_then_arrival_order(
+    host: Host, crash: bool
+) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        first = await t.start(wf, "first", "k", queue=q, priority=9)
+        await t.settle()
+        for id, priority in [("p5", 5), ("p1", 1), ("p3", 3), ("p1-later", 1)]:
+            await t.start(wf, id, "k", queue=q, priority=priority)
+        await settle_or_crash(t, crash)
+        for id in ("first", "p5", "p1", "p3", "p1-later"):
+            await t.get(id).result()
+        assert first.id == "first"
+        assert gauge.order == ["first", "p1", "p1-later", "p3", "p5"]
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_a_rate_admits_at_most_n_runs_in_any_window_of_its_period(
+    host: Host, crash: bool
+) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge, work="10ms")
+    q = fusee.Queue("api", rate=(2, "1s"))
+    async with host(workflows=[wf], queues=[q]) as t:
+        t0 = t.clock.now_ms()
+        runs = [await t.start(wf, f"r-{i}", "k", queue=q) for i in range(7)]
+        await settle_or_crash(t, crash)
+        for r in runs:
+            await r.result()
+        started = [(await r.describe()).started_at for r in runs]
+        offsets_ms = [round(s.timestamp() * 1000) - t0 for s in started if s is not None]
+        assert offsets_ms == [0, 0, 1000, 1000, 2000, 2000, 3000]
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_cancelling_a_queued_run_ends_it_cancelled_without_running_its_code(
+    host: Host, crash: bool
+) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge, work="1h")
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        busy = await t.start(wf, "busy", "k", queue=q)
+        waiting = await t.start(wf, "waiting", "k", queue=q)
+        after = await t.start(wf, "after", "k", queue=q)
+        await settle_or_crash(t, crash)
+        await waiting.cancel("not needed")
+        with pytest.raises(fusee.RunFinished, match="has finished \\(cancelled\\)"):
+            await waiting.cancel("again")
+        assert (await waiting.describe()).status == "cancelled"
+        with pytest.raises(fusee.Cancelled, match="not needed"):
+            await waiting.result()
+        assert await busy.result() == "busy done"
+        assert await after.result() == "after done"
+        assert gauge.order == ["busy", "after"]
+        if crash:
+            await t.crash()
+        assert (await waiting.describe()).status == "cancelled"
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_a_debounced_start_replaces_the_input_and_pushes_the_admission_back(
+    host: Host, crash: bool
+) -> None:
+    @fusee.workflow("echo")
+    async def echo(ctx: fusee.Ctx, text: str) -> str:
+        return await ctx.step("echo", lambda: text)
+
+    q = fusee.Queue("typing")
+    async with host(workflows=[echo], queues=[q]) as t:
+        t0 = t.clock.now_ms()
+        run = await t.start(echo, "save-1", "h", queue=q, debounce="5s")
+        await t.advance("3s")
+        again = await t.start(echo, "save-1", "hello", queue=q, debounce="5s")
+        assert again.id == run.id
+        await settle_or_crash(t, crash)
+        await t.advance("4s")  # 7s after the first start, 4s after the second
+        assert (await run.describe()).status == "queued"
+        await t.advance("1s")
+        assert await run.result() == "hello"
+        info = await run.describe()
+        assert info.started_at == datetime.datetime.fromtimestamp((t0 + 8000) / 1000, datetime.UTC)
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_starting_a_queued_id_follows_the_id_policy(host: Host, crash: bool) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        await t.start(wf, "busy", "k", queue=q)
+        await t.start(wf, "queued", "k", queue=q)
+        await settle_or_crash(t, crash)
+        with pytest.raises(fusee.AlreadyExists, match="'queued' exists"):
+            await t.start(wf, "queued", "k", queue=q)
+        with pytest.raises(fusee.AlreadyExists, match="'queued' exists"):
+            await t.start(wf, "queued", "k")
+        attached = await t.start(wf, "queued", "k", queue=q, id_policy=fusee.IdPolicy.ATTACH)
+        assert await attached.result() == "queued done"
+        assert gauge.order == ["busy", "queued"]
+        assert_steps_ran_once(t)
+
+
+async def test_an_unknown_queue_is_refused_and_nothing_is_recorded(host: Host) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge)
+    async with host(workflows=[wf], queues=[fusee.Queue("known")]) as t:
+        with pytest.raises(
+            fusee.UnknownQueue, match=r"queue 'nope' is not one of this engine's queues \('known'\)"
+        ):
+            await t.start(wf, "r-1", "k", queue="nope")
+        with pytest.raises(fusee.UnknownQueue, match=r"differs from the engine's queue 'known'"):
+            await t.start(wf, "r-1", "k", queue=fusee.Queue("known", concurrency=1))
+        assert [info async for info in t.list()] == []
+        assert await t.store.queue_items() == []
+
+
+async def test_a_run_admitted_before_its_start_was_written_starts_after_a_crash(
+    host: Host,
+) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        # Admitted in the store, then a crash before the engine wrote its start.
+        from fusee.store._queues import QueueItem
+
+        await t.store.enqueue(
+            QueueItem("one", "lost", 1, wf.name, fusee._codec.encode("k")),
+            fusee.store.RunRow("lost", 1, wf.name, "queued", t.clock.now_ms()),
+        )
+        admission = await t.store.admit(q.limits, t.clock.now_ms())
+        assert [i.id for i in admission.items] == ["lost"]
+        await t.crash()
+        assert await t.get("lost").result() == "lost done"
+        assert gauge.order == ["lost"]
+
+
+async def test_two_engines_on_one_postgres_database_share_a_queue_s_concurrency(
+    postgres_cluster: Cluster,
+) -> None:
+    gauge = Gauge()
+    # One workflow each, so that each engine admits (and runs) its own runs.
+    left, right = tracked(gauge, "left", "30ms"), tracked(gauge, "right", "30ms")
+    q = fusee.Queue("shared", concurrency=2)
+    schema = postgres_cluster.new_name("queues_")
+    engines: list[Engine] = []
+    try:
+        for wf in (left, right):
+            store = PostgresStore(postgres_cluster.dsn, schema=schema, durability="none")
+            await store.open()
+            engine = Engine(store, [wf], queues=[q], watchdog=None)
+            await engine.recover()
+            engines.append(engine)
+        runs = [
+            await engine.start(wf, f"{wf.name}-{i}", "k", queue=q)
+            for i in range(5)
+            for engine, wf in zip(engines, (left, right), strict=True)
+        ]
+        results = await asyncio.wait_for(asyncio.gather(*(r.result() for r in runs)), 30)
+        assert sorted(results) == sorted(f"{r.id} done" for r in runs)
+        assert gauge.most == 2
+        assert len(gauge.order) == 10
+    finally:
+        for engine in engines:
+            await engine.close()
+
+
+@contextlib.asynccontextmanager
+async def client_of(stores: Stores, store: Store) -> AsyncIterator[fusee.Client]:
+    """A Client beside the engine on ``store``, as a web app beside a worker would have."""
+    if isinstance(store, SqliteStore):
+        async with await fusee.Client.connect(store.path.parent, durability="none") as c:
+            yield c
+    elif isinstance(store, PostgresStore):
+        assert stores.postgres is not None
+        theirs = PostgresStore(stores.postgres.dsn, schema=store.schema, client=True)
+        await theirs.open()
+        try:
+            async with await fusee.Client.connect(theirs) as c:
+                yield c
+        finally:
+            await theirs.close()
+    else:
+        async with await fusee.Client.connect(store) as c:
+            yield c
+
+
+go = fusee.signal("go", int)
+
+
+@fusee.workflow("held")
+async def held(ctx: fusee.Ctx) -> int:
+    return await ctx.wait_for(go) or 0
+
+
+async def test_a_client_starts_runs_through_a_queue_and_reads_its_figures(
+    stores: Stores,
+) -> None:
+    q = fusee.Queue("jobs", concurrency=1, per_key=1)
+    store = stores.new()
+    await store.open()
+    engine = Engine(store, [held], queues=[q], watchdog=None)
+    await engine.recover()
+    try:
+        async with client_of(stores, store) as client:
+            first = await client.start(held, "c-1", queue=q, key="a")
+            second: fusee.Run[int] = await client.start(
+                "held", "c-2", queue="jobs", key="b", priority=1
+            )
+            with pytest.raises(fusee.UnknownQueue, match="queue 'other' is not one of"):
+                await client.start(held, "c-3", queue="other")
+            while (await second.describe()).status != "queued" or (
+                await first.describe()
+            ).status == "queued":
+                await asyncio.sleep(0.01)
+            (stats,) = await client.queue_stats()
+            assert (stats.queue, stats.queued, stats.running) == ("jobs", 1, 1)
+            assert stats.keys == {"a": (0, 1), "b": (1, 0)}
+            await first.signal(go, 1)
+            assert await first.result() == 1
+            while (await second.describe()).status == "queued":
+                await asyncio.sleep(0.01)
+            await second.signal(go, 2)
+            assert await second.result() == 2
+            assert all(s.queued == 0 for s in await client.queue_stats())
+    finally:
+        await engine.close()
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_children_started_through_a_queue_wait_their_turn_and_report_to_the_parent(
+    host: Host, crash: bool
+) -> None:
+    gauge = Gauge()
+    child = tracked(gauge, "child")
+    q = fusee.Queue("kids", concurrency=1, per_key=1)
+
+    @fusee.workflow("parent")
+    async def parent(ctx: fusee.Ctx) -> list[str]:
+        kids = [ctx.child(child, f"kid-{i}", "k", queue=q, key=f"k{i % 2}") for i in range(3)]
+        return list(await asyncio.gather(*kids))
+
+    async with host(workflows=[parent, child], queues=[q]) as t:
+        run = await t.start(parent, "p-1")
+        await settle_or_crash(t, crash)
+        (stats,) = await t.queue_stats()
+        assert (stats.queued, stats.running) == (2, 1)
+        assert await run.result() == [f"kid-{i} done" for i in range(3)]
+        assert gauge.most == 1
+        info = await t.get("kid-2").describe()
+        assert info.status == "completed"
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_a_queued_child_is_cancelled_with_its_parent_and_a_missing_queue_fails_it(
+    host: Host, crash: bool
+) -> None:
+    gauge = Gauge()
+    child = tracked(gauge, "child", work="1h")
+    q = fusee.Queue("kids", concurrency=1)
+
+    @fusee.workflow("parent")
+    async def parent(ctx: fusee.Ctx) -> str:
+        first = ctx.child(child, "kid-1", "k", queue=q)
+        second = ctx.child(child, "kid-2", "k", queue="kids")
+        try:
+            await ctx.child(child, "kid-3", "k", queue="nowhere")
+        except fusee.ChildFailed as e:
+            missing = str(e)
+        await asyncio.gather(first, second)
+        return missing
+
+    async with host(workflows=[parent, child], queues=[q]) as t:
+        await t.start(child, "blocker", "k", queue=q)
+        await t.settle()
+        run = await t.start(parent, "p-1")
+        await settle_or_crash(t, crash)
+        assert [(await t.get(f"kid-{i}").describe()).status for i in (1, 2)] == ["queued"] * 2
+        await run.cancel("stop")
+        with pytest.raises(fusee.Cancelled):
+            await run.result()
+        await t.settle()
+        assert [(await t.get(f"kid-{i}").describe()).status for i in (1, 2)] == ["cancelled"] * 2
+        with pytest.raises(fusee.Cancelled, match="stopped waiting"):
+            await t.get("kid-1").result()
+        assert gauge.order == ["blocker"]
+        assert_steps_ran_once(t)
+
+
+async def test_a_child_through_a_queue_the_engine_lacks_fails_with_unknown_queue(
+    host: Host,
+) -> None:
+    gauge = Gauge()
+    child = tracked(gauge, "child")
+
+    @fusee.workflow("parent")
+    async def parent(ctx: fusee.Ctx) -> str:
+        try:
+            return await ctx.child(child, "kid-1", "k", queue="nowhere")
+        except fusee.ChildFailed as e:
+            return str(e)
+
+    async with host(workflows=[parent, child], queues=[fusee.Queue("kids")]) as t:
+        assert "queue 'nowhere' is not one of this engine's queues ('kids')" in await t.execute(
+            parent, "p-1"
+        )
+        await t.crash()
+        assert "UnknownQueue" in await t.get("p-1").result()
+        assert gauge.order == []
+
+
+@fusee.workflow("tally")
+async def tally(ctx: fusee.Ctx) -> list[int]:
+    got = [await ctx.wait_for(go) or 0 for _ in range(2)]
+    return await ctx.step("sum", lambda: got)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_signals_to_a_queued_run_wait_for_it_and_one_dedup_id_counts_once(
+    host: Host, crash: bool
+) -> None:
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[tally], queues=[q]) as t:
+        first = await t.start(tally, "first", queue=q)
+        second = await t.start(tally, "second", queue=q)
+        await t.settle()
+        assert (await second.describe()).status == "queued"
+        await second.signal(go, 3, dedup="a")
+        await second.signal(go, 3, dedup="a")
+        await second.signal(go, 4)
+        await settle_or_crash(t, crash)
+        assert (await second.describe()).status == "queued"
+        await first.signal(go, 1)
+        await first.signal(go, 2)
+        assert await first.result() == [1, 2]
+        assert await second.result() == [3, 4]
+        assert_steps_ran_once(t)
+
+
+async def test_a_query_or_update_of_a_queued_run_says_it_is_queued(host: Host) -> None:
+    q = fusee.Queue("one", concurrency=1)
+    status = fusee.query("status")
+    async with host(workflows=[tally], queues=[q]) as t:
+        await t.start(tally, "first", queue=q)
+        second = await t.start(tally, "second", queue=q)
+        await t.settle()
+        with pytest.raises(fusee.FuseeError, match="'second' is queued and none of its code runs"):
+            await second.query(status)
+        await t.crash()
+        with pytest.raises(fusee.FuseeError, match="until its queue admits it"):
+            await second.query(status)

@@ -1,0 +1,227 @@
+"""Queue admission in every store (fusee/store/_queues.py and each backend's queue code).
+
+Run on `MemoryStore`, `SqliteStore` and `PostgresStore` (the `opener` of
+test_store.py); each test reopens the store as after a crash, and the items
+come back as they were. On Postgres, admissions from many connections at
+once never exceed a limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import asyncpg
+import pytest
+from _postgres import Cluster
+
+from fusee.store import PostgresStore, RunRow, SqliteStore, Store
+from fusee.store import sqlite as sqlite_store
+from fusee.store._queues import QueueItem, QueueLimits, plan_admission
+
+from . import test_store
+from .test_store import Opener
+
+# The fixtures of test_store.py: a store of each kind, and its reopening.
+opener = test_store.opener
+store = test_store.store
+
+
+def item(id: str, queue: str = "q", **kw: object) -> QueueItem:
+    return QueueItem(queue, id, 1, "wf", f"in-{id}".encode(), **kw)  # type: ignore[arg-type]
+
+
+async def enqueue(into: Store, *items: QueueItem) -> list[QueueItem]:
+    stored = []
+    for i in items:
+        got = await into.enqueue(i, RunRow(i.id, i.run, i.workflow, "queued", 0))
+        assert got is not None
+        stored.append(got)
+    return stored
+
+
+@pytest.mark.asyncio
+async def test_enqueue_stores_the_item_and_a_queued_row_and_refuses_a_second_of_one_id(
+    opener: Opener, store: Store
+) -> None:
+    (first,) = await enqueue(store, item("a", key="k", priority=2))
+    assert (first.state, first.key, first.priority, first.seq > 0) == ("queued", "k", 2, True)
+    assert await store.enqueue(item("a"), RunRow("a", 1, "wf", "queued", 0)) is None
+    row = await store.get("a")
+    assert row is not None
+    assert row.status == "queued"
+    store = await opener.reopen(store)
+    assert await store.queue_items() == [first]
+    assert [r.id for r in await store.unfinished()] == ["a"]
+
+
+@pytest.mark.asyncio
+async def test_admit_takes_what_concurrency_and_per_key_allow_by_priority_then_arrival(
+    opener: Opener, store: Store
+) -> None:
+    await enqueue(
+        store,
+        item("a1", key="a"),
+        item("a2", key="a"),
+        item("b1", key="b", priority=5),
+        item("c1", key="c", priority=-1),
+        item("other", queue="r"),
+    )
+    limits = QueueLimits("q", concurrency=3, per_key=1)
+    admission = await store.admit(limits, 1000)
+    assert [i.id for i in admission.items] == ["c1", "a1", "b1"]
+    assert {i.admitted_ms for i in admission.items} == {1000}
+    assert (admission.wake_ms, admission.left) == (None, 1)
+    store = await opener.reopen(store)
+    assert (await store.admit(limits, 2000)).items == []
+    assert await store.release_queued("a1") == "q"
+    assert await store.release_queued("a1") is None
+    assert [i.id for i in (await store.admit(limits, 3000)).items] == ["a2"]
+    states = {i.id: i.state for i in await store.queue_items()}
+    assert states == {"c1": "admitted", "b1": "admitted", "a2": "admitted", "other": "queued"}
+
+
+@pytest.mark.asyncio
+async def test_a_rate_window_counts_admissions_of_ended_runs_and_says_when_it_frees(
+    opener: Opener, store: Store
+) -> None:
+    await enqueue(store, *(item(f"r{i}") for i in range(4)))
+    limits = QueueLimits("q", rate_n=2, rate_ms=1000)
+    first = await store.admit(limits, 0)
+    assert [i.id for i in first.items] == ["r0", "r1"]
+    assert first.wake_ms == 1000
+    for id in ("r0", "r1"):
+        await store.release_queued(id)
+    store = await opener.reopen(store)
+    assert (await store.admit(limits, 999)).items == []
+    assert [i.id for i in (await store.admit(limits, 1000)).items] == ["r2", "r3"]
+
+
+@pytest.mark.asyncio
+async def test_debounce_and_signals_change_a_queued_item_and_unqueue_takes_it_back(
+    store: Store,
+) -> None:
+    await enqueue(store, item("d", not_before_ms=500))
+    assert await store.debounce_queued("d", b"newer", 900)
+    assert not await store.debounce_queued("missing", b"x", 900)
+    limits = QueueLimits("q")
+    held = await store.admit(limits, 800)
+    assert (held.items, held.wake_ms, held.left) == ([], 900, 1)
+    (taken,) = (await store.admit(limits, 900)).items
+    assert taken.input == b"newer"
+    assert not await store.debounce_queued("d", b"late", 2000)
+    assert await store.unqueue("d") is None  # admitted: no longer queued
+    assert not await store.signal_queued("d", b"to an admitted item")
+    await enqueue(store, item("e"))
+    assert await store.signal_queued("e", b"one")
+    assert await store.signal_queued("e", b"two")
+    gone = await store.unqueue("e")
+    assert gone is not None
+    assert (gone.id, gone.signals) == ("e", (b"one", b"two"))
+    assert [i.id for i in await store.queue_items()] == ["d"]
+
+
+def test_plan_admission_passes_over_a_full_key_but_stops_at_a_full_queue() -> None:
+    items = [item("a1", key="a", state="admitted", admitted_ms=0), item("a2", key="a", seq=1)]
+    items.append(item("b1", key="b", seq=2))
+    assert [i.id for i in plan_admission(QueueLimits("q", per_key=1), items, 0).items] == ["b1"]
+    full = plan_admission(QueueLimits("q", concurrency=1), items, 0)
+    assert (full.items, full.left) == ([], 2)
+    runnable = lambda i: i.workflow == "other"  # noqa: E731 - an engine that runs only "other"
+    assert plan_admission(QueueLimits("q"), items, 0, runnable=runnable).left == 0
+
+
+@pytest.mark.asyncio
+async def test_a_format_2_sqlite_store_gains_the_queue_items_when_an_engine_opens_it(
+    tmp_path: Path,
+) -> None:
+    fresh = SqliteStore(tmp_path, durability="none")
+    await fresh.open()
+    await fresh.close()
+    conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME, isolation_level=None)
+    conn.execute("DROP TABLE queue_items")
+    conn.execute("PRAGMA user_version = 2")
+    conn.close()
+    upgraded = SqliteStore(tmp_path, durability="none")
+    await upgraded.open()
+    try:
+        await enqueue(upgraded, item("a"))
+        assert [i.id for i in await upgraded.queue_items()] == ["a"]
+    finally:
+        await upgraded.close()
+    conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 3
+    conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_format_2_postgres_store_gains_the_queue_tables_when_it_opens(
+    postgres_cluster: Cluster,
+) -> None:
+    fresh = postgres_cluster.new_store()
+    await fresh.open()
+    await fresh.close()
+    schema = fresh.schema
+    conn = await asyncpg.connect(postgres_cluster.dsn)
+    try:
+        await conn.execute(f'DROP TABLE "{schema}".queue_items, "{schema}".queues')
+        await conn.execute(f"UPDATE \"{schema}\".meta SET value = 2 WHERE key = 'format'")
+    finally:
+        await conn.close()
+    upgraded = PostgresStore(postgres_cluster.dsn, schema=schema, durability="none")
+    await upgraded.open()
+    try:
+        await enqueue(upgraded, item("a"))
+        admission = await upgraded.admit(QueueLimits("q", concurrency=1), 0)
+        assert [i.id for i in admission.items] == ["a"]
+    finally:
+        await upgraded.close()
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        pytest.param(QueueLimits("q", concurrency=3), id="concurrency"),
+        pytest.param(QueueLimits("q", rate_n=3, rate_ms=60_000), id="rate"),
+        pytest.param(QueueLimits("q", per_key=3), id="per-key"),
+    ],
+)
+@pytest.mark.asyncio
+async def test_postgres_admissions_from_many_connections_at_once_never_exceed_a_limit(
+    postgres_cluster: Cluster, limits: QueueLimits
+) -> None:
+    schema = postgres_cluster.new_name("queues_")
+    stores = [
+        PostgresStore(postgres_cluster.dsn, schema=schema, durability="none") for _ in range(4)
+    ]
+    for s in stores:
+        await s.open()
+    try:
+        await enqueue(stores[0], *(item(f"i{n}", key="k") for n in range(20)))
+        rounds = await asyncio.gather(*(s.admit(limits, 0) for s in stores for _ in range(3)))
+        admitted = [i.id for a in rounds for i in a.items]
+        assert len(admitted) == len(set(admitted)) == 3
+    finally:
+        for s in stores:
+            await s.close()
+
+
+@pytest.mark.asyncio
+async def test_postgres_admissions_of_a_queue_without_limits_take_each_item_once(
+    postgres_cluster: Cluster,
+) -> None:
+    schema = postgres_cluster.new_name("queues_")
+    stores = [
+        PostgresStore(postgres_cluster.dsn, schema=schema, durability="none") for _ in range(4)
+    ]
+    for s in stores:
+        await s.open()
+    try:
+        await enqueue(stores[0], *(item(f"i{n}") for n in range(40)))
+        rounds = await asyncio.gather(*(s.admit(QueueLimits("q"), 0) for s in stores))
+        admitted = [i.id for a in rounds for i in a.items]
+        assert sorted(admitted) == sorted(f"i{n}" for n in range(40))
+    finally:
+        for s in stores:
+            await s.close()
