@@ -83,8 +83,9 @@ def _workers_sql(s: str) -> tuple[str, ...]:
     # A command's shard routes it to the worker holding that shard; commands
     # posted before format 3 have none, and any worker takes them.
     return (
-        f"ALTER TABLE {s}.commands ADD COLUMN shard INT",
-        f"CREATE TABLE {s}.workers (owner TEXT PRIMARY KEY, lease_until TIMESTAMPTZ NOT NULL)",
+        f"ALTER TABLE {s}.commands ADD COLUMN IF NOT EXISTS shard INT",
+        f"CREATE TABLE IF NOT EXISTS {s}.workers (owner TEXT PRIMARY KEY,"
+        " lease_until TIMESTAMPTZ NOT NULL)",
     )
 
 

@@ -259,18 +259,29 @@ async def test_two_engines_on_one_postgres_database_share_a_queue_s_concurrency(
     postgres_cluster: Cluster,
 ) -> None:
     gauge = Gauge()
-    # One workflow each, so that each engine admits (and runs) its own runs.
     left, right = tracked(gauge, "left", "30ms"), tracked(gauge, "right", "30ms")
     q = fusee.Queue("shared", concurrency=2)
     schema = postgres_cluster.new_name("queues_")
     engines: list[Engine] = []
     try:
-        for wf in (left, right):
+        # Workers serve the same workflows; each admits and runs the runs of
+        # the shards it holds.
+        for name in ("a", "b"):
             store = PostgresStore(postgres_cluster.dsn, schema=schema, durability="none")
             await store.open()
-            engine = Engine(store, [wf], queues=[q], watchdog=None)
+            engine = Engine(
+                store, [left, right], queues=[q], watchdog=None, lease="2s", worker=name
+            )
             await engine.recover()
             engines.append(engine)
+        a, b = engines
+        assert a.leases is not None
+        assert b.leases is not None
+        for _ in range(200):  # the second takes its half within a few rounds
+            if len(a.leases.held) == len(b.leases.held):
+                break
+            await asyncio.sleep(0.05)
+        assert len(a.leases.held) == len(b.leases.held)
         runs = [
             await engine.start(wf, f"{wf.name}-{i}", "k", queue=q)
             for i in range(5)
