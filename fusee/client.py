@@ -24,7 +24,7 @@ from fusee import _codec
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._inbox import decode_error, decode_payload, encode_payload
 from fusee.engine._journal import decode_journal, end_value, no_run
-from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
+from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, info_of
 from fusee.errors import Cancelled, FuseeError, StoreError
 from fusee.record import Chunk, Done, StreamEnd
 from fusee.store import Answer, Command, Store, open_store
@@ -340,6 +340,12 @@ class Client:
                 return
             await polling.wait()
 
+    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
+        fields: dict[str, Any] = {"new_id": new_id, "at": at}
+        if input is not None:
+            fields["input"] = input
+        await self._call("fork", id, fields)
+
     async def _describe(self, id: str) -> RunInfo:
         row = await self.store.get(id)
         if row is None:
@@ -428,6 +434,11 @@ class SyncRun(Generic[T]):
     def describe(self) -> RunInfo:
         """The run's status, times and attributes (`fusee.Run.describe`)."""
         return _blocking(self._portal, self._run.describe)
+
+    def fork(self, new_id: str, *, at: int | str, input: Any = KEEP_INPUT) -> SyncRun[T]:
+        """Starts ``new_id`` from this run's journal before ``at`` (`fusee.Run.fork`)."""
+        run = _blocking(self._portal, lambda: self._run.fork(new_id, at=at, input=input))
+        return SyncRun(self._portal, run)
 
     def stream(self, name: str) -> Iterator[Any]:
         """Reads stream ``name`` from its start until it ends (`fusee.Run.stream`)."""

@@ -26,6 +26,7 @@ from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
+from fusee.engine._fork import fork
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
 from fusee.engine._inbox import Inbox
@@ -671,6 +672,9 @@ class Engine:
                 raise no_run(id)
             return self._info_of(row)
         return self._info_of(self.runs.row(state))
+
+    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
+        await fork(self, id, new_id, at, input)
 
     def _info_of(self, row: RunRow) -> RunInfo:
         return info_of(row, self.runs.loaded(row.id), self._stuck.get(row.id))

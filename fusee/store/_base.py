@@ -38,7 +38,7 @@ RUN_STATUSES: Final = frozenset(RunStatus)
 """Every value `RunRow.status` may take (`fusee.RunStatus`)."""
 
 COMMAND_KINDS: Final = frozenset(
-    {"start", "signal", "update", "query", "cancel", "resume", "complete", "stop"}
+    {"start", "signal", "update", "query", "cancel", "resume", "complete", "stop", "fork"}
 )
 """Every value `Command.kind` may take."""
 
