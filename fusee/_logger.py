@@ -16,12 +16,11 @@ that ran past its journal.
 from __future__ import annotations
 
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from fusee.context import current_step
-
 if TYPE_CHECKING:
+    from fusee.context import StepCtx
     from fusee.machine import RunMachine
     from fusee.record import Start
 
@@ -52,8 +51,11 @@ class RunLogger(_Adapter):
         ...     return await ctx.step("greet", lambda: f"hello {name}")
     """
 
-    def __init__(self, machine: RunMachine, start: Start) -> None:
+    def __init__(
+        self, machine: RunMachine, start: Start, current_step: Callable[[], StepCtx | None]
+    ) -> None:
         super().__init__(logging.getLogger(f"{LOGGER_PREFIX}.{start.wtype}"), None)
+        self._current_step = current_step
         self._machine = machine
         self._id = start.id
         self._run = start.run
@@ -62,7 +64,7 @@ class RunLogger(_Adapter):
 
     def _step(self) -> tuple[str, int] | None:
         """The (name, attempt) of this run's step whose function logs now, if one does."""
-        s = current_step()
+        s = self._current_step()
         if s is None or not s.key.startswith(self._key_prefix):
             return None
         seq = int(s.key[len(self._key_prefix) :])

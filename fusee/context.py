@@ -120,7 +120,7 @@ class Ctx:
         if self._logger is None:
             from fusee._logger import RunLogger
 
-            self._logger = RunLogger(self._machine, self._rt.start_record)
+            self._logger = RunLogger(self._machine, self._rt.start_record, current_step)
         return self._logger
 
     @property
