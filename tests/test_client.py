@@ -132,25 +132,21 @@ async def test_the_workers_errors_are_raised_with_their_types(client: fusee.Clie
 async def test_a_fork_posted_by_a_client_copies_the_steps_before_its_position(
     client: fusee.Client,
 ) -> None:
-    run = await client.start(wfs.tally, "t-1", 7)
-    await run.signal(wfs.add, 0)
-    assert await run.result() == 7
-    forked = await run.fork("t-2", at=1, input=100)
-    # The copied first step keeps its recorded 7; the wait runs live.
-    await forked.signal(wfs.add, 3)
-    await forked.signal(wfs.add, 0)
-    assert await forked.result() == 10
-    again = await client.get("t-1").fork("t-3", at="first")
-    await again.signal(wfs.add, 0)
-    assert await again.result() == 7
-    with pytest.raises(fusee.AlreadyExists, match="t-2"):
-        await run.fork("t-2", at=0)
+    run = await client.start(wfs.echo, "e-1", "hi")
+    assert await run.result() == "hi"
+    # At 0 the echo step runs again, on the new input; at 1 (past it) its
+    # recorded result is replayed.
+    assert await (await run.fork("e-2", at=0, input="yo")).result() == "yo"
+    assert await (await client.get("e-1").fork("e-3", at=1, input="yo")).result() == "hi"
+    assert await (await run.fork("e-4", at="echo")).result() == "hi"
+    with pytest.raises(fusee.AlreadyExists, match="e-2"):
+        await run.fork("e-2", at=0)
     with pytest.raises(ValueError, match="positions"):
-        await run.fork("t-4", at=99)
+        await run.fork("e-5", at=99)
     with pytest.raises(fusee.NotFound):
-        await client.get("nobody").fork("t-5", at=0)
+        await client.get("nobody").fork("e-6", at=0)
     with pytest.raises(fusee.PayloadError):
-        await run.fork("t-6", at=0, input="not a number")
+        await run.fork("e-7", at=0, input=5)
 
 
 async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) -> None:
@@ -168,9 +164,8 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
                 ids = [info.id for info in sync.list(status="completed")]
                 with pytest.raises(fusee.AlreadyExists):
                     sync.start(wfs.tally, "t-1", 1)
-                forked = run.fork("t-3", at="first")
-                forked.signal(wfs.add, 0)
-                assert forked.result() == 1
+                echoed = sync.start(wfs.echo, "e-1", "hi")
+                assert echoed.fork("e-2", at=0, input="yo").result() == "yo"
                 other: SyncRun[int] = sync.start("tally", "t-2", 0)
                 other.cancel("stop")
                 with pytest.raises(fusee.Cancelled, match="stop"):
