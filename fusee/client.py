@@ -25,6 +25,7 @@ from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._inbox import decode_error, decode_payload, encode_payload
 from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, info_of
+from fusee.engine._telemetry import caller_trace
 from fusee.errors import Cancelled, FuseeError, StoreError
 from fusee.record import Chunk, Done, StreamEnd
 from fusee.store import Answer, Command, Store, open_store
@@ -167,7 +168,11 @@ class Client:
             self._workflows[name] = workflow
         data = _codec.encode(input, name=f"the input of run '{id}'")
         policy = IdPolicy(id_policy)
-        await self._call("start", id, {"workflow": name, "input": data, "id_policy": policy.value})
+        fields: dict[str, Any] = {"workflow": name, "input": data, "id_policy": policy.value}
+        trace = caller_trace()
+        if trace is not None:
+            fields["trace"] = trace
+        await self._call("start", id, fields)
         self._workflow_of[id] = name
         return Run(self, id)
 

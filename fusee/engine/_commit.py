@@ -21,6 +21,7 @@ import collections
 import contextlib
 import heapq
 import itertools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -89,6 +90,9 @@ class Committer:
         # so one woken writer is enough).
         self._idle: list[asyncio.Future[None]] = []
         self._woken = False
+        # Called after each write with its record count and seconds
+        # (telemetry); None, and no clock read, when nobody listens.
+        self.on_write: Callable[[int, float], None] | None = None
 
     def start(self) -> None:
         """Starts the writer tasks on the running loop."""
@@ -174,6 +178,8 @@ class Committer:
             rows, self._rows = list(self._rows.values()), {}
             flight = _Flight(entries[-1].lsn if entries else 0)
             flights.append(flight)
+            on_write = self.on_write
+            began = time.perf_counter() if on_write is not None else 0.0
             try:
                 await self.store.append(entries, rows)
             except StoreError as e:
@@ -181,6 +187,8 @@ class Committer:
                 if self.failed is None:  # the writes behind it fail too: report the first
                     self._fail(e)
                 return
+            if on_write is not None:
+                on_write(len(entries), time.perf_counter() - began)
             # Not kept while this writer waits for the next batch.
             del entries, rows
             self.writes += 1

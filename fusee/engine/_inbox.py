@@ -283,7 +283,9 @@ class Inbox:
             value = wf.decode_input(bytes(p["input"]))
             policy = IdPolicy(p.get("id_policy") or IdPolicy.REJECT.value)
             try:
-                await engine.start(wf, id, value, id_policy=policy)
+                trace = p.get("trace")
+                with engine.telemetry.attached(bytes(trace) if trace else None):
+                    await engine.start(wf, id, value, id_policy=policy)
             except AlreadyExists:
                 if command.attempt <= 1 or not await self._started_by_us(id, wf.name):
                     raise

@@ -214,7 +214,11 @@ class Messages:
                 ),
             )
             return
-        lsn = engine.create_run(wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1)
+        tel = parent.telemetry
+        trace = tel.traceparent() if tel is not None else None
+        lsn = engine.create_run(
+            wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1, trace=trace
+        )
         await engine.committer.durable(lsn)
 
     async def cancel_child(self, parent: RunState, child: str) -> None:
