@@ -144,8 +144,8 @@ def fork_records(
             run=1,
             id=new_id,
             started_ms=started_ms,
+            # A top-level run: the old run's parent knows nothing of it.
             parent=None,
-            update=None,
             input=start.input if input is None else input,
         )
     ]
