@@ -211,7 +211,9 @@ async def fork(engine: Engine, id: str, new_id: str, at: int | str, input: bytes
         engine.committer.put_row(new_row)
         await engine.committer.durable(lsn)
         await engine.committer.flush()
-        await engine.runs.wake(new_id, new_row)
+        state = await engine.runs.wake(new_id, new_row)
+        if state is not None and state.telemetry is not None:
+            state.telemetry.forked(id)
     except BaseException as e:
         _settle(engine._starting.pop(new_id), e)
         raise

@@ -343,6 +343,16 @@ class RunTelemetry:
                 span.set_status(_trace.Status(_trace.StatusCode.ERROR, "the workflow failed"))
             span.end()
 
+    def forked(self, from_id: str) -> None:
+        """This run was just made as a fork of run ``from_id`` (its first load)."""
+        if self._instruments is not None:
+            self._instruments.runs.add(
+                1, {"fusee.workflow": self._workflow, "fusee.status": "started"}
+            )
+        if self.span is not None:
+            self.span.set_attribute("fusee.run.loaded", "forked")
+            self.span.set_attribute("fusee.run.forked_from", from_id)
+
     def lose(self) -> None:
         """The process dies (a simulated crash): nothing in flight is emitted."""
         self.span = None

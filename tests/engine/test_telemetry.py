@@ -209,3 +209,21 @@ async def test_without_a_provider_a_run_carries_no_telemetry(host: Host) -> None
             await run.signal(go, 1)
             assert await run.result() == 12
         assert trace.get_current_span().get_span_context().is_valid is False
+
+
+async def test_a_fork_opens_a_run_span_that_names_the_run_it_was_forked_from(
+    host: Host, otel: Otel
+) -> None:
+    async with host(workflows=[kid]) as t:
+        run = await t.start(kid, "k-1")
+        await run.result()
+        assert await (await run.fork("k-2", at=0)).result() == "ok"
+    spans = {
+        s.attributes["fusee.run.id"]: s for s in otel.finished("fusee.run kid") if s.attributes
+    }
+    forked = spans["k-2"].attributes
+    assert forked is not None
+    assert (forked["fusee.run.loaded"], forked["fusee.run.forked_from"]) == ("forked", "k-1")
+    assert len(otel.finished("fusee.step play")) == 2
+    runs = [(attrs["fusee.status"], v) for attrs, v in otel.points("fusee.runs")]
+    assert sorted(runs) == [("completed", 2), ("started", 2)]
