@@ -24,7 +24,8 @@ from fusee._durations import duration_ms
 from fusee._queue import Queue, QueueStats
 from fusee.engine._queues import queue_stats
 from fusee.engine._remote import Remote
-from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
+from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, info_of
+from fusee.engine._telemetry import caller_trace
 from fusee.errors import Cancelled
 from fusee.store import Answer, Command, Store, open_store
 
@@ -166,6 +167,9 @@ class Client(Remote):
                 priority=priority,
                 debounce_ms=None if debounce is None else duration_ms(debounce),
             )
+        trace = caller_trace()
+        if trace is not None:
+            fields["trace"] = trace
         await self._call("start", id, fields)
         self._workflow_of[id] = name
         return Run(self, id)
@@ -318,6 +322,11 @@ class SyncRun(Generic[T]):
     def describe(self) -> RunInfo:
         """The run's status, times and attributes (`fusee.Run.describe`)."""
         return _blocking(self._portal, self._run.describe)
+
+    def fork(self, new_id: str, *, at: int | str, input: Any = KEEP_INPUT) -> SyncRun[T]:
+        """Starts ``new_id`` from this run's journal before ``at`` (`fusee.Run.fork`)."""
+        run = _blocking(self._portal, lambda: self._run.fork(new_id, at=at, input=input))
+        return SyncRun(self._portal, run)
 
     def stream(self, name: str) -> Iterator[Any]:
         """Reads stream ``name`` from its start until it ends (`fusee.Run.stream`)."""

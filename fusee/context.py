@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+    from fusee._logger import RunLogger
     from fusee._runtime import Runtime
 
 
@@ -106,11 +107,29 @@ class Ctx:
         ...     return greeting
     """
 
-    __slots__ = ("_machine", "_rt")
+    __slots__ = ("_logger", "_machine", "_rt")
 
     def __init__(self, runtime: Runtime) -> None:
         self._rt = runtime
         self._machine = runtime.machine
+        self._logger: RunLogger | None = None
+
+    @property
+    def logger(self) -> RunLogger:
+        """A `logging.Logger`-like logger that logs each line once per run (not on replay).
+
+        Records go to the ``fusee.workflow.<workflow>`` logger with the run's
+        id, workflow and step as ``extra`` fields and a message prefix.
+
+        Example:
+            >>> async def f(ctx: Ctx, order: str) -> None:
+            ...     ctx.logger.info("charging %s", order)
+        """
+        if self._logger is None:
+            from fusee._logger import RunLogger
+
+            self._logger = RunLogger(self._machine, self._rt.start_record, current_step)
+        return self._logger
 
     @property
     def info(self) -> WorkflowInfo:

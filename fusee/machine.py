@@ -1016,6 +1016,15 @@ class RunMachine:
         """Whether recorded deliveries remain to be handed to the code."""
         return bool(self._replay)
 
+    def is_past_journal(self) -> bool:
+        """Whether the code runs past all its journal recorded (doing things for the first time).
+
+        No recorded delivery is left to hand over, no recorded operation is
+        left to begin, and the run's end is not recorded. ``ctx.logger``
+        logs only then, so a line logs once per run.
+        """
+        return not self._replay and self._beyond_journal()
+
     def pending_len(self) -> int:
         """Operations started and not yet resolved."""
         return len(self._pending)

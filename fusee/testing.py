@@ -355,6 +355,9 @@ class TestEngine:
     async def _describe(self, id: str) -> RunInfo:
         return await self._current()._describe(id)
 
+    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
+        await self._current()._fork(id, new_id, at, input)
+
     # --- time, crashes, mocks ---------------------------------------------------------------
 
     def mock_step(

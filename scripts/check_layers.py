@@ -34,6 +34,7 @@ RANKS: Mapping[str, int] = {
     "fusee._stepfn": 5,
     "fusee._jsonview": 5,
     "fusee.context": 6,
+    "fusee._logger": 6,
     "fusee._driver": 7,
     "fusee.store": 8,
     "fusee._queue": 8,

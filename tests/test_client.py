@@ -129,6 +129,26 @@ async def test_the_workers_errors_are_raised_with_their_types(client: fusee.Clie
         await client.complete("junk")
 
 
+async def test_a_fork_posted_by_a_client_copies_the_steps_before_its_position(
+    client: fusee.Client,
+) -> None:
+    run = await client.start(wfs.echo, "e-1", "hi")
+    assert await run.result() == "hi"
+    # At 0 the echo step runs again, on the new input; at 1 (past it) its
+    # recorded result is replayed.
+    assert await (await run.fork("e-2", at=0, input="yo")).result() == "yo"
+    assert await (await client.get("e-1").fork("e-3", at=1, input="yo")).result() == "hi"
+    assert await (await run.fork("e-4", at="echo")).result() == "hi"
+    with pytest.raises(fusee.AlreadyExists, match="e-2"):
+        await run.fork("e-2", at=0)
+    with pytest.raises(ValueError, match="positions"):
+        await run.fork("e-5", at=99)
+    with pytest.raises(fusee.NotFound):
+        await client.get("nobody").fork("e-6", at=0)
+    with pytest.raises(fusee.PayloadError):
+        await run.fork("e-7", at=0, input=5)
+
+
 async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) -> None:
     async with await fusee.Engine.open(tmp_path, workflows=WORKFLOWS, durability="none"):
 
@@ -144,6 +164,8 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
                 ids = [info.id for info in sync.list(status="completed")]
                 with pytest.raises(fusee.AlreadyExists):
                     sync.start(wfs.tally, "t-1", 1)
+                echoed = sync.start(wfs.echo, "e-1", "hi")
+                assert echoed.fork("e-2", at=0, input="yo").result() == "yo"
                 other: SyncRun[int] = sync.start("tally", "t-2", 0)
                 other.cancel("stop")
                 with pytest.raises(fusee.Cancelled, match="stop"):

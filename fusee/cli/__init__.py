@@ -7,6 +7,7 @@
     fusee result ID [--wait]                              a run's result
     fusee start MODULE:WORKFLOW ID [JSON] [--queue Q]     start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
+    fusee fork ID NEW_ID --at N [--input JSON]            a new run from a run's journal before N
     fusee worker MODULE... [--store URL]                  serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee check                                           what is damaged in a store
@@ -18,7 +19,7 @@ Reading commands (``list``, ``show``, ``result``, ``replay``, ``check``, ``queue
 read-only: they work while an engine writes it from another process.
 
 The rule: one engine writes a store. So the commands that change runs
-(``start``, ``signal``, ``cancel``, ``resume``) never open an engine: they
+(``start``, ``signal``, ``cancel``, ``resume``, ``fork``) never open an engine: they
 post a command to the store's inbox through a `fusee.Client` (a row of its
 ``commands`` table), and the engine serving the store (``fusee worker``, or
 a program's own) applies it and answers. With no worker running, the
@@ -38,6 +39,7 @@ from typing import Any, Final, TextIO
 from fusee.cli._check import check_command
 from fusee.cli._commands import (
     cancel_command,
+    fork_command,
     list_command,
     result_command,
     resume_command,
@@ -62,7 +64,7 @@ _EPILOG: Final = """\
 the store: --data DIR (default ./data) or --store URL; reading commands open it
 read-only and work while an engine writes it.
 
-changing runs: start, signal, cancel and resume open no engine. They post a
+changing runs: start, signal, cancel, resume and fork open no engine. They post a
 command to the store's inbox (a row of its commands table); the engine serving
 the store (`fusee worker`, or your program's) applies it and answers. Without a
 worker the command stays queued until one starts. On SQLite one engine writes a
@@ -199,6 +201,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     acting(p)
     p.set_defaults(handler=resume_command)
+
+    p = command(
+        "fork",
+        "start a new run from a run's journal before a position",
+        "Start run NEW_ID from a copy of run ID's journal before position N (the seq "
+        "column of `fusee show`; a step name stands for its first position): the steps "
+        f"before N do not run again, the new run goes on live from N, and ID is unchanged. {act}",
+    )
+    p.add_argument("id", help="the run to fork")
+    p.add_argument("new_id", metavar="NEW_ID", help="the new run's id (no run may have it)")
+    p.add_argument("--at", required=True, metavar="N", help="a position (seq) or a step name")
+    p.add_argument("--input", metavar="JSON", help="the new run's input (default: the run's)")
+    acting(p)
+    p.set_defaults(handler=fork_command)
 
     p = command(
         "worker",

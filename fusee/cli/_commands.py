@@ -1,5 +1,5 @@
 """The commands that read runs (list, result) and ask for changes (start, signal,
-cancel, resume).
+cancel, resume, fork).
 
 The rule: none of them opens an engine. They read the store read-only, and
 the ones that change runs post a command to the store's inbox through a
@@ -35,6 +35,8 @@ from fusee.cli._reading import (
     reading,
     store_target,
 )
+from fusee.engine._fork import position
+from fusee.engine._journal import decode_journal
 from fusee.engine._run import dedup_key
 from fusee.errors import PayloadError
 from fusee.store import RUN_STATUSES
@@ -229,3 +231,35 @@ async def start_command(args: argparse.Namespace, out: Output) -> int:
         fields.update(queue=args.queue, key=args.key, priority=args.priority)
     what = f"start of run {args.id!r} ({wf.name})"
     return await send_command(args, out, "start", args.id, fields, what)
+
+
+def _fork_position(text: str) -> int | str:
+    """``--at`` as a position when it is a number (``-1`` too, refused later), else a name."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+async def fork_command(args: argparse.Namespace, out: Output) -> int:
+    at = _fork_position(args.at)
+    fields: dict[str, Any] = {"from": args.id, "new_id": args.new_id, "at": at}
+    if args.input is not None:
+        fields["input"] = _codec.encode(_parse_json(args.input, "the input"))
+    where = store_target(args)
+    # Checked here too, so that a bad position or a taken id fails at once
+    # (also with no worker running) and nothing is queued.
+    async with reading(args) as store:
+        row = await get_row(store, args.id, where)
+        try:
+            position(
+                decode_journal(args.id, row.run, await store.load(args.id, row.run)), at, args.id
+            )
+        except (TypeError, ValueError) as e:
+            raise CliError(str(e)) from None
+        taken = await store.get(args.new_id)
+    if taken is not None:
+        raise CliError(f"run {args.new_id!r} exists ({taken.status}); fork to an id no run has")
+    what = f"fork of run {args.id!r} as {args.new_id!r} at {at!r}"
+    # Addressed to the new run: the worker that will serve it writes it.
+    return await send_command(args, out, "fork", args.new_id, fields, what)

@@ -21,6 +21,7 @@ import collections
 import contextlib
 import heapq
 import itertools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -112,6 +113,9 @@ class Committer:
         """Numbers the next records past ``lsn`` (another worker's last, in shards taken over)."""
         if lsn > self.lsn:
             self.lsn = lsn
+        # Called after each write with its record count and seconds
+        # (telemetry); None, and no clock read, when nobody listens.
+        self.on_write: Callable[[int, float], None] | None = None
 
     def start(self) -> None:
         """Starts the writer tasks on the running loop."""
@@ -204,6 +208,8 @@ class Committer:
             rows, self._rows = list(self._rows.values()), {}
             flight = _Flight(entries[-1].lsn if entries else 0)
             flights.append(flight)
+            on_write = self.on_write
+            began = time.perf_counter() if on_write is not None else 0.0
             try:
                 if self._fence is None:
                     await self.store.append(entries, rows)
@@ -214,6 +220,8 @@ class Committer:
                 if self.failed is None:  # the writes behind it fail too: report the first
                     self._fail(e)
                 return
+            if on_write is not None:
+                on_write(len(entries), time.perf_counter() - began)
             # Not kept while this writer waits for the next batch.
             del entries, rows
             self.writes += 1

@@ -27,6 +27,7 @@ from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
+from fusee.engine._fork import fork
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
 from fusee.engine._inbox import Inbox
@@ -40,11 +41,23 @@ from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
 from fusee.engine._streams import Streams
+from fusee.engine._telemetry import Telemetry
 from fusee.engine._timers import Timers
 from fusee.engine._watchdog import Watchdog
 from fusee.errors import AlreadyExists, DeterminismError, FuseeError, StoreError, UnknownWorkflow
 from fusee.machine import ChildCompleted
-from fusee.record import DETACHED, Done, Parent, Record, Signal, Start, Status, Waited, encode
+from fusee.record import (
+    DETACHED,
+    Done,
+    Meta,
+    Parent,
+    Record,
+    Signal,
+    Start,
+    Status,
+    Waited,
+    encode,
+)
 from fusee.store import RunRow, Store, open_store
 
 if TYPE_CHECKING:
@@ -149,6 +162,7 @@ class Engine:
         self.messages = Messages(self)
         self.streams = Streams(store, self.committer, self.check_open)
         self.steps = StepExecutor(self.host, self.loop)
+        self.telemetry = Telemetry()
         self.closed = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
         # Starts in flight, by id: an ATTACH to one returns once it is durable.
@@ -250,6 +264,7 @@ class Engine:
 
     async def recover(self) -> None:
         """Starts the engine's writers and picks up every unfinished run of its store."""
+        self.committer.on_write = self.telemetry.commit_hook()
         self.committer.start()
         if self.watchdog_s is not None and sys.gettrace() is None:
             self._watchdog = Watchdog(self.runs.all, self.watchdog_s, self._watchdog_report)
@@ -384,6 +399,8 @@ class Engine:
         for task in list(self._tasks):
             task.cancel()
         for state in self.runs.all():
+            if state.telemetry is not None:
+                state.telemetry.lose()  # a crash loses the spans in flight
             for t in state.steps:
                 t.cancel()
         self.runs.close_all()
@@ -599,7 +616,13 @@ class Engine:
                 if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                     raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
             lsn = self.create_run(
-                wf, id, data, parent=None, policy=0, run=row.run + 1 if row is not None else 1
+                wf,
+                id,
+                data,
+                parent=None,
+                policy=0,
+                run=row.run + 1 if row is not None else 1,
+                trace=self.telemetry.caller_trace(),
             )
             await self.committer.durable(lsn)
             _settle_all(waiters, None)
@@ -620,12 +643,14 @@ class Engine:
         policy: int,
         run: int,
         signals: Iterable[Signal] = (),
+        trace: bytes | None = None,
     ) -> int:
         """Appends run ``run`` of ``id``'s `Start`, loads it and runs its first turn.
 
         Run numbers count the runs of one id: 1, then one more for each
         continue-as-new or replace. ``signals`` are recorded for the new run
         before its code starts (the previous run's unconsumed ones).
+        ``trace`` is the ``traceparent`` its `Start` carries (telemetry).
 
         Returns:
             The LSN of its last record.
@@ -639,9 +664,11 @@ class Engine:
             policy=policy,
             parent=parent,
             input=data,
+            meta=Meta(trace) if trace is not None else None,
         )
         lsn = self.committer.append(id, run, encode(start))
         state = self.runs.make_state(wf, [start], lsn)
+        state.telemetry = self.telemetry.run(start, "started")
         state.start_lsn = lsn
         self.runs.shard(id).add(state)
         self.runs.put_row(state)
@@ -858,6 +885,12 @@ class Engine:
             return self._info_of(row)
         return self._info_of(self.runs.row(state))
 
+    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
+        if not self.owns(new_id):
+            await self.remote._fork(id, new_id, at, input)
+            return
+        await fork(self, id, new_id, at, input)
+
     def _info_of(self, row: RunRow) -> RunInfo:
         return info_of(row, self.runs.loaded(row.id), self._stuck.get(row.id))
 
@@ -871,6 +904,8 @@ class Engine:
         up again and delivers what a crash may have lost.
         """
         state.row_status = _STATUS_OF_END.get(done.status, RunStatus.FAILED)
+        if state.telemetry is not None:
+            state.telemetry.ended(state.row_status.value)
         final = self.runs.row(state, finished_ms=done.finished_ms)
         if state.outbox:
             state.final_row = final

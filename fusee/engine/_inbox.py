@@ -3,7 +3,7 @@
 `fusee.Client` and the ``fusee`` CLI post `fusee.store.Command` rows; the
 engine that serves the store takes them (`Store.take_commands`, woken by
 `Store.wait_commands`), applies each through the engine's own API (`start`,
-a run's signal, update, query, cancel and resume, `complete`) and answers it
+a run's signal, update, query, cancel, resume and fork, `complete`) and answers it
 with the result or the error, which the poster raises again with its type.
 `encode_payload`, `decode_payload`, `encode_error` and `decode_error` are
 the wire format both sides share.
@@ -12,7 +12,7 @@ The rule: a command takes effect at most once. A command is taken again
 only by an engine's next life (it stopped before answering), and each kind
 is applied so that a second time changes nothing: a signal carries the
 command's id as its dedup id, an update its id, a start taken again that
-finds its run answers as applied, and cancel, resume and complete are
+finds its run answers as applied (a fork too), and cancel, resume and complete are
 idempotent. A signal whose dedup id the run's journal holds already is
 answered as applied, even once the run has ended.
 """
@@ -308,6 +308,7 @@ class Inbox:
                 child,
                 dropped=bool(p.get("dropped")),
                 queued=(str(queued[0]), queued[1]) if queued else None,
+                trace=bytes(p["trace"]) if p.get("trace") else None,
             )
             return {"message": f"started child run {id!r} of {link.id!r}"}
         if kind == "deliver":
@@ -320,16 +321,18 @@ class Inbox:
             policy = IdPolicy(p.get("id_policy") or IdPolicy.REJECT.value)
             debounce_ms = p.get("debounce_ms")
             try:
-                await engine.start(
-                    wf,
-                    id,
-                    value,
-                    id_policy=policy,
-                    queue=p.get("queue"),
-                    key=p.get("key"),
-                    priority=int(p.get("priority") or 0),
-                    debounce=None if debounce_ms is None else int(debounce_ms) / 1000,
-                )
+                trace = p.get("trace")
+                with engine.telemetry.attached(bytes(trace) if trace else None):
+                    await engine.start(
+                        wf,
+                        id,
+                        value,
+                        id_policy=policy,
+                        queue=p.get("queue"),
+                        key=p.get("key"),
+                        priority=int(p.get("priority") or 0),
+                        debounce=None if debounce_ms is None else int(debounce_ms) / 1000,
+                    )
             except AlreadyExists:
                 if command.attempt <= 1 or not await self._started_by_us(id, wf.name):
                     raise
@@ -372,6 +375,21 @@ class Inbox:
         if kind == "complete":
             await engine.complete(str(p["token"]), _codec.decode(bytes(p["value"])))
             return {"message": f"completed {p['token']!r}"}
+        if kind == "fork":
+            # Posted to the new run's id, from the old one's.
+            id = str(p.get("from") or id)
+            new_id = str(p["new_id"])
+            at = p["at"]
+            input = p.get("input")
+            try:
+                await engine._fork(id, new_id, at, None if input is None else bytes(input))
+            except AlreadyExists:
+                # Taken again after the engine's last life forked but did not
+                # answer: the fork is one write, so a run under the new id
+                # of the old run's workflow is this command's own.
+                if command.attempt <= 1 or not await self._forked_by_us(id, new_id):
+                    raise
+            return {"message": f"run {id!r} forked as {new_id!r}"}
         if kind == "stop":
             self.stop_requested.set()
             return {"message": "worker stopping"}
@@ -385,6 +403,10 @@ class Inbox:
             return False
         records = decode_journal(id, row.run, await store.load(id, row.run))
         return any(isinstance(rec, Signal) and rec.dedup == dedup for rec in records)
+
+    async def _forked_by_us(self, id: str, new_id: str) -> bool:
+        row = await self._engine.store.get(id)
+        return row is not None and await self._started_by_us(new_id, row.workflow)
 
     async def _started_by_us(self, id: str, workflow: str) -> bool:
         # Taken again after the engine's last life stopped before answering:

@@ -177,6 +177,7 @@ class Messages:
             rec,
             dropped=rec.seq in parent.dropped_children,
             queued=parent.driver.child_queues.get(rec.seq),
+            trace=parent.telemetry.traceparent() if parent.telemetry is not None else None,
         )
         # Only once the child's start is durable (a start cut short by a
         # close or crash stays in the outbox, for recovery to redo).
@@ -189,12 +190,14 @@ class Messages:
         *,
         dropped: bool = False,
         queued: tuple[str, str | None] | None = None,
+        trace: bytes | None = None,
     ) -> None:
         """Starts child ``rec`` of the run ``link`` names (or finds it started).
 
         ``dropped``: the parent cancelled it before its start was durable,
         so it starts only if it had started already. ``queued``: the queue
-        and key it starts through, if any. A child of a shard
+        and key it starts through, if any. ``trace``: the parent's
+        ``traceparent``, for the child's run span. A child of a shard
         another worker holds is started by that worker, once (the command's
         id is the parent's position).
         """
@@ -208,6 +211,7 @@ class Messages:
                 "deadline_ms": rec.deadline_ms,
                 "dropped": dropped,
                 "queued": list(queued) if queued is not None else None,
+                "trace": trace,
             }
             command_id = f"child/{link.id}/{link.run}/{link.seq}"
             await engine.remote._call("start", rec.id, fields, command_id=command_id)
@@ -274,7 +278,9 @@ class Messages:
                     ChildCompleted(_FAILED, _codec.encode(["UnknownQueue", str(e)])),
                 )
             return
-        lsn = engine.create_run(wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1)
+        lsn = engine.create_run(
+            wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1, trace=trace
+        )
         await engine.committer.durable(lsn)
 
     async def cancel_child(self, parent: RunState, child: str) -> None:

@@ -210,6 +210,13 @@ class Remote:
                 return
             await polling.wait()
 
+    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
+        # Addressed to the new run: the worker that will serve it writes it.
+        fields: dict[str, Any] = {"from": id, "new_id": new_id, "at": at}
+        if input is not None:
+            fields["input"] = input
+        await self._call("fork", new_id, fields)
+
     async def _describe(self, id: str) -> RunInfo:
         row = await self.store.get(id)
         if row is None:

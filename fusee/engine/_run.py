@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from fusee.store import RunRow
 
 __all__ = [
+    "KEEP_INPUT",
     "IdPolicy",
     "Run",
     "RunInfo",
@@ -36,6 +37,14 @@ __all__ = [
 T = TypeVar("T")
 P = TypeVar("P")  # a signal's or update's payload type
 R = TypeVar("R")  # an update's result type
+
+
+class _KeepInput(enum.Enum):
+    KEEP = "keep"
+
+
+KEEP_INPUT: Any = _KeepInput.KEEP
+"""`Run.fork`'s default input: the old run's."""
 
 
 class IdPolicy(enum.Enum):
@@ -91,6 +100,7 @@ class RunOperations(Protocol):
     async def _resume(self, id: str) -> None: ...
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]: ...
     async def _describe(self, id: str) -> RunInfo: ...
+    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None: ...
 
 
 def check_id(id: object, what: str) -> None:
@@ -269,6 +279,41 @@ class Run(Generic[T]):
     async def describe(self) -> RunInfo:
         """The run's status, times, attributes and paused steps."""
         return await self._engine._describe(self.id)
+
+    async def fork(self, new_id: str, *, at: int | str, input: Any = KEEP_INPUT) -> Run[T]:
+        """Starts run ``new_id`` from a copy of this run's journal before position ``at``.
+
+        The steps before ``at`` do not run again: their results are copied.
+        The new run goes on live from there; this run is not changed.
+
+        Args:
+            new_id: The new run's id (no run may have it).
+            at: A 0-based operation number, as ``fusee show`` prints it, or
+                a step name (its first position).
+            input: The new run's input; by default this run's.
+
+        Returns:
+            The new run's handle, once its journal is durable.
+
+        Raises:
+            ValueError: ``at`` is not a position of this run (negative, past
+                its end, an unknown name), or ``new_id`` is not a valid id.
+            fusee.NotFound: No run has this id.
+            fusee.AlreadyExists: A run has id ``new_id``.
+            fusee.PayloadError: ``input`` does not fit the workflow's input type.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     retry = await engine.get("order-1").fork("order-1-again", at="charge")
+        """
+        check_id(new_id, "a fork")
+        data = (
+            None
+            if input is KEEP_INPUT
+            else _codec.encode(input, name=f"the input of run '{new_id}'")
+        )
+        await self._engine._fork(self.id, new_id, at, data)
+        return Run(self._engine, new_id)
 
 
 def status_of(row: RunRow, state: RunState | None, diverged: bool) -> RunStatus:

@@ -201,6 +201,9 @@ class Runs:
         records = through_end(decode_journal(id, row.run, entries))
         engine.timers.disarm(id, -1)
         state = self.make_state(wf, records, entries[-1][0])
+        start = records[0]
+        assert isinstance(start, Start)
+        state.telemetry = engine.telemetry.run(start, "recovered" if recovering else "woken")
         state.row_status = RunStatus(row.status)
         self.shard(id).add(state)
         self.rebuild(state, records, recovering=recovering)
@@ -376,6 +379,8 @@ class Runs:
         wake = self.wake_ms(state)
         self.shard(state.id).remove(state)
         driver.close()
+        if state.telemetry is not None:
+            state.telemetry.unloaded("parked")
         state.row_status = RunStatus.SUSPENDED
         engine.committer.put_row(self.row(state, wake_ms=wake))
 
@@ -399,6 +404,8 @@ class Runs:
         for shard in self.shards:
             for state in shard.runs.values():
                 state.driver.close()
+                if state.telemetry is not None:
+                    state.telemetry.unloaded("closed")
             shard.clear()
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
     from fusee._driver import RunDriver
     from fusee.engine._clock import TimerHandle
+    from fusee.engine._telemetry import RunTelemetry
     from fusee.record import Parent, Record, Signal, Status
     from fusee.store import RunRow
 
@@ -92,6 +93,8 @@ class RunState:
     loaded: bool = False
     # Callers of `Run.update` waiting for the handler's answer.
     updates: set[asyncio.Future[tuple[Status, bytes]]] = field(default_factory=set)
+    # Its spans and metrics; None (the step executor's one check) when off.
+    telemetry: RunTelemetry | None = None
 
     @property
     def id(self) -> str:

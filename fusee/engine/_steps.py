@@ -260,6 +260,10 @@ class StepExecutor:
         hooks = host.hooks
         if hooks.step_log is not None:
             hooks.step_started(state.id, state.run, seq)
+        tel = state.telemetry
+        if tel is not None:
+            tel.attempt_started(call, sctx)
+            span_token = tel.enter(sctx)
         token = _current_step.set(sctx)
         try:
             result = call.fn(sctx) if call.takes_ctx else call.fn()
@@ -277,6 +281,10 @@ class StepExecutor:
             return ("raised", e, sctx)
         finally:
             _current_step.reset(token)
+            if tel is not None:
+                tel.leave(span_token)
+        if tel is not None:
+            tel.attempt_ended(sctx, None, "waiting" if call.is_await else "ok")
         if call.is_await:
             host.token_out(state, seq)
         else:
@@ -300,6 +308,7 @@ class StepExecutor:
         fn = hooks.mock(driver.workflow.name, call.name) or call.fn
         takes_ctx = call.takes_ctx if fn is call.fn else takes_arg(fn)
         me = asyncio.current_task()
+        tel = state.telemetry
         while True:
             runner: Awaitable[Any]
             first_done = first is None
@@ -336,9 +345,14 @@ class StepExecutor:
                     return
                 sctx = self._step_ctx(state, call, attempt)
                 hooks.step_started(driver.id, driver.run, seq)
+                if tel is not None:
+                    tel.attempt_started(call, sctx)
                 runner = _invoke(fn, takes_ctx, call, sctx)
             if me is not None:
                 self._attempts[me] = (seq, sctx)
+            # The attempt's span is the current one while its code runs
+            # (this task's context, which its worker thread copies).
+            span_token = tel.enter(sctx) if tel is not None else None
             # An attempt bounded on the engine's clock is not "busy" to the
             # test host: its advance() moves virtual time past it instead of
             # waiting in real time for an attempt that may never end. One in
@@ -357,30 +371,46 @@ class StepExecutor:
                     hooks.busy_steps -= busy
                     self.bounded_threads -= threaded
                     sctx.end()
+                    if tel is not None:
+                        tel.leave(span_token)
             except asyncio.CancelledError:
                 sctx.cancelled.set()
+                if tel is not None:
+                    tel.attempt_ended(sctx, None, "cancelled")
                 raise
             except Exception as e:
                 if self._ended(state, seq):
+                    if tel is not None:
+                        tel.attempt_ended(sctx, e, "cancelled")
                     return
                 if isinstance(e, (Failure | PayloadError, call.retry.non_retryable)):
+                    if tel is not None:
+                        tel.attempt_ended(sctx, e, "failed")
                     self._deliver(me, state, seq, _FAILED, error_payload(e))
                     return
                 err = error_payload(e)
                 if attempt >= call.retry.attempts:
                     if call.retry.on_exhausted == "fail":
+                        if tel is not None:
+                            tel.attempt_ended(sctx, e, "failed")
                         self._deliver(me, state, seq, _FAILED, err)
                         return
+                    if tel is not None:
+                        tel.attempt_ended(sctx, e, "paused")
                     driver.append(m.step_retry(seq, PAUSED, err))
                     host.step_paused(state)
                     not_before = PAUSED
                     continue
+                if tel is not None:
+                    tel.attempt_ended(sctx, e, "retry")
                 retry_at = host.clock.now_ms() + round(call.retry.delay_s(attempt) * 1000)
                 driver.append(m.step_retry(seq, retry_at, err))
                 gate = m.gate
                 attempt += 1
                 not_before = retry_at
                 continue
+            if tel is not None:
+                tel.attempt_ended(sctx, None, "waiting" if call.is_await else "ok")
             if self._ended(state, seq):
                 return
             if call.is_await:

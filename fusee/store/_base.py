@@ -42,7 +42,18 @@ RUN_STATUSES: Final = frozenset(RunStatus)
 """Every value `RunRow.status` may take (`fusee.RunStatus`)."""
 
 COMMAND_KINDS: Final = frozenset(
-    {"start", "signal", "update", "query", "cancel", "resume", "complete", "deliver", "stop"}
+    {
+        "start",
+        "signal",
+        "update",
+        "query",
+        "cancel",
+        "resume",
+        "complete",
+        "deliver",
+        "stop",
+        "fork",
+    }
 )
 """Every value `Command.kind` may take."""
 

@@ -52,6 +52,10 @@ class ClientActions:
         client = await self._connected()
         await client.get(id).resume()
 
+    async def fork(self, id: str, new_id: str, at: int | str, input: Any) -> None:
+        client = await self._connected()
+        await client.get(id).fork(new_id, at=at, input=input)
+
     async def close(self) -> None:
         """Closes the client (the server stops)."""
         if self._client is not None:

@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee._queue import stats_json
 from fusee.engine._queues import queue_stats
+from fusee.engine._run import KEEP_INPUT
 from fusee.errors import FuseeError, NotFound, PayloadError
 from fusee.store import RUN_STATUSES, RunRow, Store, open_store
 from fusee.ui._timeline import Timeline, row_json
@@ -83,6 +84,15 @@ class Actions(Protocol):
 
     async def resume(self, id: str) -> None:
         """Gives run ``id``'s paused steps a fresh retry budget."""
+        ...
+
+    async def fork(self, id: str, new_id: str, at: int | str, input: Any) -> None:
+        """Starts ``new_id`` from run ``id``'s journal before position ``at``.
+
+        ``input`` is JSON data, or `KEEP_INPUT` (fusee/engine/_run.py) for the old run's.
+        A bad position raises ValueError (answered 400); a taken ``new_id``
+        `fusee.AlreadyExists` (409).
+        """
         ...
 
 
@@ -426,7 +436,7 @@ async def _info(request: Request) -> Response:
         {
             "version": __version__,
             "target": request.app.state.target,
-            "actions": ["signal", "cancel", "resume"] if actions is not None else [],
+            "actions": ["signal", "cancel", "resume", "fork"] if actions is not None else [],
             "statuses": sorted(RUN_STATUSES),
         }
     )
@@ -613,8 +623,18 @@ async def _act(request: Request) -> Response:
             await actions.cancel(id, str(body.get("reason") or "cancelled from the fusee ui"))
         elif verb == "resume":
             await actions.resume(id)
+        elif verb == "fork":
+            new_id, at = body.get("new_id"), body.get("at")
+            if not isinstance(new_id, str) or not new_id or not isinstance(at, int | str):
+                raise _BadRequest(
+                    'a fork needs the new id and a position: {"new_id": ..., "at": N or a '
+                    'step name, "input": ... (optional: the old run\'s)}'
+                )
+            await actions.fork(id, new_id, at, body.get("input", KEEP_INPUT))
         else:
-            return _error(404, f"no action {verb!r}; there are signal, cancel and resume")
+            return _error(404, f"no action {verb!r}; there are signal, cancel, resume and fork")
+    except ValueError as e:
+        return _error(400, str(e))
     except NotFound as e:
         return _error(404, str(e))
     except PayloadError as e:
@@ -642,6 +662,10 @@ def build_app(
             yield
         finally:
             await store.close()
+            # The actions' client was connected on this loop: closed on it.
+            close = getattr(actions, "close", None)
+            if close is not None:
+                await close()
 
     routes = [
         Route("/", _index),

@@ -168,3 +168,29 @@ def test_list_refuses_a_time_bound_it_cannot_read(tmp_path: Path) -> None:
     code, _, err = cli("list", "--since", "yesterday-ish", "--data", str(tmp_path))
     assert code == 1
     assert "--since takes an ISO 8601 date" in one_line_error(err)
+
+
+@pytest.mark.asyncio
+async def test_fork_starts_a_new_run_from_a_journal_before_a_position(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    async with engine_on(tmp_path) as engine:
+        assert await engine.execute(wfs.greet, "g-1", "ana") == "hello ana"
+        code, out, err = await acli(
+            "fork", "g-1", "g-2", "--at", "1", "--input", '"bo"', "--data", data
+        )
+        assert (code, out.strip()) == (0, "run 'g-1' forked as 'g-2'"), err
+        # The greet step (position 1) runs again, on the new input.
+        assert await engine.get("g-2").result() == "hello bo"
+        code, _, err = await acli("fork", "g-1", "g-3", "--at", "greet", "--data", data)
+        assert code == 0, err
+        assert await engine.get("g-3").result() == "hello ana"
+        for argv, message in [
+            (("g-1", "g-4", "--at", "7"), "positions 0..2"),
+            (("g-1", "g-4", "--at", "nope"), "no operation named 'nope'"),
+            (("g-1", "g-2", "--at", "0"), "run 'g-2' exists"),
+            (("nobody", "g-4", "--at", "0"), "nobody"),
+        ]:
+            code, _, err = await acli("fork", *argv, "--data", data)
+            assert code == 1
+            assert message in one_line_error(err)
+        assert await engine.store.get("g-4") is None

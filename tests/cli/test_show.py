@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import cli_workflows as wfs
@@ -119,6 +120,30 @@ async def test_show_full_prints_a_failed_runs_whole_traceback(tmp_path: Path) ->
     assert "error: ValueError: the parts list is empty" in printed
     start = printed.index("Traceback (most recent call last):")
     assert printed[start:] == traceback.rstrip("\n").splitlines()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "argv", [pytest.param((), id="show"), pytest.param(("--follow",), id="follow")]
+)
+async def test_show_full_on_an_80_column_terminal_prints_the_traceback_lines_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...]
+) -> None:
+    async with engine_on(tmp_path) as engine:
+        with pytest.raises(fusee.WorkflowFailed) as failed:
+            await engine.execute(wfs.deep_boom, "boom-1")
+    expected = failed.value.traceback.rstrip("\n").splitlines()
+    assert max(len(line) for line in expected) > 80
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    code = await asyncio.to_thread(
+        main, ["show", "boom-1", "--full", *argv, "--data", str(tmp_path)], stdout=out, stderr=out
+    )
+    assert code == 0
+    # Styles and the live display's line clears aside, each line is whole.
+    printed = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", out.getvalue()).splitlines()
+    start = printed.index("Traceback (most recent call last):")
+    assert printed[start : start + len(expected)] == expected
 
 
 async def _follow_download(tmp_path: Path, out: Watch) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 import fusee
 from fusee.cli import main
+from fusee.engine._run import KEEP_INPUT
 from fusee.ui._actions import ClientActions
 
 go = fusee.signal("go", int)
@@ -48,6 +49,10 @@ async def test_signal_cancel_and_resume_from_the_page_reach_the_run(tmp_path: Pa
             assert await cancelled.result() == "cancelled"
             with pytest.raises(fusee.NotFound):
                 await actions.cancel("nobody", "x")
+            # A fork at the wait: the copy is the start alone; it waits anew.
+            await actions.fork("w-1", "w-2", 0, KEEP_INPUT)
+            await actions.signal("w-2", "go", 7)
+            assert await engine.get("w-2").result() == 7
         finally:
             await actions.close()
 

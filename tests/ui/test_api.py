@@ -12,6 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import fusee
+from fusee.engine._run import KEEP_INPUT
 from fusee.ui import create_app, serve
 
 from .conftest import served
@@ -360,12 +361,20 @@ class Recorder:
         self._check(id)
         self.calls.append(("resume", id))
 
+    async def fork(self, id: str, new_id: str, at: int | str, input: Any) -> None:
+        self._check(id)
+        if at == 99:
+            raise ValueError("run has positions 0..3; 99 is not one of them")
+        if new_id == "taken":
+            raise fusee.AlreadyExists("run 'taken' exists")
+        self.calls.append(("fork", id, new_id, at, input))
+
 
 def test_actions_reach_the_actions_object(data: Path) -> None:
     actions = Recorder()
     app = create_app(str(data), actions=actions)
     with TestClient(app, base_url="http://127.0.0.1") as c:
-        assert c.get("/api/info").json()["actions"] == ["signal", "cancel", "resume"]
+        assert c.get("/api/info").json()["actions"] == ["signal", "cancel", "resume", "fork"]
         ok = c.post("/api/runs/order-1/signal", json={"name": "go", "payload": True})
         assert ok.json() == {"ok": True, "id": "order-1", "action": "signal"}
         assert c.post("/api/runs/order-1/cancel", json={}).status_code == 200
@@ -376,10 +385,21 @@ def test_actions_reach_the_actions_object(data: Path) -> None:
         form = c.post("/api/runs/order-1/cancel", data={"reason": "x"})
         assert form.status_code == 400
         assert c.post("/api/runs/order-1/explode", json={}).status_code == 404
+        fork = c.post("/api/runs/order-1/fork", json={"new_id": "order-2", "at": 2})
+        assert fork.json() == {"ok": True, "id": "order-1", "action": "fork"}
+        fork = c.post("/api/runs/order-1/fork", json={"new_id": "o-3", "at": "go", "input": 5})
+        assert fork.status_code == 200
+        assert c.post("/api/runs/order-1/fork", json={"at": 1}).status_code == 400
+        assert c.post("/api/runs/order-1/fork", json={"new_id": "x", "at": 99}).status_code == 400
+        taken = c.post("/api/runs/order-1/fork", json={"new_id": "taken", "at": 1})
+        assert taken.status_code == 409
+        assert c.post("/api/runs/nobody/fork", json={"new_id": "x", "at": 0}).status_code == 404
     assert actions.calls == [
         ("signal", "order-1", "go", True),
         ("cancel", "order-1", "cancelled from the fusee ui"),
         ("resume", "flaky-1"),
+        ("fork", "order-1", "order-2", 2, KEEP_INPUT),
+        ("fork", "order-1", "o-3", "go", 5),
     ]
 
 

@@ -7,16 +7,21 @@ installs (``make pytest`` runs it first).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
+import fusee
 from fusee.ui import create_app
+from fusee.ui._actions import ClientActions
 
 from .conftest import launch, served
-from .workflows import GREETED, add_greets, make_store, release, start_waiting
+from .workflows import GREETED, WORKFLOWS, add_greets, make_store, release, start_waiting
 
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 
@@ -148,3 +153,57 @@ def test_pages_update_live(browser: Browser, page: Page, tmp_path: Path) -> None
         expect(run_page.locator("#children")).to_contain_text("ship-order-2")
         # The list page, still open, saw order-2 finish.
         expect(page.locator('tr[data-id="order-2"] .badge')).to_have_text("completed")
+
+
+@contextlib.contextmanager
+def engine_serving(data: Path) -> Iterator[None]:
+    """An engine serving ``data`` in a thread of its own (it applies the page's commands)."""
+    ready = threading.Event()
+    stopping: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+    errors: list[BaseException] = []
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        stopping.append((asyncio.get_running_loop(), stop))
+        async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none"):
+            ready.set()
+            await stop.wait()
+
+    def work() -> None:
+        try:
+            asyncio.run(serve())
+        except BaseException as e:
+            errors.append(e)
+            ready.set()
+
+    thread = threading.Thread(target=work, name="fusee-ui-test-engine")
+    thread.start()
+    assert ready.wait(30), "the engine did not open"
+    assert not errors, errors
+    try:
+        yield
+    finally:
+        loop, stop = stopping[0]
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        assert not thread.is_alive()
+        assert not errors, errors
+
+
+def test_a_fork_from_the_run_page_opens_the_new_run(page: Page, tmp_path: Path) -> None:
+    data = make_store(tmp_path / "data")
+    with (
+        engine_serving(data),
+        served(create_app(str(data), actions=ClientActions(str(data)))) as base,
+    ):
+        page.goto(f"{base}/runs/g-03")
+        page.fill("#fork-new-id", "g-03-again")
+        page.fill("#fork-at", "nope")
+        page.click("#fork-submit")
+        expect(page.locator("#fork-message")).to_contain_text("no operation named 'nope'")
+        page.fill("#fork-at", "greet")
+        page.fill("#fork-input", '"zoe"')
+        page.click("#fork-submit")
+        expect(page.locator("h1 .run-id")).to_have_text("g-03-again")
+        assert page.url.endswith("/runs/g-03-again")
+        expect(page.locator("#outcome")).to_contain_text("hello zoe")

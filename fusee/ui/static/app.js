@@ -430,6 +430,43 @@ function runView(detail, expanded, rerender) {
   return parts;
 }
 
+// The fork form: made once per page, so that what is typed in it survives
+// the re-renders live updates cause.
+function forkForm(id) {
+  const message = el("p", { class: "form-message", id: "fork-message", role: "status" });
+  const form = el("form", { class: "action-form", id: "fork", onsubmit: async (e) => {
+    e.preventDefault();
+    const data = new FormData(form);
+    const atText = String(data.get("at") || "").trim();
+    const body = { new_id: String(data.get("new_id") || "").trim(), at: /^-?\d+$/.test(atText) ? Number(atText) : atText };
+    const inputText = String(data.get("input") || "").trim();
+    if (inputText) {
+      try { body.input = JSON.parse(inputText); } catch (err) { message.textContent = `the input is not JSON: ${err.message}`; return; }
+    }
+    message.textContent = "forking…";
+    try {
+      const r = await fetch(`/api/runs/${encodeURIComponent(id)}/fork`, {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", Accept: "application/json" }, body: JSON.stringify(body),
+      });
+      const answer = await r.json().catch(() => ({ error: r.statusText }));
+      if (!r.ok) throw new Error(answer.error || `${r.status} ${r.statusText}`);
+      history.pushState(null, "", `/runs/${encodeURIComponent(body.new_id)}`);
+      live.close();
+      await route();
+    } catch (err) {
+      message.textContent = err.message;
+    }
+  } },
+  el("label", {}, "new id ", el("input", { name: "new_id", id: "fork-new-id", required: true, value: `${id}-fork` })),
+  el("label", {}, "at position ", el("input", { name: "at", id: "fork-at", required: true, placeholder: "seq or step name", size: "14" })),
+  el("label", {}, "input ", el("input", { name: "input", id: "fork-input", placeholder: "JSON (default: this run's)", size: "24" })),
+  el("button", { type: "submit", id: "fork-submit", text: "Fork" }));
+  return el("section", { id: "actions" }, el("h2", { text: "Fork" }),
+    el("p", { class: "muted small", text: "Start a new run from this run's journal before a position (the seq of a timeline row): the steps before it do not run again; this run is not changed." }),
+    form, message);
+}
+
 async function runPage(main, id) {
   document.title = `${id} · fusee`;
   const params = new URLSearchParams(location.search);
@@ -443,9 +480,10 @@ async function runPage(main, id) {
     return;
   }
   const expanded = new Set();
+  const fork = info && (info.actions || []).includes("fork") ? forkForm(id) : null;
   const rerender = () => {
     const y = window.scrollY;
-    main.replaceChildren(...runView(detail, expanded, rerender));
+    main.replaceChildren(...runView(detail, expanded, rerender), ...(fork ? [fork] : []));
     window.scrollTo(0, y);
   };
   rerender();
