@@ -97,6 +97,9 @@ class Committer:
         self._on_stale: Callable[[list[int]], None] | None = None
         # LSNs of records a lost lease refused, with why: never durable.
         self._lost: dict[int, StaleLease] = {}
+        # Called after each write with its record count and seconds
+        # (telemetry); None, and no clock read, when nobody listens.
+        self.on_write: Callable[[int, float], None] | None = None
 
     def fenced(
         self,
@@ -113,9 +116,6 @@ class Committer:
         """Numbers the next records past ``lsn`` (another worker's last, in shards taken over)."""
         if lsn > self.lsn:
             self.lsn = lsn
-        # Called after each write with its record count and seconds
-        # (telemetry); None, and no clock read, when nobody listens.
-        self.on_write: Callable[[int, float], None] | None = None
 
     def start(self) -> None:
         """Starts the writer tasks on the running loop."""

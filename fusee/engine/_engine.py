@@ -586,9 +586,15 @@ class Engine:
             )
             return Run(self, id)
         if not self.owns(id):
-            await self.remote._call(
-                "start", id, {"workflow": wf.name, "input": data, "id_policy": id_policy.value}
-            )
+            fields: dict[str, Any] = {
+                "workflow": wf.name,
+                "input": data,
+                "id_policy": id_policy.value,
+            }
+            trace = self.telemetry.caller_trace()
+            if trace is not None:
+                fields["trace"] = trace
+            await self.remote._call("start", id, fields)
             return Run(self, id)
         starting = self._starting.get(id)
         if starting is not None:
