@@ -186,6 +186,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter):
         self._client = client
         # The inbox: commands taken since `open`, and the LISTEN connection.
         self._taken: set[str] = set()
+        self._queries: set[asyncio.Future[Any]] = set()
         self._listener: Any = None
         self._notified = asyncio.Event()
         self._pool_size = pool_size
@@ -450,6 +451,9 @@ class PostgresStore(PostgresQueues, _PostgresWriter):
                 self._wake.set()
                 await writer
             await self._stop_listening()
+            if self._queries:
+                # Queries whose callers were cancelled, still on their way.
+                await asyncio.wait(self._queries, timeout=self._connect_timeout_s)
             await self._close_pool()
         finally:
             self._state = "closed"
@@ -1149,8 +1153,22 @@ class PostgresStore(PostgresQueues, _PostgresWriter):
         """Runs ``fn`` on a pooled connection; a connection lost on the way is retried once.
 
         Every ``fn`` is a read, or a single statement that commits alone, so
-        running it again after the server dropped the connection is safe.
+        running it again after the server dropped the connection is safe. A
+        caller cancelled meanwhile does not cut the query short: it ends on
+        its own and gives its connection back (`close` waits for it), as
+        asyncpg cleans up badly after a query cancelled mid-flight.
         """
+        task = asyncio.ensure_future(self._query_now(fn, doing))
+        self._queries.add(task)
+        task.add_done_callback(self._query_done)
+        return await asyncio.shield(task)
+
+    def _query_done(self, task: asyncio.Future[Any]) -> None:
+        self._queries.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: its caller may be gone
+
+    async def _query_now(self, fn: Callable[[_Conn], Awaitable[_T]], doing: str) -> _T:
         for attempt in (1, 2):
             self._check_open()
             pool = self._pool
