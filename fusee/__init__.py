@@ -38,6 +38,7 @@ from fusee._definitions import (
     update,
     workflow,
 )
+from fusee._events import EventDef, event
 from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
 from fusee.client import Client, SyncClient
@@ -75,6 +76,7 @@ __all__ = [
     "Ctx",
     "DeterminismError",
     "Engine",
+    "EventDef",
     "Failure",
     "FuseeError",
     "IdPolicy",
@@ -105,6 +107,7 @@ __all__ = [
     "WorkflowStream",
     "as_completed",
     "current_step",
+    "event",
     "query",
     "select",
     "signal",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
@@ -22,6 +23,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from fusee import _codec
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._events import latest_event, never_set, timed_out
 from fusee.engine._inbox import decode_error, decode_payload, encode_payload
 from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+    from fusee._events import EventDef
 
 __all__ = ["Client", "SyncClient", "SyncRun"]
 
@@ -340,6 +343,27 @@ class Client:
                 return
             await polling.wait()
 
+    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        # The client reads the journal: polled, as for a result or a stream.
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        polling = _Polling()
+        while True:
+            self._check_open()
+            row = await self.store.get(id)
+            if row is None:
+                raise no_run(id)
+            records = decode_journal(id, row.run, await self.store.load(id, row.run))
+            payload = latest_event(records, key.name)
+            if payload is not None:
+                return key.decode(payload)
+            error = never_set(row, key.name)
+            if error is not None:
+                raise error
+            if deadline is not None and time.monotonic() >= deadline:
+                assert timeout_s is not None
+                raise timed_out(id, key.name, timeout_s)
+            await polling.wait()
+
     async def _describe(self, id: str) -> RunInfo:
         row = await self.store.get(id)
         if row is None:
@@ -428,6 +452,10 @@ class SyncRun(Generic[T]):
     def describe(self) -> RunInfo:
         """The run's status, times and attributes (`fusee.Run.describe`)."""
         return _blocking(self._portal, self._run.describe)
+
+    def get_event(self, key: str | EventDef[Any], *, timeout: Any = None) -> Any:
+        """The run's latest value of event ``key``, once set (`fusee.Run.get_event`)."""
+        return _blocking(self._portal, lambda: self._run.get_event(key, timeout=timeout))
 
     def stream(self, name: str) -> Iterator[Any]:
         """Reads stream ``name`` from its start until it ends (`fusee.Run.stream`)."""

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import WorkflowDef
+    from fusee._events import EventDef
 
 __all__ = ["TestEngine", "crash_everywhere"]
 
@@ -299,6 +300,9 @@ class TestEngine:
 
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         return self._current()._stream(id, name)
+
+    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        return await self._current()._get_event(id, key, timeout_s)
 
     async def _describe(self, id: str) -> RunInfo:
         return await self._current()._describe(id)

@@ -5,6 +5,7 @@
     fusee list [--status S] [--workflow W] [--attr K=V]   the runs of a store
     fusee show ID [--follow] [--full]                     a run and its journal, as a timeline
     fusee result ID [--wait]                              a run's result
+    fusee event ID KEY [--wait]                           a run's latest value of an event
     fusee start MODULE:WORKFLOW ID [JSON]                 start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
     fusee worker MODULE... [--store URL]                  serve a module's workflows
@@ -13,7 +14,7 @@
     fusee ui [--port 8700] [--token T]                    a web page of the runs
     fusee disk-check [DIR]                                the flush latency of a disk
 
-Reading commands (``list``, ``show``, ``result``, ``replay``, ``check``) open the store
+Reading commands (``list``, ``show``, ``result``, ``event``, ``replay``, ``check``) open the store
 read-only: they work while an engine writes it from another process.
 
 The rule: one engine writes a store. So the commands that change runs
@@ -44,6 +45,7 @@ from fusee.cli._commands import (
     start_command,
 )
 from fusee.cli._diskcheck import disk_check_command
+from fusee.cli._event import event_command
 from fusee.cli._inbox import writer_lock
 from fusee.cli._output import CliError, Output
 from fusee.cli._replay import replay_command
@@ -144,6 +146,15 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, metavar="S", help="with --wait: give up after S seconds"
     )
     p.set_defaults(handler=result_command)
+
+    p = command("event", "a run's latest value of an event (ctx.set_event)")
+    p.add_argument("id")
+    p.add_argument("key", help="the event's key")
+    p.add_argument("--wait", action="store_true", help="wait until the run sets it")
+    p.add_argument(
+        "--timeout", type=float, metavar="S", help="with --wait: give up after S seconds"
+    )
+    p.set_defaults(handler=event_command)
 
     def acting(p: argparse.ArgumentParser) -> None:
         p.add_argument(

@@ -26,6 +26,7 @@ from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
+from fusee.engine._events import Events
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
 from fusee.engine._inbox import Inbox
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import WorkflowDef
+    from fusee._events import EventDef
 
 __all__ = ["Engine"]
 
@@ -125,6 +127,8 @@ class Engine:
         )
         self.messages = Messages(self)
         self.streams = Streams(store, self.committer, self.check_open)
+        self.events = Events(store, self.committer, self.clock, self.loop, self.check_open)
+        self.events.wait = self.hooks.wait_result
         self.steps = StepExecutor(self.host, self.loop)
         self.closed = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
@@ -287,6 +291,7 @@ class Engine:
         # Stream readers and update callers of this engine hear that it
         # closed instead of waiting forever.
         self.streams.release_all()
+        self.events.release_all()
         self.messages.release_updates()
         if self._watchdog is not None:
             self._watchdog.stop()
@@ -662,6 +667,9 @@ class Engine:
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         return self.streams.read(id, name)
 
+    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        return await self.events.get(id, key, timeout_s)
+
     async def _describe(self, id: str) -> RunInfo:
         state = self.runs.loaded(id)
         if state is None:
@@ -731,6 +739,7 @@ class Engine:
             if len(ends) > _ENDS_KEPT:
                 ends.popitem(last=False)
             self.streams.notify(state.id)
+            self.events.notify(state.id)
             for fut in self._results.pop(state.id, []):
                 if not fut.done():
                     fut.set_result(None)

@@ -34,6 +34,7 @@ from fusee.record import (
     Chunk,
     Completed,
     Done,
+    Event,
     Fired,
     Heartbeat,
     Patch,
@@ -266,6 +267,7 @@ class Runs:
                     | Patch()
                     | Chunk()
                     | StreamEnd()
+                    | Event()
                 ):
                     # The machine rebuilds these itself (`RunMachine`).
                     continue
