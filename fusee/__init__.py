@@ -39,6 +39,7 @@ from fusee._definitions import (
     workflow,
 )
 from fusee._events import EventDef, event
+from fusee._schedule import Schedule
 from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
 from fusee.client import Client, SyncClient
@@ -90,6 +91,7 @@ __all__ = [
     "RunFinished",
     "RunInfo",
     "RunStatus",
+    "Schedule",
     "SignalDef",
     "StaleLease",
     "StepCtx",

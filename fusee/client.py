@@ -29,7 +29,7 @@ from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._run import IdPolicy, Run, RunInfo, info_of
 from fusee.errors import Cancelled, FuseeError, StoreError
 from fusee.record import Chunk, Done, StreamEnd
-from fusee.store import Answer, Command, Store, open_store
+from fusee.store import Answer, Command, ScheduleRow, Store, open_store
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
     from fusee._events import EventDef
 
-__all__ = ["Client", "SyncClient", "SyncRun"]
+__all__ = ["Client", "ClientSchedules", "SyncClient", "SyncRun"]
 
 T = TypeVar("T")
 
@@ -218,6 +218,16 @@ class Client:
         run_id = token.rsplit("/", 3)[0] if isinstance(token, str) else ""
         await self._call("complete", run_id, {"token": token, "value": data})
 
+    @property
+    def schedules(self) -> ClientSchedules:
+        """The store's schedules: list them; pause, resume or trigger one on the serving worker.
+
+        Example:
+            >>> async def main(client: Client) -> None:
+            ...     await client.schedules.pause("nightly")
+        """
+        return ClientSchedules(self)
+
     # --- the inbox ----------------------------------------------------------------------
 
     async def post(
@@ -369,6 +379,39 @@ class Client:
         if row is None:
             raise no_run(id)
         return info_of(row, None, None)
+
+
+class ClientSchedules:
+    """`Client.schedules`: the engine's ``engine.schedules`` calls, as commands to the worker.
+
+    Example:
+        >>> async def main(client: Client) -> None:
+        ...     run = await client.schedules.trigger("nightly")
+        ...     print([row.name for row in await client.schedules.list()])
+    """
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    async def pause(self, name: str) -> None:
+        """Pauses schedule ``name`` (its ticks are skipped until `resume`)."""
+        await self._client._call("schedule", name, {"action": "pause"})
+
+    async def resume(self, name: str) -> None:
+        """Resumes schedule ``name``."""
+        await self._client._call("schedule", name, {"action": "resume"})
+
+    async def trigger(self, name: str) -> Run[Any]:
+        """Starts a run of schedule ``name`` now; returns its handle."""
+        fields = await self._client._call("schedule", name, {"action": "trigger"})
+        return Run(self._client, str(fields["run_id"]))
+
+    async def list(self) -> list[ScheduleRow]:
+        """Every schedule row of the store, by name (read from the store)."""
+        self._client._check_open()
+        return await self._client.store.schedules()
 
 
 def answer_fields(answer: Answer) -> dict[str, Any]:

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 
     from fusee._definitions import WorkflowDef
     from fusee._events import EventDef
+    from fusee._schedule import Schedule
+    from fusee.engine._schedules import Scheduler
 
 __all__ = ["TestEngine", "crash_everywhere"]
 
@@ -86,6 +88,7 @@ class TestEngine:
         step_grace: How much real time a running step function gets to
             return before `settle`, `advance` and ``result()`` go on
             without it (it keeps running; its result arrives later).
+        schedules: The `fusee.Schedule` values it ticks, on its virtual clock.
         watchdog: How long workflow code may run without yielding (``"2s"``
             by default; None: no watchdog). Code that blocks longer makes the
             next `settle`, `advance`, ``result()`` or `execute` raise
@@ -111,8 +114,10 @@ class TestEngine:
         park_after: Any = "5s",
         step_grace: Any = "500ms",
         watchdog: Any = "2s",
+        schedules: Iterable[Schedule] = (),
     ) -> None:
         self.workflows = list(workflows)
+        self.schedules_given = list(schedules)
         self._step_grace_s = parse_duration(step_grace)
         self._watchdog = watchdog
         # Reports of every life, appended by the watchdog's thread; the
@@ -167,6 +172,7 @@ class TestEngine:
             profile=self._profile,
             watchdog=self._watchdog,
             hooks=hooks,
+            schedules=self.schedules_given,
         )
         self._engine = engine
         await engine.recover()
@@ -244,6 +250,11 @@ class TestEngine:
     async def complete(self, token: str, value: Any = None) -> None:
         """`Engine.complete`."""
         await self.engine.complete(token, value)
+
+    @property
+    def schedules(self) -> Scheduler:
+        """`Engine.schedules` of the current life: pause, resume, trigger, list."""
+        return self.engine.schedules
 
     def is_loaded(self, id: str) -> bool:
         """Whether run ``id`` is in memory now (False: parked, ended or unknown).

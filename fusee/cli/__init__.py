@@ -8,6 +8,7 @@
     fusee event ID KEY [--wait]                           a run's latest value of an event
     fusee start MODULE:WORKFLOW ID [JSON]                 start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
+    fusee schedules [list|pause|resume|trigger NAME]      a store's schedules
     fusee worker MODULE... [--store URL]                  serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee check                                           what is damaged in a store
@@ -49,6 +50,7 @@ from fusee.cli._event import event_command
 from fusee.cli._inbox import writer_lock
 from fusee.cli._output import CliError, Output
 from fusee.cli._replay import replay_command
+from fusee.cli._schedules import ACTIONS, schedules_command
 from fusee.cli._show import show_command
 from fusee.cli._ui import ui_command
 from fusee.cli._worker import worker_command
@@ -203,6 +205,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     acting(p)
     p.set_defaults(handler=resume_command)
+
+    p = command(
+        "schedules",
+        "list a store's schedules; pause, resume or trigger one",
+        "List the store's schedules (read-only), or pause, resume or trigger (start a run "
+        f"now) the schedule NAME. {act}",
+    )
+    p.add_argument("action", nargs="?", choices=ACTIONS, default="list", help="default list")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the schedule's name")
+    acting(p)
+    p.set_defaults(handler=schedules_command)
 
     p = command(
         "worker",

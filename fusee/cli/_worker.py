@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from fusee._definitions import WorkflowDef
 from fusee._jsonview import payload as payload_json
+from fusee._schedule import Schedule
 from fusee.cli._inbox import answer_printer, signal_checker, writer_lock
 from fusee.cli._modules import import_module, signals_of, workflows_of
 from fusee.cli._output import Output, short
@@ -138,6 +139,7 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
     modules = [import_module(spec) for spec in args.modules]
     workflows = workflows_of(modules, " and ".join(repr(m) for m in args.modules))
     signals = signals_of(modules, workflows)
+    schedules = [v for m in modules for v in vars(m).values() if isinstance(v, Schedule)]
     lock: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if "://" not in target:
         Path(target).mkdir(parents=True, exist_ok=True)
@@ -145,7 +147,7 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
     with lock, _showing_logs(out):
         try:
             async with await Engine.open(
-                target, workflows=workflows, durability=args.durability
+                target, workflows=workflows, durability=args.durability, schedules=schedules
             ) as engine:
                 # Before the first await: the inbox's first command sees them.
                 engine.inbox.check_signal = signal_checker(signals)

@@ -34,6 +34,7 @@ from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._messages import Messages
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
+from fusee.engine._schedules import Scheduler
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
 from fusee.engine._streams import Streams
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
     from fusee._definitions import WorkflowDef
     from fusee._events import EventDef
+    from fusee._schedule import Schedule
 
 __all__ = ["Engine"]
 
@@ -97,6 +99,7 @@ class Engine:
         profile: str | None = None,
         watchdog: Any = "2s",
         hooks: Hooks | None = None,
+        schedules: Iterable[Schedule] = (),
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -143,6 +146,7 @@ class Engine:
         )
         self._watchdog: Watchdog | None = None
         self.inbox = Inbox(self)
+        self.schedules = Scheduler(self, schedules)
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -157,6 +161,7 @@ class Engine:
         durability: str = "fsync",
         profile: str | None = None,
         watchdog: Any = "2s",
+        schedules: Iterable[Schedule] = (),
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -171,6 +176,8 @@ class Engine:
                 when it waits or ends, reporting a difference at once.
             watchdog: Report workflow code that runs this long without
                 yielding (None: never).
+            schedules: The `fusee.Schedule` values this engine ticks
+                (reconciled with the store's on open; see ``engine.schedules``).
 
         Example:
             >>> async def main() -> None:
@@ -196,6 +203,7 @@ class Engine:
             park_after=park_after,
             profile=profile,
             watchdog=watchdog,
+            schedules=schedules,
         )
         await engine.recover()
         return engine
@@ -231,6 +239,7 @@ class Engine:
             # that next run.
             await self._continue(row)
         self.inbox.start()
+        await self.schedules.open()
 
     def _watchdog_report(self, text: str) -> None:
         self.hooks.watchdog_reports.append(text)
@@ -292,6 +301,7 @@ class Engine:
         # closed instead of waiting forever.
         self.streams.release_all()
         self.events.release_all()
+        self.schedules.stop()
         self.messages.release_updates()
         if self._watchdog is not None:
             self._watchdog.stop()
@@ -740,6 +750,7 @@ class Engine:
                 ends.popitem(last=False)
             self.streams.notify(state.id)
             self.events.notify(state.id)
+            self.schedules.ended(state.id)
             for fut in self._results.pop(state.id, []):
                 if not fut.done():
                     fut.set_result(None)

@@ -325,6 +325,8 @@ class Inbox:
         if kind == "complete":
             await engine.complete(str(p["token"]), _codec.decode(bytes(p["value"])))
             return {"message": f"completed {p['token']!r}"}
+        if kind == "schedule":
+            return await engine.schedules.apply(id, str(p["action"]))
         if kind == "stop":
             self.stop_requested.set()
             return {"message": "worker stopping"}

@@ -22,6 +22,7 @@ import msgpack
 
 from fusee._status import UNFINISHED_STATUSES, RunStatus
 from fusee.errors import NotFound
+from fusee.store._schedules import ScheduleStore
 
 __all__ = [
     "COMMAND_KINDS",
@@ -38,7 +39,7 @@ RUN_STATUSES: Final = frozenset(RunStatus)
 """Every value `RunRow.status` may take (`fusee.RunStatus`)."""
 
 COMMAND_KINDS: Final = frozenset(
-    {"start", "signal", "update", "query", "cancel", "resume", "complete", "stop"}
+    {"start", "signal", "update", "query", "cancel", "resume", "complete", "stop", "schedule"}
 )
 """Every value `Command.kind` may take."""
 
@@ -202,7 +203,7 @@ def _now_ms() -> int:
 
 
 @runtime_checkable
-class Store(Protocol):
+class Store(ScheduleStore, Protocol):
     """Durable storage for journals and run rows; what the engine writes to.
 
     One store object serves one event loop. `open` before anything else;

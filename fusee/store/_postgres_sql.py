@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from fusee.store._base import UNFINISHED_STATUSES, RunRow, _unpack_attributes
+from fusee.store._postgres_schedules import schedules_sql
 
-FORMAT: Final = 2
+FORMAT: Final = 3
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -62,6 +63,7 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         f"INSERT INTO {s}.meta VALUES ('format', {FORMAT}), ('shards', {shards}),"
         " ('run_reserved', 0)",
         *_commands_sql(s),
+        *schedules_sql(s),
     )
 
 
@@ -78,8 +80,11 @@ def _commands_sql(s: str) -> tuple[str, ...]:
 
 
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
-# schema): format 2 adds the commands inbox.
-_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {1: _commands_sql}
+# schema): format 2 adds the commands inbox, format 3 the schedules.
+_MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {
+    1: _commands_sql,
+    2: schedules_sql,
+}
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from fusee.store._sqlite_schedules import SCHEDULES_SCHEMA
+
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
 
-FORMAT: Final = 2
+FORMAT: Final = 3
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 APPLICATION_ID: Final = 0x66757365
@@ -45,13 +47,14 @@ _SCHEMA: Final = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID",
     "INSERT INTO meta VALUES ('run_reserved', 0)",
     *_COMMANDS_SCHEMA,
+    *SCHEDULES_SCHEMA,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {FORMAT}",
 )
 
 # Statements that upgrade format N to N + 1, keyed by N: format 2 adds the
-# commands inbox.
-_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {1: _COMMANDS_SCHEMA}
+# commands inbox, format 3 the schedules.
+_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {1: _COMMANDS_SCHEMA, 2: SCHEDULES_SCHEMA}
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
 _INSERT_COMMAND: Final = (

@@ -34,13 +34,14 @@ from fusee.store._base import (
     _now_ms,
     _unpack_attributes,
 )
+from fusee.store._schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
 
 _lsn_of = itemgetter(0)
 
 
-class MemoryStore:
+class MemoryStore(MemorySchedules):
     """A `fusee.store.Store` in memory; ``close`` then ``open`` keeps the data.
 
     Example:

@@ -1,6 +1,6 @@
 """The Postgres store: journals and run rows in a PostgreSQL schema, on asyncpg.
 
-Schema, format 2, in one schema of the database (``fusee`` by default; the
+Schema, format 3, in one schema of the database (``fusee`` by default; the
 store creates it, and upgrades an older format, on open)::
 
     meta(key TEXT PRIMARY KEY, value BIGINT)
@@ -17,6 +17,8 @@ store creates it, and upgrades an older format, on open)::
     commands(seq BIGSERIAL, id TEXT PRIMARY KEY, kind, run_id, payload BYTEA, dedup,
              created_ms, attempts, answered_ms, ok, answer BYTEA)
         index (seq) of unanswered commands        -- the inbox (format 2)
+    schedules(name TEXT PRIMARY KEY, workflow, spec, paused, removed, last_tick_ms,
+              done_tick_ms, buffered_ms, last_run, next_ms)  -- schedules (format 3)
 
 A posted command sends a ``NOTIFY`` on the store's channel (`PostgresStore.channel`)
 in its own transaction; the serving engine ``LISTEN``s on a connection of its
@@ -69,6 +71,7 @@ from fusee.store._postgres_errors import (
     _redact,
     _secrets_of,
 )
+from fusee.store._postgres_schedules import PostgresSchedules
 from fusee.store._postgres_sql import (
     _MIGRATIONS,
     _ROW_COLUMNS,
@@ -110,7 +113,7 @@ _PREFETCH: Final = 512
 _T = TypeVar("_T")
 
 
-class PostgresStore(_PostgresWriter):
+class PostgresStore(_PostgresWriter, PostgresSchedules):
     """A `fusee.store.Store` in a PostgreSQL database (asyncpg, the ``postgres`` extra).
 
     Args:

@@ -1,6 +1,6 @@
 """The SQLite store: the embedded default, one WAL-mode file ``fusee.db`` per directory.
 
-Schema, format 2 (the format is ``PRAGMA user_version``; ``PRAGMA
+Schema, format 3 (the format is ``PRAGMA user_version``; ``PRAGMA
 application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
 
     journal(lsn INTEGER PRIMARY KEY, id TEXT, run INTEGER, data BLOB)
@@ -13,6 +13,8 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
     commands(seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE, kind, run_id,
              payload BLOB, dedup, created_ms, attempts, answered_ms, ok, answer BLOB)
         index (seq) of unanswered commands        -- the inbox (format 2)
+    schedules(name TEXT PRIMARY KEY, workflow, spec, paused, removed, last_tick_ms,
+              done_tick_ms, buffered_ms, last_run, next_ms)  -- schedules (format 3)
 
 ``attributes`` is a msgpack map, NULL when empty. Run numbers are reserved in
 blocks (`next_run` writes once per block, riding along with appends), and
@@ -87,6 +89,7 @@ from fusee.store._sqlite_rows import (
     _SqlRow,
     _unfinished,
 )
+from fusee.store._sqlite_schedules import SqliteSchedules
 from fusee.store._sqlite_schema import (
     _COMMAND_COLUMNS,
     _INSERT_COMMAND,
@@ -116,7 +119,7 @@ _T = TypeVar("_T")
 log = logging.getLogger("fusee")
 
 
-class SqliteStore(_SqliteWriter):
+class SqliteStore(_SqliteWriter, SqliteSchedules):
     """A `fusee.store.Store` in ``DIRECTORY/fusee.db`` (SQLite, WAL mode).
 
     Args:

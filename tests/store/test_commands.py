@@ -245,6 +245,7 @@ async def test_a_format_1_sqlite_store_gains_the_inbox_when_an_engine_opens_it(
     await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE commands")
+    conn.execute("DROP TABLE schedules")
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     client = SqliteStore(tmp_path, client=True)
@@ -259,7 +260,7 @@ async def test_a_format_1_sqlite_store_gains_the_inbox_when_an_engine_opens_it(
     finally:
         await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 3
     conn.close()
 
 
@@ -274,6 +275,7 @@ async def test_a_format_1_postgres_store_gains_the_inbox_when_it_opens(
     conn = await asyncpg.connect(postgres_cluster.dsn)
     try:
         await conn.execute(f'DROP TABLE "{store.schema}".commands')
+        await conn.execute(f'DROP TABLE "{store.schema}".schedules')
         await conn.execute(f"UPDATE \"{store.schema}\".meta SET value = 1 WHERE key = 'format'")
     finally:
         await conn.close()
