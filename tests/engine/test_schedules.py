@@ -335,3 +335,26 @@ async def test_schedules_in_code_are_reconciled_with_the_stored_ones_on_open(hos
         await t2.crash()
         await t2.advance("5m")
         assert await run_ids(t2) == sorted(ids_at("r", 1, 5, 10, 15) + ids_at("gone", 1))
+
+
+async def test_a_tick_claimed_by_a_worker_that_stopped_before_starting_it_starts_on_open(
+    host: Host,
+) -> None:
+    s = fusee.Schedule("z", tick_job, every="1m")
+    async with host(workflows=[tick_job], schedules=[s]) as t:
+        await t.settle()
+        # What a worker that crashed between claiming the tick and starting it left.
+        assert await t.store.claim_tick("z", T0 + MIN)
+        store = t.store
+        await t.crash()
+    async with host(
+        workflows=[tick_job], schedules=[s], store=store, start_ms=T0 + MIN + 5_000
+    ) as t2:
+        await t2.settle()
+        assert await run_ids(t2) == ids_at("z", 1)
+        (row,) = await t2.schedules.list()
+        assert row.done_tick_ms == T0 + MIN
+        await t2.crash()
+        await t2.advance("1m")
+        assert await run_ids(t2) == ids_at("z", 1, 2)
+        await assert_started_once(t2.store, ids_at("z", 1, 2))
