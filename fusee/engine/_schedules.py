@@ -45,6 +45,9 @@ __all__ = ["LATE_MS", "Scheduler"]
 
 log = logging.getLogger("fusee")
 
+# The state a tick changes, written once at its end.
+_TICK_FIELDS: Final = ("done_tick_ms", "buffered_ms", "last_run")
+
 LATE_MS: Final = 10_000
 """How late a tick may fire and still start with ``catch_up="0s"`` (a busy loop, a restart)."""
 
@@ -106,8 +109,10 @@ class Scheduler:
                 self._last_runs[row.last_run] = name
             if row.done_tick_ms < row.last_tick_ms and not row.paused:
                 # Claimed, then the worker stopped before it was done: start it now.
-                await self._start(s, run_id(name, row.last_tick_ms))
-                await engine.store.set_schedule(name, {"done_tick_ms": row.last_tick_ms})
+                id = run_id(name, row.last_tick_ms)
+                await self._start(s, id)
+                changes = {"done_tick_ms": row.last_tick_ms, "last_run": id}
+                await engine.store.set_schedule(name, changes)
         for name, row in stored.items():
             if name not in self._schedules and not row.removed:
                 await engine.store.put_schedule(
@@ -142,9 +147,10 @@ class Scheduler:
 
     async def _fire(self, s: Schedule) -> None:
         engine = self._engine
+        nxt = s.next_tick(engine.clock.now_ms())
         try:
             async with self._lock(s.name):
-                await self.tick(s)
+                await self.tick(s, nxt)
         except FuseeError as e:
             if engine.closed:
                 return
@@ -152,13 +158,7 @@ class Scheduler:
                 "schedule %r: a tick failed; it is tried again at the next one: %s", s.name, e
             )
         if not engine.closed:
-            nxt = s.next_tick(engine.clock.now_ms())
             self._arm(s, nxt)
-            try:
-                await engine.store.set_schedule(s.name, {"next_ms": nxt})
-            except FuseeError as e:
-                if not engine.closed:
-                    log.warning("schedule %r: could not store its next tick: %s", s.name, e)
 
     def _lock(self, name: str) -> asyncio.Lock:
         lock = self._ticking.get(name)
@@ -172,18 +172,23 @@ class Scheduler:
                 return row
         return None
 
-    async def tick(self, s: Schedule) -> None:
-        """Starts the ticks of ``s`` due by now (what its timer does)."""
+    async def tick(self, s: Schedule, next_ms: int = 0) -> None:
+        """Starts the ticks of ``s`` due by now (what its timer does), noting ``next_ms``.
+
+        Its state is written once, at the end, beside ``next_ms``: a tick
+        costs one claim and one write besides its run's start. A crash
+        before that write leaves the last claimed tick not done, which the
+        next open starts (or finds started).
+        """
         engine = self._engine
         store = engine.store
         row = await self._row(s.name)
         if row is None or row.removed:
             return
+        before = row
         now = engine.clock.now_ms()
         if row.buffered_ms and not await self._is_running(row.last_run):
-            await self._start_buffered(s, row)
-            row = await self._row(s.name)
-            assert row is not None
+            row = await self._start_buffered(s, row)
         horizon = now - max(s.catch_up_ms, LATE_MS)
         # Ticks older than the horizon are skipped unseen: a long downtime
         # of a frequent schedule costs no work per missed tick.
@@ -193,7 +198,14 @@ class Scheduler:
                 continue  # another worker has it
             if not row.paused:
                 row = await self._start_tick(s, row, tick)
-            await store.set_schedule(s.name, {"done_tick_ms": tick})
+            row = dataclasses.replace(row, done_tick_ms=tick)
+        changes = {
+            f: getattr(row, f) for f in _TICK_FIELDS if getattr(row, f) != getattr(before, f)
+        }
+        if next_ms and next_ms != before.next_ms:
+            changes["next_ms"] = next_ms
+        if changes:
+            await store.set_schedule(s.name, changes)
 
     async def _start_tick(self, s: Schedule, row: ScheduleRow, tick: int) -> ScheduleRow:
         engine = self._engine
@@ -203,7 +215,6 @@ class Scheduler:
                 return row
             if s.overlap == "buffer_one":
                 if not row.buffered_ms:
-                    await engine.store.set_schedule(s.name, {"buffered_ms": tick})
                     return dataclasses.replace(row, buffered_ms=tick)
                 return row
             # cancel_other: the newer tick wins.
@@ -213,9 +224,10 @@ class Scheduler:
         await self._start(s, id)
         return dataclasses.replace(row, last_run=id)
 
-    async def _start_buffered(self, s: Schedule, row: ScheduleRow) -> None:
-        await self._start(s, run_id(s.name, row.buffered_ms))
-        await self._engine.store.set_schedule(s.name, {"buffered_ms": 0})
+    async def _start_buffered(self, s: Schedule, row: ScheduleRow) -> ScheduleRow:
+        id = run_id(s.name, row.buffered_ms)
+        await self._start(s, id)
+        return dataclasses.replace(row, buffered_ms=0, last_run=id)
 
     async def _start(self, s: Schedule, id: str) -> Run[Any]:
         engine = self._engine
@@ -224,7 +236,6 @@ class Scheduler:
         with contextlib.suppress(AlreadyExists):
             await engine.start(s.workflow, id, s.workflow.decode_input(data))
         self._last_runs[id] = s.name
-        await engine.store.set_schedule(s.name, {"last_run": id})
         return Run(engine, id)
 
     async def _is_running(self, id: str) -> bool:
@@ -250,7 +261,9 @@ class Scheduler:
         async with self._lock(s.name):
             row = await self._row(s.name)
             if row is not None and row.buffered_ms and row.last_run == id and not row.paused:
-                await self._start_buffered(s, row)
+                after = await self._start_buffered(s, row)
+                changes = {"buffered_ms": 0, "last_run": after.last_run}
+                await self._engine.store.set_schedule(s.name, changes)
 
     # --- pause, resume, trigger, list ------------------------------------------------------
 
@@ -287,7 +300,10 @@ class Scheduler:
                 f"schedule '{name}' is not one this engine was opened with "
                 f"({', '.join(self.names) or 'none'}); trigger it where it is"
             )
-        return await self._start(s, manual_run_id(name, self._engine.clock.now_ms()))
+        async with self._lock(name):
+            run = await self._start(s, manual_run_id(name, self._engine.clock.now_ms()))
+            await self._engine.store.set_schedule(name, {"last_run": run.id})
+        return run
 
     async def apply(self, name: str, action: str) -> dict[str, Any]:
         """Applies a Client's ``schedule`` command (``pause``, ``resume`` or ``trigger``).
