@@ -1,4 +1,4 @@
-"""`fusee schedules`: list a store's schedules; pause, resume, trigger through the serving engine."""
+"""`fusee schedules`: list a store's schedules; pause, resume, trigger them via the engine."""
 
 from __future__ import annotations
 
