@@ -45,6 +45,7 @@ from fusee.engine._clock import VirtualClock
 from fusee.engine._engine import Engine
 from fusee.engine._hooks import Hooks
 from fusee.engine._run import IdPolicy, Run, RunInfo
+from fusee.engine._schedules import check_schedules
 from fusee.errors import (
     Cancelled,
     FuseeError,
@@ -118,6 +119,7 @@ class TestEngine:
     ) -> None:
         self.workflows = list(workflows)
         self.schedules_given = list(schedules)
+        check_schedules(self.workflows, self.schedules_given)
         self._step_grace_s = parse_duration(step_grace)
         self._watchdog = watchdog
         # Reports of every life, appended by the watchdog's thread; the

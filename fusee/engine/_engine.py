@@ -34,7 +34,7 @@ from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._messages import Messages
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
-from fusee.engine._schedules import Scheduler
+from fusee.engine._schedules import Scheduler, check_schedules
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
 from fusee.engine._streams import Streams
@@ -194,6 +194,8 @@ class Engine:
                 f"Engine.open({path!r}): that is a file, not a directory; pass the directory "
                 "that holds (or will hold) fusee's database"
             )
+        workflows, schedules = list(workflows), list(schedules)
+        check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
         store = open_store(path, durability=durability)
         await store.open()
         engine = cls(

@@ -39,9 +39,10 @@ from fusee.errors import AlreadyExists, FuseeError, NotFound, RunFinished
 from fusee.store import ScheduleRow
 
 if TYPE_CHECKING:
+    from fusee._definitions import WorkflowDef
     from fusee.engine._engine import Engine
 
-__all__ = ["LATE_MS", "Scheduler"]
+__all__ = ["LATE_MS", "Scheduler", "check_schedules"]
 
 log = logging.getLogger("fusee")
 
@@ -50,6 +51,37 @@ _TICK_FIELDS: Final = ("done_tick_ms", "buffered_ms", "last_run")
 
 LATE_MS: Final = 10_000
 """How late a tick may fire and still start with ``catch_up="0s"`` (a busy loop, a restart)."""
+
+
+def check_schedules(
+    workflows: Iterable[WorkflowDef[Any, Any]], schedules: Iterable[Schedule]
+) -> dict[str, Schedule]:
+    """The schedules by name, once each is a `fusee.Schedule` of one of ``workflows``.
+
+    Checked before an engine opens its store, so a bad list opens nothing.
+
+    Raises:
+        TypeError: A value is not a `fusee.Schedule`.
+        ValueError: Two share a name, or one's workflow is not among ``workflows``.
+
+    Example:
+        >>> check_schedules([], [])
+        {}
+    """
+    by_name = {wf.name: wf for wf in workflows}
+    out: dict[str, Schedule] = {}
+    for s in schedules:
+        if not isinstance(s, Schedule):
+            raise TypeError(f"schedules=[...] takes fusee.Schedule values, not {s!r}")
+        if s.name in out:
+            raise ValueError(f"two schedules named '{s.name}' were given to one engine")
+        if by_name.get(s.workflow.name) is not s.workflow:
+            raise ValueError(
+                f"schedule '{s.name}' starts workflow '{s.workflow.name}', which is not "
+                "one this engine runs; pass it in workflows=[...] too"
+            )
+        out[s.name] = s
+    return out
 
 
 class Scheduler:
@@ -66,13 +98,7 @@ class Scheduler:
 
     def __init__(self, engine: Engine, schedules: Iterable[Schedule] = ()) -> None:
         self._engine = engine
-        self._schedules: dict[str, Schedule] = {}
-        for s in schedules:
-            if not isinstance(s, Schedule):
-                raise TypeError(f"schedules=[...] takes fusee.Schedule values, not {s!r}")
-            if s.name in self._schedules:
-                raise ValueError(f"two schedules named '{s.name}' were given to one engine")
-            self._schedules[s.name] = s
+        self._schedules = check_schedules(engine.workflows.values(), schedules)
         self._timers: dict[str, TimerHandle] = {}
         # The run each schedule started last, by run id: its end may start a buffered tick.
         self._last_runs: dict[str, str] = {}

@@ -358,3 +358,13 @@ async def test_a_tick_claimed_by_a_worker_that_stopped_before_starting_it_starts
         await t2.advance("1m")
         assert await run_ids(t2) == ids_at("z", 1, 2)
         await assert_started_once(t2.store, ids_at("z", 1, 2))
+
+
+async def test_an_engine_refuses_a_schedule_of_a_workflow_it_does_not_run(host: Host) -> None:
+    s = fusee.Schedule("w", tick_job, every="1m")
+    with pytest.raises(ValueError, match="starts workflow 'tick_job', which is not one"):
+        host(workflows=[long_job], schedules=[s])
+    with pytest.raises(ValueError, match="two schedules named 'w'"):
+        host(workflows=[tick_job], schedules=[s, s])
+    with pytest.raises(ValueError, match="which is not one"):
+        await fusee.Engine.open("memory", workflows=[long_job], schedules=[s])
