@@ -152,7 +152,7 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
                 # Before the first await: the inbox's first command sees them.
                 engine.inbox.check_signal = signal_checker(signals)
                 engine.inbox.on_answer = answer_printer(out)
-                await _serve(engine, target, workflows, args, out)
+                await _serve(engine, target, workflows, args, out, schedules)
         finally:
             out.say(("fusee worker stopped; unfinished runs resume when a worker starts", "dim"))
     return 0
@@ -164,6 +164,7 @@ async def _serve(
     workflows: Sequence[WorkflowDef[Any, Any]],
     args: argparse.Namespace,
     out: Output,
+    schedules: Sequence[Schedule] = (),
 ) -> None:
     loop = asyncio.get_running_loop()
     deadline = None if args.max_seconds is None else loop.time() + args.max_seconds
@@ -177,6 +178,7 @@ async def _serve(
         ("fusee worker", "bold"),
         f" (pid {os.getpid()}) on {_shown(engine, target)}: workflows "
         + ", ".join(wf.name for wf in workflows)
+        + ("; schedules " + ", ".join(s.name for s in schedules) if schedules else "")
         + f"; {unfinished} unfinished run(s) recovered; Ctrl-C stops it",
     )
     reporter = _Reporter(engine, out)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import fusee
+from fusee.cli import main
 
-from .conftest import acli, one_line_error
-
-pytestmark = pytest.mark.asyncio
+from .conftest import Watch, acli, cli, one_line_error
 
 
 @fusee.workflow("nightly_job")
@@ -22,6 +25,7 @@ async def nightly_job(ctx: fusee.Ctx) -> str:
 nightly = fusee.Schedule("nightly", nightly_job, cron="0 2 * * *", tz="Europe/Paris")
 
 
+@pytest.mark.asyncio
 async def test_schedules_lists_pauses_resumes_and_triggers(tmp_path: Path) -> None:
     data = str(tmp_path)
     async with await fusee.Engine.open(
@@ -54,3 +58,52 @@ async def test_schedules_lists_pauses_resumes_and_triggers(tmp_path: Path) -> No
         code, _, err = await acli("schedules", "pause", "nope", "--data", data)
         assert code == 1
         assert "no schedule 'nope'" in one_line_error(err)
+
+
+WORKER_MODULE = """
+import fusee
+
+
+@fusee.workflow("yearly_job")
+async def yearly_job(ctx: fusee.Ctx) -> str:
+    return "ran"
+
+
+yearly = fusee.Schedule("yearly", yearly_job, cron="0 0 1 1 *")
+"""
+
+
+def test_a_worker_ticks_the_schedules_its_modules_define(tmp_path: Path) -> None:
+    module = tmp_path / "scheduled_jobs.py"
+    module.write_text(WORKER_MODULE)
+    data = tmp_path / "data"
+    with worker_of(str(module), data) as out:
+        assert "schedules yearly" in out.getvalue()
+        code, listed, _ = cli("schedules", "--data", str(data), "--json")
+        [row] = json.loads(listed)
+        assert (row["name"], row["workflow"], row["removed"]) == ("yearly", "yearly_job", False)
+        code, answer, err = cli("schedules", "trigger", "yearly", "--data", str(data), "--json")
+        assert code == 0, err
+        assert json.loads(answer)["ok"]
+
+
+@contextlib.contextmanager
+def worker_of(module: str, data: Path) -> Iterator[Watch]:
+    """`fusee worker MODULE` on ``data`` in a thread, stopped by a command at the end."""
+    out = Watch()
+    codes: list[int] = []
+    argv = ["worker", module, "--data", str(data), "--durability", "none", "--max-seconds", "60"]
+    thread = threading.Thread(target=lambda: codes.append(main(argv, stdout=out, stderr=out)))
+    thread.start()
+    assert out.wait_for("fusee worker (pid"), out.getvalue()
+    try:
+        yield out
+    finally:
+        asyncio.run(_stop(data))
+        thread.join(15)
+        assert codes == [0], out.getvalue()
+
+
+async def _stop(data: Path) -> None:
+    async with await fusee.Client.connect(data, durability="none") as client:
+        await client.post("stop", "", {})
