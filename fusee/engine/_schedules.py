@@ -213,7 +213,7 @@ class Scheduler:
             return
         before = row
         now = engine.clock.now_ms()
-        if row.buffered_ms and not await self._is_running(row.last_run):
+        if row.buffered_ms and not row.paused and not await self._is_running(row.last_run):
             row = await self._start_buffered(s, row)
         horizon = now - max(s.catch_up_ms, LATE_MS)
         # Ticks older than the horizon are skipped unseen: a long downtime

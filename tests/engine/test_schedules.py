@@ -183,6 +183,22 @@ async def test_overlap_buffer_one_starts_one_tick_when_the_last_run_ends(host: H
         await assert_started_once(t.store, ids_at("o", 1, 2, 4))
 
 
+async def test_a_paused_schedule_holds_its_buffered_tick_until_resumed(host: Host) -> None:
+    async with host(workflows=[long_job], schedules=[every_minute("buffer_one")]) as t:
+        await t.advance("2m")
+        await t.schedules.pause("o")
+        await t.get(ids_at("o", 1)[0]).signal(go, 1)
+        await t.advance("1m")
+        await t.crash()
+        await t.advance("1m")
+        assert await run_ids(t) == ids_at("o", 1)
+        await t.schedules.resume("o")
+        await t.advance("1m")  # minute 5: the buffered tick starts first
+        assert await run_ids(t) == ids_at("o", 1, 2)
+        (row,) = await t.schedules.list()
+        assert row.buffered_ms == T0 + 5 * MIN  # behind the run of tick 2
+
+
 async def test_a_buffered_tick_starts_at_the_next_tick_if_its_run_ended_during_a_crash(
     host: Host,
 ) -> None:
