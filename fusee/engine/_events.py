@@ -3,10 +3,11 @@
 Values are journal records (`Event`); a reader reads the run's journal and,
 while the key is unset, waits for the next durable event or the run's end.
 
-The rule: a reader registers before it reads, and is woken only by a
-durable event or end (or its timeout, on the engine's clock), so a value
-that becomes durable while it reads still wakes it, and a value is never
-seen that a crash could take back.
+The rule: a reader registers before it reads, and reads only what is
+durable, so a value that becomes durable while it reads still wakes it,
+and a value is never seen that a crash could take back. It is woken by a
+durable event or end of a run this engine serves, by its timeout (on the
+engine's clock), and, for a run another worker serves, by a poll.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._journal import decode_journal, no_run
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from fusee.store import RunRow, Store
 
 __all__ = ["Events", "latest_event", "never_set", "timed_out"]
+
+# How often a waiting reader reads the journal again without being woken.
+_POLL_S: Final = 1.0
 
 
 def latest_event(records: Iterable[Record], key: str) -> bytes | None:
@@ -128,7 +132,12 @@ class Events:
                         assert timeout_s is not None
                         raise timed_out(id, key.name, timeout_s)
                     handle = self._clock.call_at(deadline_ms, functools.partial(_settle, fut))
-                await (fut if self.wait is None else self.wait(fut))
+                if self.wait is not None:
+                    await self.wait(fut)
+                else:
+                    # Woken by this engine's own durable events; the poll is
+                    # for a run another worker serves (one store, many engines).
+                    await asyncio.wait((fut,), timeout=_POLL_S)
             finally:
                 if handle is not None:
                     handle.cancel()

@@ -1,13 +1,15 @@
 """Events (`fusee.engine._events`): ``ctx.set_event`` journaled, ``run.get_event`` from outside.
 
-Every test runs on the memory store, SQLite and Postgres, live and again
-after a crash, and counts step runs.
+Every test on the test host runs on the memory store, SQLite and Postgres,
+live and again after a crash, and counts step runs; one runs a real engine
+(its wall clock, no time skipping).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -184,3 +186,29 @@ async def counter(ctx: fusee.Ctx) -> int:
 
 async def test_events_replay_at_every_crash_point() -> None:
     assert await crash_everywhere(counter) == 3
+
+
+@fusee.workflow("gated_event")
+async def gated_event(ctx: fusee.Ctx) -> int:
+    n = await ctx.wait_for(go)
+    await ctx.set_event("n", n)
+    return 0
+
+
+async def test_on_a_real_engine_a_waiting_reader_is_woken_by_the_durable_event(
+    tmp_path: Path,
+) -> None:
+    async with await fusee.Engine.open(
+        tmp_path, workflows=[gated_event], durability="none"
+    ) as engine:
+        run = await engine.start(gated_event, "g-1")
+        reader = asyncio.ensure_future(run.get_event("n", timeout="30s"))
+        await asyncio.sleep(0)
+        assert not reader.done()
+        await run.signal(go, 5)
+        assert await asyncio.wait_for(reader, 30) == 5
+        assert await run.result() == 0
+        # The timeout runs on the wall clock's timers here.
+        other = await engine.start(gated_event, "g-2")
+        with pytest.raises(TimeoutError, match=r"within 0\.05s"):
+            await other.get_event("n", timeout=0.05)
