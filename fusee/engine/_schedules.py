@@ -117,9 +117,14 @@ class Scheduler:
 
         A schedule new to the store ticks from now on (no tick before it was
         first opened runs); a changed one keeps its state and ticks on its new
-        definition; a stored one the code no longer has is marked removed.
+        definition; a stored one the code no longer has is marked removed. An
+        engine opened with no schedules leaves the stored ones as they are.
         """
         engine = self._engine
+        if not self._schedules:
+            # Nothing to tick: an engine without schedules (a worker of other
+            # modules, a script) neither reads nor changes the stored ones.
+            return
         now = engine.clock.now_ms()
         stored = {row.name: row for row in await engine.store.schedules()}
         for name, s in self._schedules.items():
