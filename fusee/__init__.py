@@ -38,7 +38,9 @@ from fusee._definitions import (
     update,
     workflow,
 )
+from fusee._events import EventDef, event
 from fusee._queue import Queue, QueueStats
+from fusee._schedule import Schedule
 from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
 from fusee.client import Client, SyncClient
@@ -77,6 +79,7 @@ __all__ = [
     "Ctx",
     "DeterminismError",
     "Engine",
+    "EventDef",
     "Failure",
     "FuseeError",
     "IdPolicy",
@@ -92,6 +95,7 @@ __all__ = [
     "RunFinished",
     "RunInfo",
     "RunStatus",
+    "Schedule",
     "SignalDef",
     "StaleLease",
     "StepCtx",
@@ -110,6 +114,7 @@ __all__ = [
     "WorkflowStream",
     "as_completed",
     "current_step",
+    "event",
     "query",
     "select",
     "signal",

@@ -27,15 +27,16 @@ from fusee.engine._remote import Remote
 from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, info_of
 from fusee.engine._telemetry import caller_trace
 from fusee.errors import Cancelled
-from fusee.store import Answer, Command, Store, open_store
+from fusee.store import Answer, Command, ScheduleRow, Store, open_store
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from types import TracebackType
 
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+    from fusee._events import EventDef
 
-__all__ = ["Client", "SyncClient", "SyncRun"]
+__all__ = ["Client", "ClientSchedules", "SyncClient", "SyncRun"]
 
 T = TypeVar("T")
 
@@ -227,6 +228,16 @@ class Client(Remote):
         """
         await self._complete(token, _codec.encode(value, name="the completion's value"))
 
+    @property
+    def schedules(self) -> ClientSchedules:
+        """The store's schedules: list them; pause, resume or trigger one on the serving worker.
+
+        Example:
+            >>> async def main(client: Client) -> None:
+            ...     await client.schedules.pause("nightly")
+        """
+        return ClientSchedules(self)
+
     # --- the inbox ----------------------------------------------------------------------
 
     async def post(
@@ -253,6 +264,39 @@ class Client(Remote):
             ...     print(await client.wait_answer(command.id))
         """
         return await self._wait_answer(id, timeout_s)
+
+
+class ClientSchedules:
+    """`Client.schedules`: the engine's ``engine.schedules`` calls, as commands to the worker.
+
+    Example:
+        >>> async def main(client: Client) -> None:
+        ...     run = await client.schedules.trigger("nightly")
+        ...     print([row.name for row in await client.schedules.list()])
+    """
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    async def pause(self, name: str) -> None:
+        """Pauses schedule ``name`` (its ticks are skipped until `resume`)."""
+        await self._client._call("schedule", name, {"action": "pause"})
+
+    async def resume(self, name: str) -> None:
+        """Resumes schedule ``name``."""
+        await self._client._call("schedule", name, {"action": "resume"})
+
+    async def trigger(self, name: str) -> Run[Any]:
+        """Starts a run of schedule ``name`` now; returns its handle."""
+        fields = await self._client._call("schedule", name, {"action": "trigger"})
+        return Run(self._client, str(fields["run_id"]))
+
+    async def list(self) -> list[ScheduleRow]:
+        """Every schedule row of the store, by name (read from the store)."""
+        self._client._check_open()
+        return await self._client.store.schedules()
 
 
 def _blocking(portal: BlockingPortal, call: Callable[[], Awaitable[T]]) -> T:
@@ -327,6 +371,10 @@ class SyncRun(Generic[T]):
         """Starts ``new_id`` from this run's journal before ``at`` (`fusee.Run.fork`)."""
         run = _blocking(self._portal, lambda: self._run.fork(new_id, at=at, input=input))
         return SyncRun(self._portal, run)
+
+    def get_event(self, key: str | EventDef[Any], *, timeout: Any = None) -> Any:
+        """The run's latest value of event ``key``, once set (`fusee.Run.get_event`)."""
+        return _blocking(self._portal, lambda: self._run.get_event(key, timeout=timeout))
 
     def stream(self, name: str) -> Iterator[Any]:
         """Reads stream ``name`` from its start until it ends (`fusee.Run.stream`)."""

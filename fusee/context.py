@@ -18,13 +18,14 @@ import datetime
 import os
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol, TypeVar, overload
 
 from fusee import _codec
 from fusee._definitions import DEFAULT_RETRY, Retry, checked
 from fusee._durations import parse_duration
+from fusee._events import event_key
 from fusee._runtime import ContinueAsNew, StepCall
 from fusee._stepfn import StepShape, shape_of
 from fusee.errors import DeterminismError, FuseeError
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+    from fusee._events import EventDef
     from fusee._logger import RunLogger
     from fusee._runtime import Runtime
 
@@ -60,6 +62,19 @@ T_co = TypeVar("T_co", covariant=True)
 R = TypeVar("R")
 
 Duration = str | int | float | datetime.timedelta
+
+
+class _Recorded:
+    """What a call recorded at once returns, so that it may be awaited like the others."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield
+
+
+_RECORDED: Final = _Recorded()
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,6 +603,29 @@ class Ctx:
         except DeterminismError as e:
             raise self._diverged(e) from None
         self._rt.append(record)
+
+    def set_event(self, key: str | EventDef[T], value: T) -> Awaitable[None]:
+        """Records ``value`` as the run's latest for event ``key``; ``run.get_event`` reads it.
+
+        It is recorded when called; the result may be awaited (``await
+        ctx.set_event(...)``, as for every other operation) or dropped.
+
+        Raises:
+            fusee.PayloadError: ``value`` cannot be encoded, or does not fit
+                a typed key's type (nothing is recorded).
+
+        Example:
+            >>> async def f(ctx: Ctx) -> None:
+            ...     await ctx.set_event("progress", {"pct": 40})
+        """
+        k = event_key(key)
+        data = k.encode_checked(value)
+        try:
+            _, record = self._machine.set_event(k.name, data)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        self._rt.append(record)
+        return _RECORDED
 
     # --- streams, queries, updates ---------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from fusee.record import (
     Chunk,
     Completed,
     Done,
+    Event,
     Fired,
     Heartbeat,
     Patch,
@@ -119,6 +120,8 @@ class OpKind(enum.Enum):
     UPDATE_DONE = "update result"
     """An update handler returned."""
     ATTRIBUTES = "setAttributes"
+    EVENT = "setEvent"
+    """An event's value was set (``ctx.set_event``); its name is the key."""
 
     # Members are singletons: hashed by identity, in C (Enum's own __hash__ is
     # Python code, run for every set lookup of a kind on the hot path).
@@ -141,6 +144,7 @@ _SEND: Final = OpKind.SEND
 _AWAIT: Final = OpKind.AWAIT
 _UPDATE_DONE: Final = OpKind.UPDATE_DONE
 _ATTRIBUTES: Final = OpKind.ATTRIBUTES
+_EVENT: Final = OpKind.EVENT
 _OK: Final = Status.OK
 _CANCELLED: Final = Status.CANCELLED
 _TIMED_OUT: Final = Status.TIMED_OUT
@@ -967,6 +971,10 @@ class RunMachine:
                 r = self._mark(rec.seq, _ATTRIBUTES, "")
                 r.marked = True
                 r.value = b""
+            case Event():
+                r = self._mark(rec.seq, _EVENT, rec.key)
+                r.marked = True
+                r.value = b""
             case Chunk():
                 st = self._stream_state(rec.stream)
                 st.len = max(st.len, rec.offset + 1)
@@ -1617,6 +1625,26 @@ class RunMachine:
         if r is not None:
             return seq, None
         return seq, Attributes(self._info.run, seq, payload)
+
+    def set_event(self, key: str, payload: bytes) -> tuple[int, Event | None]:
+        """Records event ``key``'s new value (an encoded payload).
+
+        Returns:
+            Its sequence number and the `Event` record (None on replay).
+
+        Raises:
+            DeterminismError: The journal recorded another operation, or
+                another key, here.
+
+        Example:
+            >>> m = RunMachine.fresh(Start(1, "wf", "t"), 1)
+            >>> m.set_event("progress", b"\\x28")[1].key
+            'progress'
+        """
+        seq, r = self._begin(_EVENT, key)
+        if r is not None:
+            return seq, None
+        return seq, Event(self._info.run, seq, key, payload)
 
     def _beyond_journal(self) -> bool:
         # Whether the code at this point is past everything its journal

@@ -46,6 +46,7 @@ __all__ = [
     "Chunk",
     "Completed",
     "Done",
+    "Event",
     "Fired",
     "Heartbeat",
     "Kind",
@@ -172,6 +173,7 @@ class Kind(enum.IntEnum):
     ATTRIBUTES = 22
     CHUNK = 23
     STREAM_END = 24
+    EVENT = 25
 
 
 # --- values carried inside records -------------------------------------------
@@ -653,6 +655,21 @@ class StreamEnd:
     status: Status
 
 
+@dataclass(frozen=True, slots=True)
+class Event:
+    """The code set event ``key`` of its run to ``payload`` (``ctx.set_event``).
+
+    Example:
+        >>> Event(1, 0, "progress", b"\\x28").key
+        'progress'
+    """
+
+    run: int
+    seq: int
+    key: str
+    payload: bytes
+
+
 Record: TypeAlias = (
     Start
     | Step
@@ -678,6 +695,7 @@ Record: TypeAlias = (
     | Attributes
     | Chunk
     | StreamEnd
+    | Event
 )
 """Any journal record."""
 
@@ -713,6 +731,7 @@ _KIND_OF: Final[dict[type, Kind]] = {
     Attributes: Kind.ATTRIBUTES,
     Chunk: Kind.CHUNK,
     StreamEnd: Kind.STREAM_END,
+    Event: Kind.EVENT,
 }
 assert set(_KIND_OF) == set(get_args(Record)), "every record kind needs a tag"
 assert sorted(_KIND_OF.values()) == sorted(Kind), "every tag needs a record kind"

@@ -47,6 +47,7 @@ from fusee.engine._clock import VirtualClock
 from fusee.engine._engine import Engine
 from fusee.engine._hooks import Hooks
 from fusee.engine._run import IdPolicy, Run, RunInfo
+from fusee.engine._schedules import check_schedules
 from fusee.errors import (
     Cancelled,
     FuseeError,
@@ -64,7 +65,10 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import WorkflowDef
+    from fusee._events import EventDef
     from fusee._queue import Queue, QueueStats
+    from fusee._schedule import Schedule
+    from fusee.engine._schedules import Scheduler
 
 __all__ = ["TestEngine", "crash_everywhere"]
 
@@ -88,6 +92,7 @@ class TestEngine:
         step_grace: How much real time a running step function gets to
             return before `settle`, `advance` and ``result()`` go on
             without it (it keeps running; its result arrives later).
+        schedules: The `fusee.Schedule` values it ticks, on its virtual clock.
         watchdog: How long workflow code may run without yielding (``"2s"``
             by default; None: no watchdog). Code that blocks longer makes the
             next `settle`, `advance`, ``result()`` or `execute` raise
@@ -116,9 +121,12 @@ class TestEngine:
         step_grace: Any = "500ms",
         watchdog: Any = "2s",
         queues: Iterable[Queue] = (),
+        schedules: Iterable[Schedule] = (),
     ) -> None:
         self.workflows = list(workflows)
         self.queues = list(queues)
+        self.schedules_given = list(schedules)
+        check_schedules(self.workflows, self.schedules_given)
         self._step_grace_s = parse_duration(step_grace)
         self._watchdog = watchdog
         # Reports of every life, appended by the watchdog's thread; the
@@ -179,6 +187,7 @@ class TestEngine:
             # restarted under its name does.
             worker=self._worker,
             queues=self.queues,
+            schedules=self.schedules_given,
         )
         self._engine = engine
         await engine.recover()
@@ -296,6 +305,11 @@ class TestEngine:
         """`Engine.complete`."""
         await self.engine.complete(token, value)
 
+    @property
+    def schedules(self) -> Scheduler:
+        """`Engine.schedules` of the current life: pause, resume, trigger, list."""
+        return self.engine.schedules
+
     def is_loaded(self, id: str) -> bool:
         """Whether run ``id`` is in memory now (False: parked, ended or unknown).
 
@@ -351,6 +365,9 @@ class TestEngine:
 
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         return self._current()._stream(id, name)
+
+    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        return await self._current()._get_event(id, key, timeout_s)
 
     async def _describe(self, id: str) -> RunInfo:
         return await self._current()._describe(id)

@@ -33,6 +33,8 @@ RANKS: Mapping[str, int] = {
     "fusee._runtime": 5,
     "fusee._stepfn": 5,
     "fusee._jsonview": 5,
+    "fusee._events": 5,
+    "fusee._schedule": 5,
     "fusee.context": 6,
     "fusee._logger": 6,
     "fusee._driver": 7,

@@ -175,6 +175,32 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
         assert await asyncio.to_thread(script) == (6, ["t-1"], "total 6")
 
 
+@fusee.workflow("stepping")
+async def stepping(ctx: fusee.Ctx) -> str:
+    await ctx.set_event("phase", "waiting")
+    await ctx.wait_for(wfs.add)
+    await ctx.set_event("phase", "done")
+    return "ok"
+
+
+async def test_a_sync_client_reads_events_and_waits_for_them(tmp_path: Path) -> None:
+    async with await fusee.Engine.open(tmp_path, workflows=[stepping], durability="none") as e:
+        run = await e.start(stepping, "s-1")
+        assert await run.get_event("phase") == "waiting"
+
+        def script() -> tuple[Any, Any]:
+            with fusee.SyncClient.connect(tmp_path, durability="none") as sync:
+                handle = sync.get("s-1")
+                first = handle.get_event("phase")
+                with pytest.raises(TimeoutError, match="did not set event 'other'"):
+                    handle.get_event("other", timeout="10ms")
+                handle.signal(wfs.add, 1)
+                assert handle.result() == "ok"
+                return first, handle.get_event("phase")
+
+        assert await asyncio.to_thread(script) == ("waiting", "done")
+
+
 # --- a worker in another process ------------------------------------------------------------------
 
 

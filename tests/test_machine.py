@@ -141,6 +141,7 @@ def test_mismatched_name_is_a_determinism_error() -> None:
         pytest.param(lambda m: m.send("x", "charge", b""), "send 'charge'", id="send"),
         pytest.param(lambda m: m.value(0, lambda: b""), "value ''", id="value"),
         pytest.param(lambda m: m.set_attributes(b""), "setAttributes ''", id="attributes"),
+        pytest.param(lambda m: m.set_event("charge", b""), "setEvent 'charge'", id="event"),
     ],
 )
 def test_another_kind_of_operation_at_a_step_is_a_determinism_error(

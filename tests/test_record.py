@@ -37,6 +37,7 @@ from fusee.record import (
     Chunk,
     Completed,
     Done,
+    Event,
     Fired,
     Heartbeat,
     Kind,
@@ -198,6 +199,7 @@ RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
         payload=blob,
     ),
     StreamEnd: values_of(StreamEnd, run=u64, seq=u64, stream=text, chunks=u64, status=statuses),
+    Event: values_of(Event, run=u64, seq=u64, key=text, payload=blob),
 }
 
 any_record = st.one_of(*RECORDS.values())
@@ -242,6 +244,7 @@ SAMPLES: list[Any] = [
     Attributes(1, 10, b"\x80"),
     Chunk(1, stream.WORKFLOW, 0, "tokens", 12, b"hi"),
     StreamEnd(1, stream.WORKFLOW, "tokens", 3, Status.OK),
+    Event(1, 11, "progress", b"\x28"),
 ]
 
 NESTED: list[Any] = [

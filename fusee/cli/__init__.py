@@ -5,9 +5,11 @@
     fusee list [--status S] [--workflow W] [--attr K=V]   the runs of a store
     fusee show ID [--follow] [--full]                     a run and its journal, as a timeline
     fusee result ID [--wait]                              a run's result
+    fusee event ID KEY [--wait]                           a run's latest value of an event
     fusee start MODULE:WORKFLOW ID [JSON] [--queue Q]     start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
     fusee fork ID NEW_ID --at N [--input JSON]            a new run from a run's journal before N
+    fusee schedules [list|pause|resume|trigger NAME]      a store's schedules
     fusee worker MODULE... [--store URL]                  serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee check                                           what is damaged in a store
@@ -15,11 +17,13 @@
     fusee ui [--port 8700] [--token T]                    a web page of the runs
     fusee disk-check [DIR]                                the flush latency of a disk
 
-Reading commands (``list``, ``show``, ``result``, ``replay``, ``check``, ``queues``) open the store
-read-only: they work while an engine writes it from another process.
+Reading commands (``list``, ``show``, ``result``, ``event``, ``replay``, ``check``,
+``queues``) open the store read-only: they work while an engine writes it from another
+process.
 
-The rule: one engine writes a store. So the commands that change runs
-(``start``, ``signal``, ``cancel``, ``resume``, ``fork``) never open an engine: they
+The rule: the commands never write a store as an engine does. So the commands that
+change runs (``start``, ``signal``, ``cancel``, ``resume``, ``fork``, ``schedules``)
+never open an engine: they
 post a command to the store's inbox through a `fusee.Client` (a row of its
 ``commands`` table), and the engine serving the store (``fusee worker``, or
 a program's own) applies it and answers. With no worker running, the
@@ -47,10 +51,12 @@ from fusee.cli._commands import (
     start_command,
 )
 from fusee.cli._diskcheck import disk_check_command
+from fusee.cli._event import event_command
 from fusee.cli._inbox import writer_lock
 from fusee.cli._output import CliError, Output
 from fusee.cli._queues import queues_command
 from fusee.cli._replay import replay_command
+from fusee.cli._schedules import ACTIONS, schedules_command
 from fusee.cli._show import show_command
 from fusee.cli._ui import ui_command
 from fusee.cli._worker import worker_command
@@ -149,6 +155,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=result_command)
 
+    p = command("event", "a run's latest value of an event (ctx.set_event)")
+    p.add_argument("id")
+    p.add_argument("key", help="the event's key")
+    p.add_argument("--wait", action="store_true", help="wait until the run sets it")
+    p.add_argument(
+        "--timeout", type=float, metavar="S", help="with --wait: give up after S seconds"
+    )
+    p.set_defaults(handler=event_command)
+
     def acting(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--no-wait", action="store_true", help="queue the command; do not wait for the worker"
@@ -215,6 +230,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input", metavar="JSON", help="the new run's input (default: the run's)")
     acting(p)
     p.set_defaults(handler=fork_command)
+
+    p = command(
+        "schedules",
+        "list a store's schedules; pause, resume or trigger one",
+        "List the store's schedules (read-only), or pause, resume or trigger (start a run "
+        f"now) the schedule NAME. {act}",
+    )
+    p.add_argument("action", nargs="?", choices=ACTIONS, default="list", help="default list")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the schedule's name")
+    acting(p)
+    p.set_defaults(handler=schedules_command)
 
     p = command(
         "worker",

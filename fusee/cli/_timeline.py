@@ -30,6 +30,7 @@ from fusee.record import (
     Chunk,
     Completed,
     Done,
+    Event,
     Fired,
     Heartbeat,
     Patch,
@@ -208,6 +209,9 @@ class Timeline:
             case Attributes():
                 value = payload_json(rec.payload)
                 return Line(lsn, rec.seq, "attributes", "", None, "", value, None)
+            case Event():
+                value = payload_json(rec.payload)
+                return Line(lsn, rec.seq, "event", rec.key, None, "", value, None)
             case Chunk():
                 seq = None if rec.seq == stream.WORKFLOW else rec.seq
                 status = f"#{rec.offset}"

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from fusee._definitions import WorkflowDef
 from fusee._jsonview import payload as payload_json
+from fusee._schedule import Schedule
 from fusee.cli._inbox import answer_printer, signal_checker, writer_lock
 from fusee.cli._modules import import_module, signals_of, workflows_of
 from fusee.cli._output import Output, short
@@ -138,6 +139,7 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
     modules = [import_module(spec) for spec in args.modules]
     workflows = workflows_of(modules, " and ".join(repr(m) for m in args.modules))
     signals = signals_of(modules, workflows)
+    schedules = [v for m in modules for v in vars(m).values() if isinstance(v, Schedule)]
     lock: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if "://" not in target:
         Path(target).mkdir(parents=True, exist_ok=True)
@@ -150,11 +152,12 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
                 durability=args.durability,
                 lease=args.lease,
                 worker=args.name,
+                schedules=schedules,
             ) as engine:
                 # Before the first await: the inbox's first command sees them.
                 engine.inbox.check_signal = signal_checker(signals)
                 engine.inbox.on_answer = answer_printer(out)
-                await _serve(engine, target, workflows, args, out)
+                await _serve(engine, target, workflows, args, out, schedules)
         finally:
             out.say(("fusee worker stopped; unfinished runs resume when a worker starts", "dim"))
     return 0
@@ -166,6 +169,7 @@ async def _serve(
     workflows: Sequence[WorkflowDef[Any, Any]],
     args: argparse.Namespace,
     out: Output,
+    schedules: Sequence[Schedule] = (),
 ) -> None:
     loop = asyncio.get_running_loop()
     deadline = None if args.max_seconds is None else loop.time() + args.max_seconds
@@ -186,6 +190,7 @@ async def _serve(
         ("fusee worker", "bold"),
         f" (pid {os.getpid()}) on {_shown(engine, target)}: workflows "
         + ", ".join(wf.name for wf in workflows)
+        + ("; schedules " + ", ".join(s.name for s in schedules) if schedules else "")
         + f"; {recovered}; Ctrl-C stops it",
     )
     reporter = _Reporter(engine, out)

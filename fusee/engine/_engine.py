@@ -27,6 +27,7 @@ from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
+from fusee.engine._events import Events
 from fusee.engine._fork import fork
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
@@ -38,6 +39,7 @@ from fusee.engine._queues import Queues
 from fusee.engine._remote import Remote
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
+from fusee.engine._schedules import Scheduler, check_schedules
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
 from fusee.engine._streams import Streams
@@ -64,7 +66,9 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from fusee._definitions import WorkflowDef
+    from fusee._events import EventDef
     from fusee._queue import Queue, QueueStats
+    from fusee._schedule import Schedule
 
 __all__ = ["Engine"]
 
@@ -116,6 +120,7 @@ class Engine:
         lease: Any = "10s",
         worker: str | None = None,
         queues: Iterable[Queue] = (),
+        schedules: Iterable[Schedule] = (),
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -161,6 +166,8 @@ class Engine:
         )
         self.messages = Messages(self)
         self.streams = Streams(store, self.committer, self.check_open)
+        self.events = Events(store, self.committer, self.clock, self.loop, self.check_open)
+        self.events.wait = self.hooks.wait_result
         self.steps = StepExecutor(self.host, self.loop)
         self.telemetry = Telemetry()
         self.closed = False
@@ -177,6 +184,7 @@ class Engine:
         self._watchdog: Watchdog | None = None
         self.inbox = Inbox(self)
         self.queues = Queues(self, queues)
+        self.schedules = Scheduler(self, schedules)
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -194,6 +202,7 @@ class Engine:
         lease: Any = "10s",
         worker: str | None = None,
         queues: Iterable[Queue] = (),
+        schedules: Iterable[Schedule] = (),
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -215,6 +224,8 @@ class Engine:
                 process and a random part); a worker started again under
                 the same name takes its shards back at once.
             queues: The `fusee.Queue` values runs may be started through.
+            schedules: The `fusee.Schedule` values this engine ticks
+                (reconciled with the store's on open; see ``engine.schedules``).
 
         Example:
             >>> async def main() -> None:
@@ -231,6 +242,8 @@ class Engine:
                 f"Engine.open({path!r}): that is a file, not a directory; pass the directory "
                 "that holds (or will hold) fusee's database"
             )
+        workflows, schedules = list(workflows), list(schedules)
+        check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
         store = open_store(path, durability=durability)
         await store.open()
         engine = cls(
@@ -243,6 +256,7 @@ class Engine:
             lease=lease,
             worker=worker,
             queues=queues,
+            schedules=schedules,
         )
         try:
             await engine.recover()
@@ -277,6 +291,7 @@ class Engine:
         # needs no unfinished run loaded first.
         self.spawn(self.queues.recover())
         self.inbox.start()
+        await self.schedules.open()
 
     async def recover_shards(self, shards: set[int] | None) -> None:
         """Picks up the unfinished runs of ``shards`` (None: of the whole store)."""
@@ -413,6 +428,8 @@ class Engine:
         # Stream readers and update callers of this engine hear that it
         # closed instead of waiting forever.
         self.streams.release_all()
+        self.events.release_all()
+        self.schedules.stop()
         self.messages.release_updates()
         if self._watchdog is not None:
             self._watchdog.stop()
@@ -881,6 +898,11 @@ class Engine:
             return self.remote._stream(id, name)
         return self.streams.read(id, name)
 
+    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        if not self.owns(id):
+            return await self.remote._get_event(id, key, timeout_s)
+        return await self.events.get(id, key, timeout_s)
+
     async def _describe(self, id: str) -> RunInfo:
         state = self.runs.loaded(id)
         if state is None:
@@ -959,6 +981,8 @@ class Engine:
             if len(ends) > _ENDS_KEPT:
                 ends.popitem(last=False)
             self.streams.notify(state.id)
+            self.events.notify(state.id)
+            self.schedules.ended(state.id)
             for fut in self._results.pop(state.id, []):
                 if not fut.done():
                     fut.set_result(None)

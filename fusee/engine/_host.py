@@ -28,6 +28,7 @@ from fusee.record import (
     Chunk,
     Completed,
     Done,
+    Event,
     Fired,
     Heartbeat,
     Patch,
@@ -136,6 +137,8 @@ class EngineHost:
                 engine.runs.put_row(state)
             case Chunk() | StreamEnd():
                 engine.committer.on_durable(lsn, lambda: engine.streams.notify(id))
+            case Event():
+                engine.committer.on_durable(lsn, lambda: engine.events.notify(id))
             case Done():
                 engine.ended(state, record, lsn)
             case Cancel():

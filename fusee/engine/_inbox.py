@@ -390,6 +390,8 @@ class Inbox:
                 if command.attempt <= 1 or not await self._forked_by_us(id, new_id):
                     raise
             return {"message": f"run {id!r} forked as {new_id!r}"}
+        if kind == "schedule":
+            return await engine.schedules.apply(id, str(p["action"]))
         if kind == "stop":
             self.stop_requested.set()
             return {"message": "worker stopping"}

@@ -14,12 +14,14 @@ its owner's, durable and applied once.
 from __future__ import annotations
 
 import asyncio
+import time
 import types
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from fusee import _codec
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._events import latest_event, never_set, timed_out
 from fusee.engine._inbox import decode_error, decode_payload, encode_payload
 from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._run import RunInfo, info_of
@@ -29,6 +31,7 @@ from fusee.store import Answer, Command, Store
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
+    from fusee._events import EventDef
 
 __all__ = ["Polling", "Remote", "answer_fields"]
 
@@ -216,6 +219,27 @@ class Remote:
         if input is not None:
             fields["input"] = input
         await self._call("fork", new_id, fields)
+
+    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        # The journal is read: polled, as for a result or a stream.
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        polling = Polling()
+        while True:
+            self._check_open()
+            row = await self.store.get(id)
+            if row is None:
+                raise no_run(id)
+            records = decode_journal(id, row.run, await self.store.load(id, row.run))
+            payload = latest_event(records, key.name)
+            if payload is not None:
+                return key.decode(payload)
+            error = never_set(row, key.name)
+            if error is not None:
+                raise error
+            if deadline is not None and time.monotonic() >= deadline:
+                assert timeout_s is not None
+                raise timed_out(id, key.name, timeout_s)
+            await polling.wait()
 
     async def _describe(self, id: str) -> RunInfo:
         row = await self.store.get(id)

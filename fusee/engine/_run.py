@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from fusee import _codec
 from fusee._definitions import WorkflowDef
+from fusee._durations import parse_duration
+from fusee._events import event_key
 from fusee._status import RunStatus
 
 if TYPE_CHECKING:
     from fusee._definitions import QueryDef, SignalDef, UpdateDef
+    from fusee._events import EventDef
     from fusee.engine._state import RunState
     from fusee.store import RunRow
 
@@ -99,6 +102,7 @@ class RunOperations(Protocol):
     async def _cancel(self, id: str, reason: str) -> None: ...
     async def _resume(self, id: str) -> None: ...
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]: ...
+    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any: ...
     async def _describe(self, id: str) -> RunInfo: ...
     async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None: ...
 
@@ -275,6 +279,33 @@ class Run(Generic[T]):
     def stream(self, name: str) -> AsyncIterator[Any]:
         """Reads stream ``name`` from its start, live, until it ends."""
         return self._engine._stream(self.id, name)
+
+    @overload
+    async def get_event(self, key: EventDef[P], *, timeout: Any = None) -> P: ...
+    @overload
+    async def get_event(self, key: str, *, timeout: Any = None) -> Any: ...
+
+    async def get_event(self, key: str | EventDef[Any], *, timeout: Any = None) -> Any:
+        """The run's latest value of event ``key`` (``ctx.set_event``), waiting until it is set.
+
+        Args:
+            key: The event's key: a string, or a `fusee.event` (its value
+                decodes to its type).
+            timeout: How long to wait (a duration: ``"30s"``, seconds, a
+                ``timedelta``); None waits as long as the run may set it.
+
+        Raises:
+            TimeoutError: The timeout passed first, or the run ended without
+                setting the key (raised at once: it never will).
+            fusee.NotFound: No run has this id.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     pct = await engine.get("report-1").get_event("progress", timeout="30s")
+        """
+        k = event_key(key)
+        timeout_s = None if timeout is None else parse_duration(timeout)
+        return await self._engine._get_event(self.id, k, timeout_s)
 
     async def describe(self) -> RunInfo:
         """The run's status, times, attributes and paused steps."""

@@ -35,6 +35,7 @@ from fusee.record import (
     Chunk,
     Completed,
     Done,
+    Event,
     Fired,
     Heartbeat,
     Patch,
@@ -285,6 +286,7 @@ class Runs:
                     | Patch()
                     | Chunk()
                     | StreamEnd()
+                    | Event()
                 ):
                     # The machine rebuilds these itself (`RunMachine`).
                     continue

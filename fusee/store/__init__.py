@@ -31,6 +31,7 @@ from fusee.store._base import (
     Store,
     _check_durability,
 )
+from fusee.store._schedules import ScheduleRow
 
 if TYPE_CHECKING:
     from fusee.store.memory import MemoryStore
@@ -47,6 +48,7 @@ __all__ = [
     "MemoryStore",
     "PostgresStore",
     "RunRow",
+    "ScheduleRow",
     "SqliteStore",
     "Store",
     "open_store",

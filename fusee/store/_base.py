@@ -23,6 +23,7 @@ import msgpack
 from fusee._status import UNFINISHED_STATUSES, RunStatus
 from fusee.errors import NotFound
 from fusee.store._queues import Admission, QueueItem, QueueLimits
+from fusee.store._schedules import ScheduleStore
 
 __all__ = [
     "COMMAND_KINDS",
@@ -51,8 +52,9 @@ COMMAND_KINDS: Final = frozenset(
         "resume",
         "complete",
         "deliver",
-        "stop",
         "fork",
+        "schedule",
+        "stop",
     }
 )
 """Every value `Command.kind` may take."""
@@ -217,7 +219,7 @@ def _now_ms() -> int:
 
 
 @runtime_checkable
-class Store(Protocol):
+class Store(ScheduleStore, Protocol):
     """Durable storage for journals and run rows; what the engine writes to.
 
     One store object serves one event loop. `open` before anything else;

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from fusee.store._base import UNFINISHED_STATUSES, RunRow, _unpack_attributes
+from fusee.store._postgres_schedules import schedules_sql
 
 FORMAT: Final = 3
 """The schema format this fusee writes; an older one is upgraded on open."""
@@ -64,6 +65,7 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         *_commands_sql(s),
         *_workers_sql(s),
         *queues_sql(s),
+        *schedules_sql(s),
     )
 
 
@@ -113,9 +115,9 @@ def queues_sql(s: str) -> tuple[str, ...]:
 
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
 # schema): format 2 adds the commands inbox, format 3 the workers, each
-# command's shard and the queue tables.
+# command's shard, the queue tables and the schedules.
 def _format_3_sql(s: str) -> tuple[str, ...]:
-    return (*_workers_sql(s), *queues_sql(s))
+    return (*_workers_sql(s), *queues_sql(s), *schedules_sql(s))
 
 
 _MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from fusee.store._sqlite_schedules import SCHEDULES_SCHEMA
+
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
 
@@ -57,13 +59,17 @@ _SCHEMA: Final = (
     "INSERT INTO meta VALUES ('run_reserved', 0)",
     *_COMMANDS_SCHEMA,
     *_QUEUES_SCHEMA,
+    *SCHEDULES_SCHEMA,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {FORMAT}",
 )
 
 # Statements that upgrade format N to N + 1, keyed by N: format 2 adds the
-# commands inbox, format 3 the queue items.
-_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {1: _COMMANDS_SCHEMA, 2: _QUEUES_SCHEMA}
+# commands inbox, format 3 the queue items and the schedules.
+_MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {
+    1: _COMMANDS_SCHEMA,
+    2: (*_QUEUES_SCHEMA, *SCHEDULES_SCHEMA),
+}
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
 _INSERT_COMMAND: Final = (

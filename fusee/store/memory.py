@@ -35,13 +35,14 @@ from fusee.store._base import (
     _unpack_attributes,
 )
 from fusee.store._queues import MemoryQueues
+from fusee.store._schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
 
 _lsn_of = itemgetter(0)
 
 
-class MemoryStore(MemoryQueues):
+class MemoryStore(MemoryQueues, MemorySchedules):
     """A `fusee.store.Store` in memory; ``close`` then ``open`` keeps the data.
 
     Example:

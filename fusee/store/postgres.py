@@ -21,6 +21,8 @@ store creates it, and upgrades an older format, on open)::
     queue_items(seq BIGSERIAL PRIMARY KEY, queue, id, run, workflow, input BYTEA, key,
                 priority, not_before_ms, state, admitted_ms, origin BYTEA)
         unique index (id) of items not done       -- queued starts (format 3)
+    schedules(name TEXT PRIMARY KEY, workflow, spec, paused, removed, last_tick_ms,
+              done_tick_ms, buffered_ms, last_run, next_ms)  -- schedules (format 3)
 
 A posted command sends a ``NOTIFY`` on the store's channel (`PostgresStore.channel`)
 in its own transaction; the serving engine ``LISTEN``s on a connection of its
@@ -76,6 +78,7 @@ from fusee.store._postgres_errors import (
     _secrets_of,
 )
 from fusee.store._postgres_queues import PostgresQueues
+from fusee.store._postgres_schedules import PostgresSchedules
 from fusee.store._postgres_sql import (
     _MIGRATIONS,
     _ROW_COLUMNS,
@@ -117,7 +120,7 @@ _PREFETCH: Final = 512
 _T = TypeVar("_T")
 
 
-class PostgresStore(PostgresQueues, _PostgresWriter):
+class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
     """A `fusee.store.Store` in a PostgreSQL database (asyncpg, the ``postgres`` extra).
 
     Args:

@@ -16,6 +16,8 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
     queue_items(seq INTEGER PRIMARY KEY AUTOINCREMENT, queue, id, run, workflow,
                 input BLOB, key, priority, not_before_ms, state, admitted_ms, origin BLOB)
         unique index (id) of items not done       -- queued starts (format 3)
+    schedules(name TEXT PRIMARY KEY, workflow, spec, paused, removed, last_tick_ms,
+              done_tick_ms, buffered_ms, last_run, next_ms)  -- schedules (format 3)
 
 ``attributes`` is a msgpack map, NULL when empty. Run numbers are reserved in
 blocks (`next_run` writes once per block, riding along with appends), and
@@ -91,6 +93,7 @@ from fusee.store._sqlite_rows import (
     _SqlRow,
     _unfinished,
 )
+from fusee.store._sqlite_schedules import SqliteSchedules
 from fusee.store._sqlite_schema import (
     _COMMAND_COLUMNS,
     _INSERT_COMMAND,
@@ -120,7 +123,7 @@ _T = TypeVar("_T")
 log = logging.getLogger("fusee")
 
 
-class SqliteStore(SqliteQueues, _SqliteWriter):
+class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
     """A `fusee.store.Store` in ``DIRECTORY/fusee.db`` (SQLite, WAL mode).
 
     Args:

@@ -31,6 +31,7 @@ from fusee.record import (
     Chunk,
     Completed,
     Done,
+    Event,
     Fired,
     Heartbeat,
     Patch,
@@ -248,6 +249,9 @@ class Timeline:
             self._touch("patches", rec.id)
         elif isinstance(rec, Attributes):
             op = self._op(lsn, rec.seq, "attributes", "set_attributes")
+            op.update(status="set", end_lsn=lsn, result=payload(rec.payload))
+        elif isinstance(rec, Event):
+            op = self._op(lsn, rec.seq, "event", rec.key)
             op.update(status="set", end_lsn=lsn, result=payload(rec.payload))
         else:
             self._fold_stream(lsn, rec)

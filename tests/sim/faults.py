@@ -30,7 +30,7 @@ from typing import Any
 
 from fusee.errors import StoreError
 from fusee.record import Step, decode
-from fusee.store import Answer, Command, Entry, RunRow, Store
+from fusee.store import Answer, Command, Entry, RunRow, ScheduleRow, Store
 from fusee.store._queues import Admission, QueueItem, QueueLimits
 
 __all__ = ["FaultyStore"]
@@ -222,3 +222,15 @@ class FaultyStore:
 
     async def queue_items(self) -> builtins.list[QueueItem]:
         return await self.inner.queue_items()
+
+    async def schedules(self) -> builtins.list[ScheduleRow]:
+        return await self.inner.schedules()
+
+    async def put_schedule(self, row: ScheduleRow) -> None:
+        await self.inner.put_schedule(row)
+
+    async def set_schedule(self, name: str, changes: Mapping[str, Any]) -> None:
+        await self.inner.set_schedule(name, changes)
+
+    async def claim_tick(self, name: str, tick_ms: int) -> bool:
+        return await self.inner.claim_tick(name, tick_ms)

@@ -245,6 +245,7 @@ async def test_a_format_1_sqlite_store_gains_the_inbox_when_an_engine_opens_it(
     await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE commands")
+    conn.execute("DROP TABLE schedules")
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     client = SqliteStore(tmp_path, client=True)
@@ -276,6 +277,7 @@ async def test_a_format_1_postgres_store_gains_the_inbox_when_it_opens(
         # Format 1: no inbox, no workers table.
         await conn.execute(f'DROP TABLE "{store.schema}".commands')
         await conn.execute(f'DROP TABLE "{store.schema}".workers')
+        await conn.execute(f'DROP TABLE "{store.schema}".schedules')
         await conn.execute(f"UPDATE \"{store.schema}\".meta SET value = 1 WHERE key = 'format'")
     finally:
         await conn.close()

@@ -215,7 +215,7 @@ async function runsPage(main, info) {
 // --- the run page ----------------------------------------------------------------------
 
 const KIND_LABEL = { step: "step", timer: "timer", wait: "wait", child: "child", send: "send", value: "value",
-  attributes: "attributes", completion: "completion" };
+  attributes: "attributes", event: "event", completion: "completion" };
 
 function mergeByKey(list, items) {
   for (const item of items || []) {
@@ -288,7 +288,7 @@ function opBars(op, clock, detail) {
       else if (a.retry_at_ms !== null) bars.push(bar(clock, to, Math.max(to, a.retry_at_ms), "backoff", `retry at ${fmtTime(a.retry_at_ms)}`));
     }
     if (!op.attempts.length) bars.push(bar(clock, clock.at(op.begin_lsn), endMs, "running", "running"));
-  } else if (["value", "attributes", "send"].includes(op.kind)) {
+  } else if (["value", "attributes", "event", "send"].includes(op.kind)) {
     const t = clock.at(op.first_lsn);
     bars.push(el("div", { class: "mark point", style: `left:${clock.pct(t)}%`, title: `${op.kind} at ${fmtTime(t)}` }));
   } else {

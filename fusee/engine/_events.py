@@ -1,0 +1,162 @@
+"""Events: a run's latest value per key, set by its code, read from outside.
+
+Values are journal records (`Event`); a reader reads the run's journal and,
+while the key is unset, waits for the next durable event or the run's end.
+
+The rule: a reader registers before it reads, and reads only what is
+durable, so a value that becomes durable while it reads still wakes it,
+and a value is never seen that a crash could take back. It is woken by a
+durable event or end of a run this engine serves, by its timeout (on the
+engine's clock), and, for a run another worker serves, by a poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._journal import decode_journal, no_run
+from fusee.record import Event, Record
+
+if TYPE_CHECKING:
+    from fusee._events import EventDef
+    from fusee.engine._clock import Clock
+    from fusee.engine._commit import Committer
+    from fusee.store import RunRow, Store
+
+__all__ = ["Events", "latest_event", "never_set", "timed_out"]
+
+# How often a waiting reader reads the journal again without being woken.
+_POLL_S: Final = 1.0
+
+
+def latest_event(records: Iterable[Record], key: str) -> bytes | None:
+    """The payload of the last `Event` of ``key`` among ``records``, or None.
+
+    Example:
+        >>> latest_event([Event(1, 0, "k", b"\\x01"), Event(1, 1, "k", b"\\x02")], "k")
+        b'\\x02'
+    """
+    found = None
+    for rec in records:
+        if type(rec) is Event and rec.key == key:
+            found = rec.payload
+    return found
+
+
+def never_set(row: RunRow, key: str) -> TimeoutError | None:
+    """The error for a run that ended without setting ``key`` (None: it may still set it).
+
+    A run that ended cannot set it any more: waiting would only wait for the
+    timeout, so the reader hears at once.
+
+    Example:
+        >>> from fusee.store import RunRow
+        >>> print(never_set(RunRow("r", 1, "wf", "completed", 0), "k"))
+        run 'r' ended (completed) without setting event 'k'; it will never be set
+    """
+    if row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
+        return TimeoutError(
+            f"run '{row.id}' ended ({row.status}) without setting event '{key}'; "
+            "it will never be set"
+        )
+    return None
+
+
+def timed_out(id: str, key: str, timeout_s: float) -> TimeoutError:
+    """The error for a wait that outlasted its timeout.
+
+    Example:
+        >>> print(timed_out("r", "k", 1.5))
+        run 'r' did not set event 'k' within 1.5s
+    """
+    return TimeoutError(f"run '{id}' did not set event '{key}' within {timeout_s:g}s")
+
+
+class Events:
+    """The readers of every run's events, for one engine.
+
+    Example:
+        See `fusee.Run.get_event`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        committer: Committer,
+        clock: Clock,
+        loop: asyncio.AbstractEventLoop,
+        check_open: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._committer = committer
+        self._clock = clock
+        self._loop = loop
+        self._check_open = check_open
+        # Readers waiting for a run's event, woken when one is durable.
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        # How a reader waits: the test host's hook skips idle virtual time.
+        self.wait: Callable[[asyncio.Future[None]], Any] | None = None
+
+    async def get(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        """Run ``id``'s latest value of ``key``, waiting until it is set.
+
+        Raises:
+            TimeoutError: ``timeout_s`` passed first, or the run ended without it.
+            fusee.NotFound: No run has this id.
+        """
+        deadline_ms = None if timeout_s is None else self._clock.now_ms() + round(timeout_s * 1000)
+        while True:
+            self._check_open()
+            fut: asyncio.Future[None] = self._loop.create_future()
+            waiters = self._waiters.setdefault(id, [])
+            waiters.append(fut)
+            handle = None
+            try:
+                await self._committer.flush()
+                row = await self._store.get(id)
+                if row is None:
+                    raise no_run(id)
+                records = decode_journal(id, row.run, await self._store.load(id, row.run))
+                payload = latest_event(records, key.name)
+                if payload is not None:
+                    return key.decode(payload)
+                error = never_set(row, key.name)
+                if error is not None:
+                    raise error
+                if deadline_ms is not None:
+                    if self._clock.now_ms() >= deadline_ms:
+                        assert timeout_s is not None
+                        raise timed_out(id, key.name, timeout_s)
+                    handle = self._clock.call_at(deadline_ms, functools.partial(_settle, fut))
+                if self.wait is not None:
+                    await self.wait(fut)
+                else:
+                    # Woken by this engine's own durable events; the poll is
+                    # for a run another worker serves (one store, many engines).
+                    await asyncio.wait((fut,), timeout=_POLL_S)
+            finally:
+                if handle is not None:
+                    handle.cancel()
+                if fut in waiters:
+                    waiters.remove(fut)
+                if not waiters:
+                    self._waiters.pop(id, None)
+
+    def notify(self, id: str) -> None:
+        """Wakes the readers of run ``id`` (an event or its end became durable)."""
+        for fut in self._waiters.get(id, ()):
+            _settle(fut)
+
+    def release_all(self) -> None:
+        """Wakes every reader (the engine closes: each hears it)."""
+        for id in list(self._waiters):
+            self.notify(id)
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
