@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fusee.engine._commit import Committer
     from fusee.store import RunRow, Store
 
-__all__ = ["Events", "latest_event", "never_set", "timed_out"]
+__all__ = ["Events", "latest_event", "never_set", "read_event", "timed_out"]
 
 # How often a waiting reader reads the journal again without being woken.
 _POLL_S: Final = 1.0
@@ -64,6 +64,31 @@ def never_set(row: RunRow, key: str) -> TimeoutError | None:
             "it will never be set"
         )
     return None
+
+
+async def read_event(store: Store, id: str, key: EventDef[Any]) -> tuple[bool, Any]:
+    """Run ``id``'s latest value of ``key`` in ``store``: ``(True, value)``, or ``(False, None)``.
+
+    Raises:
+        fusee.NotFound: No run has this id.
+        TimeoutError: The run ended without setting it.
+
+    Example:
+        >>> async def main(store: Store, key: EventDef[int]) -> int | None:
+        ...     found, value = await read_event(store, "order-1", key)
+        ...     return value if found else None
+    """
+    row = await store.get(id)
+    if row is None:
+        raise no_run(id)
+    records = decode_journal(id, row.run, await store.load(id, row.run))
+    payload = latest_event(records, key.name)
+    if payload is not None:
+        return True, key.decode(payload)
+    error = never_set(row, key.name)
+    if error is not None:
+        raise error
+    return False, None
 
 
 def timed_out(id: str, key: str, timeout_s: float) -> TimeoutError:
@@ -117,16 +142,9 @@ class Events:
             handle = None
             try:
                 await self._committer.flush()
-                row = await self._store.get(id)
-                if row is None:
-                    raise no_run(id)
-                records = decode_journal(id, row.run, await self._store.load(id, row.run))
-                payload = latest_event(records, key.name)
-                if payload is not None:
-                    return key.decode(payload)
-                error = never_set(row, key.name)
-                if error is not None:
-                    raise error
+                found, value = await read_event(self._store, id, key)
+                if found:
+                    return value
                 if deadline_ms is not None:
                     if self._clock.now_ms() >= deadline_ms:
                         assert timeout_s is not None

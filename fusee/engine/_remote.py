@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from fusee import _codec
 from fusee._status import FINISHED_STATUSES, RunStatus
-from fusee.engine._events import latest_event, never_set, timed_out
+from fusee.engine._events import read_event, timed_out
 from fusee.engine._inbox import decode_error, decode_payload, encode_payload
 from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._run import RunInfo, info_of
@@ -226,16 +226,9 @@ class Remote:
         polling = Polling()
         while True:
             self._check_open()
-            row = await self.store.get(id)
-            if row is None:
-                raise no_run(id)
-            records = decode_journal(id, row.run, await self.store.load(id, row.run))
-            payload = latest_event(records, key.name)
-            if payload is not None:
-                return key.decode(payload)
-            error = never_set(row, key.name)
-            if error is not None:
-                raise error
+            found, value = await read_event(self.store, id, key)
+            if found:
+                return value
             if deadline is not None and time.monotonic() >= deadline:
                 assert timeout_s is not None
                 raise timed_out(id, key.name, timeout_s)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -114,3 +114,21 @@ class HeldWrites:
         # Released on the way out too, so a failing test does not hang in close().
         self.released.set()
         self.store.append = self.real  # type: ignore[method-assign]
+
+
+async def eventually(check: Callable[[], Any], *, within_s: float = 30.0) -> Any:
+    """Polls ``check`` (sync or async) until it returns a truthy value, which it returns.
+
+    For conditions of other processes or engines (leases, workers), which
+    no event of this one announces.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        assert loop.time() < deadline, "the condition did not come true in time"
+        await asyncio.sleep(0.05)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -20,6 +20,8 @@ from _postgres import Cluster
 import fusee
 from fusee.engine import Engine
 from fusee.store.postgres import PostgresStore, shard_of
+
+from .conftest import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -91,20 +93,6 @@ async def shared(postgres_cluster: Cluster) -> AsyncIterator[Cluster2]:
         yield c
     finally:
         await c.close()
-
-
-async def eventually(check: Callable[[], Any], *, within_s: float = 15.0) -> Any:
-    """Polls ``check`` (sync or async) until it returns a truthy value."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert loop.time() < deadline, "the condition did not come true in time"
-        await asyncio.sleep(0.05)
 
 
 def held(engine: Engine) -> dict[int, int]:

@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,8 @@ from _postgres import Cluster
 import fusee
 from fusee.record import Step, decode
 from fusee.store.postgres import PostgresStore
+
+from .conftest import eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -121,19 +123,6 @@ async def db(postgres_cluster: Cluster, tmp_path: Path) -> AsyncIterator[Databas
                     await w.stop()
                 except subprocess.TimeoutExpired:
                     w.kill()
-
-
-async def eventually(check: Callable[[], Any], *, within_s: float = 30.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert loop.time() < deadline, "the condition did not come true in time"
-        await asyncio.sleep(0.1)
 
 
 async def assert_one_record_per_step(db: Database, ids: list[str]) -> None:
