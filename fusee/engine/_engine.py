@@ -24,6 +24,7 @@ from fusee import _codec
 from fusee._definitions import checked
 from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._carry import carried_from_records, carried_from_state
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
 from fusee.engine._hooks import Hooks
@@ -40,7 +41,18 @@ from fusee.engine._timers import Timers
 from fusee.engine._watchdog import Watchdog
 from fusee.errors import AlreadyExists, DeterminismError, FuseeError, StoreError, UnknownWorkflow
 from fusee.machine import ChildCompleted
-from fusee.record import DETACHED, Done, Parent, Record, Signal, Start, Status, Waited, encode
+from fusee.record import (
+    DETACHED,
+    Done,
+    Meta,
+    Parent,
+    Record,
+    Signal,
+    Start,
+    Status,
+    Waited,
+    encode,
+)
 from fusee.store import RunRow, Store, open_store
 
 if TYPE_CHECKING:
@@ -249,6 +261,7 @@ class Engine:
                 start.parent,
                 start.policy,
                 unconsumed_signals(records),
+                carried_from_records(records),
             )
 
     async def close(self) -> None:
@@ -341,6 +354,9 @@ class Engine:
 
     def _store_failed(self, error: StoreError) -> None:
         log.error("the store failed; runs stop until the engine is reopened: %s", error)
+        # An update's answer waits for its outcome to be durable, which it
+        # now never is: its caller hears why instead of waiting forever.
+        self.messages.release_updates(f"the store failed before the update's answer: {error}")
         for futs in self._results.values():
             for fut in futs:
                 if not fut.done():
@@ -453,6 +469,7 @@ class Engine:
         policy: int,
         run: int,
         signals: Iterable[Signal] = (),
+        meta: Meta | None = None,
     ) -> int:
         """Appends run ``run`` of ``id``'s `Start`, loads it and runs its first turn.
 
@@ -472,6 +489,7 @@ class Engine:
             policy=policy,
             parent=parent,
             input=data,
+            meta=meta,
         )
         lsn = self.committer.append(id, run, encode(start))
         state = self.runs.make_state(wf, [start], lsn)
@@ -724,6 +742,7 @@ class Engine:
                     state.parent,
                     state.policy,
                     unconsumed,
+                    carried_from_state(state),
                 )
                 return
             ends = self._ends
@@ -753,9 +772,16 @@ class Engine:
         parent: Parent | None,
         policy: int,
         signals: Iterable[Signal],
+        meta: Meta | None,
     ) -> None:
-        """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed."""
-        self.create_run(wf, id, input, parent=parent, policy=policy, run=run + 1, signals=signals)
+        """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed.
+
+        ``meta`` carries the messages the id's runs took (fusee.engine._carry),
+        so that a resend counts once in the next run too.
+        """
+        self.create_run(
+            wf, id, input, parent=parent, policy=policy, run=run + 1, signals=signals, meta=meta
+        )
 
     def outbox_done(self, state: RunState, seq: int) -> None:
         """A send or child start of ``state``'s run was delivered (or given up)."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from fusee import _codec
 from fusee._driver import ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._carry import seed
 from fusee.engine._journal import decode_journal, no_run
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
@@ -123,6 +124,7 @@ class Runs:
         state = RunState(driver, wf, start.started_ms, start.parent, start.policy)
         state.shard = self.shard(start.id)
         driver.host_data = state
+        seed(state, start.meta)
         if engine.strict:
             state.records = list(records)
         return state
