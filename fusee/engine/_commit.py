@@ -12,6 +12,13 @@ wait for the event loop to notice a write ended and hand over the next. The
 store keeps appends in call order and fails those behind a failed one, so
 the journal has no hole. With a store that writes at once (memory), one
 writer does everything and the other never wakes.
+
+A failed write (a full disk, a lost connection) is retried with backoff on
+the engine's clock, the failed batches in their order and nothing new
+meanwhile, until the store takes it: what was not acknowledged waits, and
+nothing acknowledged is lost. A `StaleLease` (the shard is another worker's
+now) and an `Unrecoverable` error are not retried: the committer stops and
+every waiter gets the error.
 """
 
 from __future__ import annotations
@@ -21,20 +28,52 @@ import collections
 import contextlib
 import heapq
 import itertools
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fusee.errors import StoreError
+from fusee.errors import CorruptRecord, StaleLease, StoreError
 from fusee.store import Entry, RunRow
 
 if TYPE_CHECKING:
+    from fusee.engine._clock import Clock
     from fusee.store import Store
 
-__all__ = ["Committer"]
+__all__ = ["RETRY_FIRST_S", "RETRY_MAX_S", "Committer", "Unrecoverable"]
+
+log = logging.getLogger("fusee")
+
+RETRY_FIRST_S = 0.1
+"""The wait before the first retry of a failed write; it doubles up to `RETRY_MAX_S`."""
+RETRY_MAX_S = 30.0
+"""The longest wait between two retries of a failed write."""
 
 # One batch being written and one queued behind it: enough to keep the disk
 # busy; more would only split what the next batch could carry.
 _WRITERS = 2
+
+
+class Unrecoverable(StoreError):
+    """A store failure the committer does not retry: the process is gone (a simulated crash).
+
+    Example:
+        >>> isinstance(Unrecoverable("simulated crash"), StoreError)
+        True
+    """
+
+
+def retries(error: StoreError) -> bool:
+    """Whether the committer retries a write that failed with ``error``.
+
+    A full disk, a lock or a lost connection may pass; a `StaleLease` (the
+    shard's runs are another worker's now: the engine drops them), a
+    `CorruptRecord` and an `Unrecoverable` error do not.
+
+    Example:
+        >>> retries(StoreError("disk full")), retries(StaleLease([3]))
+        (True, False)
+    """
+    return not isinstance(error, StaleLease | CorruptRecord | Unrecoverable)
 
 
 class _Flight:
@@ -66,9 +105,16 @@ class Committer:
         1
     """
 
-    def __init__(self, store: Store, on_fail: Callable[[StoreError], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        on_fail: Callable[[StoreError], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.store = store
         self._on_fail = on_fail
+        # Retries wait on the engine's clock (the test host's is virtual).
+        self._clock = clock
         self.lsn = store.last_lsn
         self.durable_lsn = store.last_lsn
         self._entries: list[Entry] = []
@@ -89,6 +135,15 @@ class Committer:
         # so one woken writer is enough).
         self._idle: list[asyncio.Future[None]] = []
         self._woken = False
+        # The failure being retried (None: the store takes writes), and the
+        # writers waiting for it to end before they take a new batch.
+        self.outage: StoreError | None = None
+        self._outage_waiters: list[asyncio.Future[None]] = []
+        # Failed batches retry one at a time, in the order they were written.
+        self._retry_turn = asyncio.Lock()
+        self._closing = False
+        self._backing_off = False
+        self.retried_writes = 0
 
     def start(self) -> None:
         """Starts the writer tasks on the running loop."""
@@ -162,6 +217,11 @@ class Committer:
     async def _writer(self) -> None:
         flights = self._flights
         while self.failed is None:
+            if self.outage is not None:
+                # Nothing new is written while a failed batch waits for its
+                # retry: the journal would have a hole.
+                await self._outage_over()
+                continue
             if not self._entries and not self._rows:
                 idle = self._loop.create_future()
                 self._idle.append(idle)
@@ -177,10 +237,12 @@ class Committer:
             try:
                 await self.store.append(entries, rows)
             except StoreError as e:
-                flights.clear()
-                if self.failed is None:  # the writes behind it fail too: report the first
-                    self._fail(e)
-                return
+                final = await self._retry(entries, rows, e) if retries(e) else e
+                if final is not None:
+                    flights.clear()
+                    if self.failed is None:  # the writes behind it fail too: report the first
+                        self._fail(final)
+                    return
             # Not kept while this writer waits for the next batch.
             del entries, rows
             self.writes += 1
@@ -194,6 +256,89 @@ class Committer:
             woken, self._woken = self._woken, True
             self._release()
             self._woken = woken
+
+    # --- retrying a failed write ---------------------------------------------------------------
+
+    @property
+    def retrying(self) -> bool:
+        """A failed write waits for its retry (the store failed and may recover)."""
+        return self.outage is not None
+
+    @property
+    def backing_off(self) -> bool:
+        """A failed write waits on the clock for its next attempt (none is in flight)."""
+        return self._backing_off
+
+    async def _retry(
+        self, entries: list[Entry], rows: list[RunRow], error: StoreError
+    ) -> StoreError | None:
+        """Writes a failed batch again until the store takes it; returns None, or why not.
+
+        A store's append is all or nothing, so the whole batch goes again; a
+        store that kept part of it is refused, never written to twice.
+        """
+        if self.outage is None:
+            self.outage = error
+            log.warning(
+                "the store failed to write (%s); retrying with backoff, and what was not "
+                "acknowledged waits for it (nothing acknowledged is lost)",
+                error,
+            )
+        delay = RETRY_FIRST_S
+        async with self._retry_turn:
+            while True:
+                if self._closing:
+                    return error
+                self._backing_off = True
+                try:
+                    await self._sleep(delay)
+                finally:
+                    self._backing_off = False
+                if self._closing or self.failed is not None:
+                    return error
+                if entries and entries[0].lsn <= self.store.last_lsn:
+                    # The store holds records past this batch's start (it
+                    # broke its all-or-nothing rule): written again, the
+                    # batch would repeat them or leave a hole.
+                    return StoreError(
+                        f"the store holds records from LSN {entries[0].lsn} on, which a "
+                        f"failed write was to store ({error}); reopen the engine to recover "
+                        "from what the store holds"
+                    )
+                try:
+                    await self.store.append(entries, rows)
+                except StoreError as e:
+                    if not retries(e):
+                        return e
+                    error, delay = e, min(delay * 2, RETRY_MAX_S)
+                    continue
+                break
+        self.retried_writes += 1
+        if self.outage is not None:
+            self.outage = None
+            log.warning("the store takes writes again; the failed writes are stored")
+            for fut in self._outage_waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            self._outage_waiters.clear()
+        return None
+
+    async def _outage_over(self) -> None:
+        fut = self._loop.create_future()
+        self._outage_waiters.append(fut)
+        await fut
+
+    async def _sleep(self, delay_s: float) -> None:
+        if self._clock is None:
+            await asyncio.sleep(delay_s)
+            return
+        fut: asyncio.Future[None] = self._loop.create_future()
+        at_ms = self._clock.now_ms() + max(1, round(delay_s * 1000))
+        handle = self._clock.call_at(at_ms, lambda: _wake_up(fut))
+        try:
+            await fut
+        finally:
+            handle.cancel()
 
     def _release(self) -> None:
         durable = self.durable_lsn
@@ -220,9 +365,12 @@ class Committer:
         """Writes what is queued, then stops."""
         if not self._tasks:
             return
-        if self.failed is None and (self._entries or self._rows):
+        # During an outage nothing more is written: what is not durable is
+        # left to the next open's replay, as after a crash.
+        if self.failed is None and self.outage is None and (self._entries or self._rows):
             with contextlib.suppress(StoreError):
                 await self.flush()
+        self._closing = True
         tasks, self._tasks = self._tasks, []
         # Nothing wakes a writer from here on: what is appended now (a run
         # parking while the engine closes) stays for the next open's replay.
@@ -244,3 +392,8 @@ class Committer:
             fut.cancel()
         self._waiters.clear()
         self._callbacks.clear()
+
+
+def _wake_up(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -129,7 +129,7 @@ class Engine:
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         if isinstance(self.clock, WallClock):
             self.clock.loop = self.loop
-        self.committer = Committer(store, on_fail=self._store_failed)
+        self.committer = Committer(store, on_fail=self._store_failed, clock=self.clock)
         self.host = EngineHost(self)
         self.runs = Runs(self, shards)
         self.timers = Timers(
@@ -323,7 +323,11 @@ class Engine:
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("fusee engine task failed", exc_info=task.exception())
+            error = task.exception()
+            if error is not None and error is self.committer.failed:
+                # The store's failure, reported once already.
+                return
+            log.error("fusee engine task failed", exc_info=error)
 
     @property
     def tasks_in_flight(self) -> int:
