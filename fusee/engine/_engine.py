@@ -223,7 +223,12 @@ class Engine:
         """Starts the engine's writers and picks up every unfinished run of its store."""
         self.committer.start()
         if self.watchdog_s is not None and sys.gettrace() is None:
-            self._watchdog = Watchdog(self.runs.all, self.watchdog_s, self._watchdog_report)
+            self._watchdog = Watchdog(
+                self.runs.all,
+                self.watchdog_s,
+                self._watchdog_report,
+                lambda: self.steps.inline_running,
+            )
         for row in await self.store.unfinished():
             if row.status == RunStatus.SUSPENDED:
                 self.runs.arm_wake(row)
