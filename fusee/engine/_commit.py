@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fusee.errors import CorruptRecord, StaleLease, StoreError
+from fusee.errors import CorruptRecord, FuseeError, StaleLease, StoreError
 from fusee.store import Entry, RunRow
 
 if TYPE_CHECKING:
@@ -142,6 +142,7 @@ class Committer:
         # Failed batches retry one at a time, in the order they were written.
         self._retry_turn = asyncio.Lock()
         self._closing = False
+        self._stopped = False
         self._backing_off = False
         self.retried_writes = 0
 
@@ -182,6 +183,10 @@ class Committer:
             return
         if self.failed is not None:
             raise self.failed
+        if self._stopped:
+            # Nothing writes any more (the engine closed, or crashed under the
+            # test host): a caller still working in it must not wait forever.
+            raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
         fut = self._loop.create_future()
         heapq.heappush(self._waiters, (lsn, next(self._order), fut))
         await fut
@@ -372,6 +377,7 @@ class Committer:
                 await self.flush()
         self._closing = True
         tasks, self._tasks = self._tasks, []
+        self._stopped = True
         # Nothing wakes a writer from here on: what is appended now (a run
         # parking while the engine closes) stays for the next open's replay.
         self._idle.clear()
@@ -381,6 +387,7 @@ class Committer:
 
     def abandon(self) -> None:
         """Stops at once, losing what is not durable yet (a simulated crash)."""
+        self._stopped = True
         for task in self._tasks:
             task.cancel()
         self._tasks = []

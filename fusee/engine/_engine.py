@@ -329,8 +329,9 @@ class Engine:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             error = task.exception()
-            if error is not None and error is self.committer.failed:
-                # The store's failure, reported once already.
+            if error is not None and (error is self.committer.failed or self.closed):
+                # The store's failure, reported once already; or a task the
+                # engine's stop cut short (a caller's call still in it).
                 return
             log.error("fusee engine task failed", exc_info=error)
 

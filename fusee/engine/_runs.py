@@ -184,6 +184,10 @@ class Runs:
         if wf is None:
             raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))
         entries = await engine.store.load(id, row.run)
+        # The engine may have stopped while the store read (a close, or the
+        # test host's crash): a run loaded now would never be closed, and its
+        # code would be left to the garbage collector.
+        engine.check_open()
         records = through_end(decode_journal(id, row.run, entries))
         engine.timers.disarm(id, -1)
         state = self.make_state(wf, records, entries[-1][0])
@@ -342,7 +346,7 @@ class Runs:
         state.park_handle = None
         engine = self._engine
         driver = state.driver
-        if not self._parkable(state):
+        if engine.closed or not self._parkable(state):
             return
         await engine.committer.durable(driver.machine.gate)
         if not self._parkable(state):
