@@ -457,6 +457,9 @@ class Engine:
                     return Run(self, id)
                 if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                     raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
+            # The engine may have stopped while the store read: a run made
+            # now would never be closed, its code left to the garbage collector.
+            self.check_open()
             lsn = self.create_run(
                 wf, id, data, parent=None, policy=0, run=row.run + 1 if row is not None else 1
             )

@@ -41,12 +41,6 @@ async def test_a_ci_seed_finds_no_violation_on_the_memory_store(seed: int) -> No
     assert report.figures["crashes"] > 0
 
 
-# Open bug: on SQLite, a crash the simulator makes while runs wait for a step
-# can leave those runs' own loops to the garbage collector ("Task was
-# destroyed but it is pending!" from a run's loop, naming its main task); the
-# seeds still pass every checker. (The engine-loop case, a parking task of an
-# engine that had stopped, is fixed.)
-@pytest.mark.expect_engine_errors("Task was destroyed but it is pending")
 @pytest.mark.parametrize("seed", [pytest.param(s, id=f"sqlite-{s}") for s in SQLITE_SEEDS])
 async def test_a_ci_seed_finds_no_violation_on_sqlite(seed: int) -> None:
     report = await simulate(seed, "sqlite")
