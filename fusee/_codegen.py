@@ -149,6 +149,10 @@ class Wire:
     """The format version a record's header carries."""
     tag_crcs: Sequence[int]
     """The CRC-32 of each kind tag's byte: a record's CRC starts from it."""
+    oldest_fields: Mapping[type, int] = dataclasses.field(default_factory=dict)
+    """Nested values that gained fields after they were first written: class ->
+    how many fields its oldest form has. A shorter array on the wire (an older
+    journal's) decodes with the missing trailing fields at their defaults."""
 
 
 # Names the generated code uses besides its own `_`-names: a field (a local
@@ -305,6 +309,14 @@ def _check(
     if optional:
         lines.append(f"{i}if {var} is not None:")
         i += "    "
+    oldest = wire.oldest_fields.get(cls, len(fields))
+    if oldest < len(fields):
+        # Only a short array takes this branch: the current form costs no more.
+        names[f"_tail_{name}"] = tuple(f.default for f in fields[oldest:])
+        lines += [
+            f"{i}if type({var}) is tuple and {oldest} <= len({var}) < {len(fields)}:",
+            f"{i}    {var} = {var} + _tail_{name}[len({var}) - {oldest}:]",
+        ]
     lines += [
         f"{i}if type({var}) is not tuple or len({var}) != {len(fields)}:",
         f"{i}    raise _not_nested({path!r}, {name}, {len(fields)}, {var})",

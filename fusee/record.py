@@ -249,14 +249,21 @@ class UpdateRequest:
 
 @dataclass(frozen=True, slots=True)
 class Meta:
-    """Start metadata: the W3C ``traceparent`` the run was started under.
+    """Start metadata: the W3C ``traceparent`` the run was started under, and what
+    a run continued as new carries from the runs before it.
+
+    ``carried`` (empty for a first run) holds the dedup ids of the signals and
+    the ids and outcomes of the updates the earlier runs took, bounded (see
+    ``fusee.engine._carry``), so that a message resent after a continue-as-new
+    still counts once. A `Meta` written before it existed decodes with it empty.
 
     Example:
-        >>> Meta(trace=None).trace is None
-        True
+        >>> Meta(trace=None).trace is None, Meta().carried
+        (True, b'')
     """
 
     trace: bytes | None = None
+    carried: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -786,6 +793,8 @@ _WIRE: Final = Wire(
     crc32=_crc32,
     version=FORMAT_VERSION,
     tag_crcs=_TAG_CRCS,
+    # `Meta.carried` came after `Meta.trace`: journals written before it hold one field.
+    oldest_fields={Meta: 1},
 )
 
 # The fast __init__ (see fusee._codegen): every record is built on the hot path.

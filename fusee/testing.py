@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fusee._durations import parse_duration
 from fusee.engine._clock import VirtualClock
+from fusee.engine._commit import Unrecoverable
 from fusee.engine._engine import Engine
 from fusee.engine._hooks import Hooks
 from fusee.engine._run import IdPolicy, Run, RunInfo
@@ -52,7 +53,6 @@ from fusee.errors import (
     Cancelled,
     FuseeError,
     RunFinished,
-    StoreError,
     UnknownWorkflow,
     WatchdogError,
 )
@@ -462,9 +462,13 @@ class TestEngine:
             # Engine tasks (waking a parked run, starting a child) read the
             # store, which for SQLite happens on a thread: busy too, or a
             # settle could return while one is still on its way.
+            # During a store outage the writes, and the engine tasks waiting
+            # for them, wait for a retry on the virtual clock: only advance()
+            # or a result() moves it. An attempt in flight is work, though.
+            outage = engine.committer.backing_off
             internal = (
-                (not engine.committer.idle and engine.committer.failed is None)
-                or engine.tasks_in_flight > 0
+                (not engine.committer.idle and engine.committer.failed is None and not outage)
+                or (engine.tasks_in_flight > 0 and not outage)
                 or (threads and engine.steps.bounded_threads > 0)
             )
             stepping = engine.hooks.busy_steps > 0
@@ -666,8 +670,8 @@ def _reopened(store: Store) -> Store:
     return store
 
 
-class _CrashAfter(StoreError):
-    pass
+class _CrashAfter(Unrecoverable):
+    """A simulated crash: the process is gone, so the engine does not retry the write."""
 
 
 def _caused_by_simulated_crash(error: BaseException | None) -> bool:

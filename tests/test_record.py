@@ -97,7 +97,7 @@ def values_of(cls: type[Any], **fields: st.SearchStrategy[Any]) -> st.SearchStra
 
 parents = values_of(Parent, id=text, run=u64, seq=u64)
 update_requests = values_of(UpdateRequest, name=text, id=text, payload=blob)
-metas = values_of(Meta, trace=optional_blob)
+metas = values_of(Meta, trace=optional_blob, carried=blob)
 step_times = values_of(StepTime, started_ms=u64, elapsed_us=u64)
 wait_outcomes = values_of(
     WaitOutcome,
@@ -219,7 +219,7 @@ SAMPLES: list[Any] = [
         parent=Parent("root", 3, 9),
         update=UpdateRequest("bump", "u-1", b"\x03"),
         input=b"\xc0",
-        meta=Meta(b"00-abc-def-01"),
+        meta=Meta(b"00-abc-def-01", b"\x92\x90\x90"),
     ),
     Step(1, 0, "charge", 1, Status.FAILED, b"\x01", StepTime(1000, 250)),
     Attempt(1, 0, "charge", 3, PAUSED, b"timeout"),
@@ -250,7 +250,7 @@ SAMPLES: list[Any] = [
 NESTED: list[Any] = [
     Parent("root", 3, 9),
     UpdateRequest("bump", "u-1", b"\x03"),
-    Meta(b"trace"),
+    Meta(b"trace", b"carried"),
     StepTime(1000, 250),
     WaitOutcome(WaitOutcome.ABANDONED_KIND, 2),
 ]
@@ -396,7 +396,7 @@ def test_nested_values_travel_as_positional_arrays() -> None:
         ("root", 3, 9),
         ("bump", "u-1", b"\x03"),
         b"\xc0",
-        (b"00-abc-def-01",),
+        (b"00-abc-def-01", b"\x92\x90\x90"),
     )
     assert wire_fields(step)[6] == (1000, 250)
     assert wire_fields(Waited(1, 3, WaitOutcome.TIMED_OUT))[2] == (1, 0)
@@ -609,7 +609,10 @@ def replaced(fields: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
         pytest.param(
             Kind.START, replaced(START_FIELDS, 11, ("trace",)), "expected bytes", id="bad-meta"
         ),
-        pytest.param(Kind.START, replaced(START_FIELDS, 11, ()), "Meta as 1", id="empty-meta"),
+        pytest.param(Kind.START, replaced(START_FIELDS, 11, ()), "Meta as 2", id="empty-meta"),
+        pytest.param(
+            Kind.START, replaced(START_FIELDS, 11, (None, b"", b"")), "Meta as 2", id="long-meta"
+        ),
         pytest.param(Kind.WAITED, (1, 3, (3, 0)), "wait outcome kind 3", id="outcome-kind"),
         pytest.param(Kind.WAITED, (1, 3, None), "WaitOutcome as 2", id="nil-outcome"),
         pytest.param(Kind.WAITED, (1, 3, (True, 0)), "got bool", id="bool-outcome"),
@@ -823,8 +826,16 @@ def test_record_defaults_are_the_documented_ones() -> None:
     )
     assert Step(1, 0, "charge", 1, Status.OK, b"").time is None
     assert UpdateDone(1, 6, 0, Status.OK, b"").state == b""
-    assert Meta().trace is None
+    assert (Meta().trace, Meta().carried) == (None, b"")
     assert WaitOutcome(WaitOutcome.SIGNAL).ordinal == 0
+
+
+def test_a_meta_written_before_it_carried_anything_decodes_with_nothing_carried() -> None:
+    # The form journals written before `Meta.carried` existed hold.
+    old = frame_fields(Kind.START, replaced(START_FIELDS, 11, (b"00-abc-def-01",)))
+    start = decode(old)
+    assert isinstance(start, Start)
+    assert start.meta == Meta(b"00-abc-def-01", b"")
 
 
 def test_records_match_positionally() -> None:

@@ -12,6 +12,13 @@ wait for the event loop to notice a write ended and hand over the next. The
 store keeps appends in call order and fails those behind a failed one, so
 the journal has no hole. With a store that writes at once (memory), one
 writer does everything and the other never wakes.
+
+A failed write (a full disk, a lost connection) is retried with backoff on
+the engine's clock, the failed batches in their order and nothing new
+meanwhile, until the store takes it: what was not acknowledged waits, and
+nothing acknowledged is lost. A `StaleLease` (the shard is another worker's
+now) and an `Unrecoverable` error are not retried: the committer stops and
+every waiter gets the error.
 """
 
 from __future__ import annotations
@@ -21,21 +28,53 @@ import collections
 import contextlib
 import heapq
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fusee.errors import StaleLease, StoreError
+from fusee.errors import CorruptRecord, FuseeError, StaleLease, StoreError
 from fusee.store import Entry, RunRow
 
 if TYPE_CHECKING:
+    from fusee.engine._clock import Clock
     from fusee.store import Store
 
-__all__ = ["Committer"]
+__all__ = ["RETRY_FIRST_S", "RETRY_MAX_S", "Committer", "Unrecoverable"]
+
+log = logging.getLogger("fusee")
+
+RETRY_FIRST_S = 0.1
+"""The wait before the first retry of a failed write; it doubles up to `RETRY_MAX_S`."""
+RETRY_MAX_S = 30.0
+"""The longest wait between two retries of a failed write."""
 
 # One batch being written and one queued behind it: enough to keep the disk
 # busy; more would only split what the next batch could carry.
 _WRITERS = 2
+
+
+class Unrecoverable(StoreError):
+    """A store failure the committer does not retry: the process is gone (a simulated crash).
+
+    Example:
+        >>> isinstance(Unrecoverable("simulated crash"), StoreError)
+        True
+    """
+
+
+def retries(error: StoreError) -> bool:
+    """Whether the committer retries a write that failed with ``error``.
+
+    A full disk, a lock or a lost connection may pass; a `StaleLease` (the
+    shard's runs are another worker's now: the engine drops them), a
+    `CorruptRecord` and an `Unrecoverable` error do not.
+
+    Example:
+        >>> retries(StoreError("disk full")), retries(StaleLease([3]))
+        (True, False)
+    """
+    return not isinstance(error, StaleLease | CorruptRecord | Unrecoverable)
 
 
 class _Flight:
@@ -67,9 +106,16 @@ class Committer:
         1
     """
 
-    def __init__(self, store: Store, on_fail: Callable[[StoreError], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        on_fail: Callable[[StoreError], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.store = store
         self._on_fail = on_fail
+        # Retries wait on the engine's clock (the test host's is virtual).
+        self._clock = clock
         self.lsn = store.last_lsn
         self.durable_lsn = store.last_lsn
         self._entries: list[Entry] = []
@@ -100,6 +146,16 @@ class Committer:
         # Called after each write with its record count and seconds
         # (telemetry); None, and no clock read, when nobody listens.
         self.on_write: Callable[[int, float], None] | None = None
+        # The failure being retried (None: the store takes writes), and the
+        # writers waiting for it to end before they take a new batch.
+        self.outage: StoreError | None = None
+        self._outage_waiters: list[asyncio.Future[None]] = []
+        # Failed batches retry one at a time, in the order they were written.
+        self._retry_turn = asyncio.Lock()
+        self._closing = False
+        self._stopped = False
+        self._backing_off = False
+        self.retried_writes = 0
 
     def fenced(
         self,
@@ -156,6 +212,10 @@ class Committer:
             return
         if self.failed is not None:
             raise self.failed
+        if self._stopped:
+            # Nothing writes any more (the engine closed, or crashed under the
+            # test host): a caller still working in it must not wait forever.
+            raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
         fut = self._loop.create_future()
         heapq.heappush(self._waiters, (lsn, next(self._order), fut))
         await fut
@@ -196,6 +256,11 @@ class Committer:
     async def _writer(self) -> None:
         flights = self._flights
         while self.failed is None:
+            if self.outage is not None:
+                # Nothing new is written while a failed batch waits for its
+                # retry: the journal would have a hole.
+                await self._outage_over()
+                continue
             if not self._entries and not self._rows:
                 idle = self._loop.create_future()
                 self._idle.append(idle)
@@ -211,15 +276,14 @@ class Committer:
             on_write = self.on_write
             began = time.perf_counter() if on_write is not None else 0.0
             try:
-                if self._fence is None:
-                    await self.store.append(entries, rows)
-                else:
-                    await self._append_fenced(entries, rows)
+                await self._append(entries, rows)
             except StoreError as e:
-                flights.clear()
-                if self.failed is None:  # the writes behind it fail too: report the first
-                    self._fail(e)
-                return
+                final = await self._retry(entries, rows, e) if retries(e) else e
+                if final is not None:
+                    flights.clear()
+                    if self.failed is None:  # the writes behind it fail too: report the first
+                        self._fail(final)
+                    return
             if on_write is not None:
                 on_write(len(entries), time.perf_counter() - began)
             # Not kept while this writer waits for the next batch.
@@ -235,6 +299,12 @@ class Committer:
             woken, self._woken = self._woken, True
             self._release()
             self._woken = woken
+
+    async def _append(self, entries: list[Entry], rows: list[RunRow]) -> None:
+        if self._fence is None:
+            await self.store.append(entries, rows)
+        else:
+            await self._append_fenced(entries, rows)
 
     async def _append_fenced(self, entries: list[Entry], rows: list[RunRow]) -> None:
         """One append per shard, each under its lease; a lost shard's part is lost alone."""
@@ -277,6 +347,89 @@ class Committer:
         for e in entries:
             self._lost[e.lsn] = why
 
+    # --- retrying a failed write ---------------------------------------------------------------
+
+    @property
+    def retrying(self) -> bool:
+        """A failed write waits for its retry (the store failed and may recover)."""
+        return self.outage is not None
+
+    @property
+    def backing_off(self) -> bool:
+        """A failed write waits on the clock for its next attempt (none is in flight)."""
+        return self._backing_off
+
+    async def _retry(
+        self, entries: list[Entry], rows: list[RunRow], error: StoreError
+    ) -> StoreError | None:
+        """Writes a failed batch again until the store takes it; returns None, or why not.
+
+        A store's append is all or nothing, so the whole batch goes again; a
+        store that kept part of it is refused, never written to twice.
+        """
+        if self.outage is None:
+            self.outage = error
+            log.warning(
+                "the store failed to write (%s); retrying with backoff, and what was not "
+                "acknowledged waits for it (nothing acknowledged is lost)",
+                error,
+            )
+        delay = RETRY_FIRST_S
+        async with self._retry_turn:
+            while True:
+                if self._closing:
+                    return error
+                self._backing_off = True
+                try:
+                    await self._sleep(delay)
+                finally:
+                    self._backing_off = False
+                if self._closing or self.failed is not None:
+                    return error
+                if entries and entries[0].lsn <= self.store.last_lsn:
+                    # The store holds records past this batch's start (it
+                    # broke its all-or-nothing rule): written again, the
+                    # batch would repeat them or leave a hole.
+                    return StoreError(
+                        f"the store holds records from LSN {entries[0].lsn} on, which a "
+                        f"failed write was to store ({error}); reopen the engine to recover "
+                        "from what the store holds"
+                    )
+                try:
+                    await self._append(entries, rows)
+                except StoreError as e:
+                    if not retries(e):
+                        return e
+                    error, delay = e, min(delay * 2, RETRY_MAX_S)
+                    continue
+                break
+        self.retried_writes += 1
+        if self.outage is not None:
+            self.outage = None
+            log.warning("the store takes writes again; the failed writes are stored")
+            for fut in self._outage_waiters:
+                if not fut.done():
+                    fut.set_result(None)
+            self._outage_waiters.clear()
+        return None
+
+    async def _outage_over(self) -> None:
+        fut = self._loop.create_future()
+        self._outage_waiters.append(fut)
+        await fut
+
+    async def _sleep(self, delay_s: float) -> None:
+        if self._clock is None:
+            await asyncio.sleep(delay_s)
+            return
+        fut: asyncio.Future[None] = self._loop.create_future()
+        at_ms = self._clock.now_ms() + max(1, round(delay_s * 1000))
+        handle = self._clock.call_at(at_ms, lambda: _wake_up(fut))
+        try:
+            await fut
+        finally:
+            handle.cancel()
+
     def _release(self) -> None:
         durable = self.durable_lsn
         waiters = self._waiters
@@ -308,10 +461,14 @@ class Committer:
         """Writes what is queued, then stops."""
         if not self._tasks:
             return
-        if self.failed is None and (self._entries or self._rows):
+        # During an outage nothing more is written: what is not durable is
+        # left to the next open's replay, as after a crash.
+        if self.failed is None and self.outage is None and (self._entries or self._rows):
             with contextlib.suppress(StoreError):
                 await self.flush()
+        self._closing = True
         tasks, self._tasks = self._tasks, []
+        self._stopped = True
         # Nothing wakes a writer from here on: what is appended now (a run
         # parking while the engine closes) stays for the next open's replay.
         self._idle.clear()
@@ -321,6 +478,7 @@ class Committer:
 
     def abandon(self) -> None:
         """Stops at once, losing what is not durable yet (a simulated crash)."""
+        self._stopped = True
         for task in self._tasks:
             task.cancel()
         self._tasks = []
@@ -336,3 +494,8 @@ class Committer:
 
 def _no_shard(id: str) -> int:
     return 0
+
+
+def _wake_up(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

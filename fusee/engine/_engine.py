@@ -25,6 +25,7 @@ from fusee import _codec
 from fusee._definitions import checked
 from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._carry import carried_from_records, carried_from_state
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
 from fusee.engine._events import Events
@@ -143,7 +144,7 @@ class Engine:
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         if isinstance(self.clock, WallClock):
             self.clock.loop = self.loop
-        self.committer = Committer(store, on_fail=self._store_failed)
+        self.committer = Committer(store, on_fail=self._store_failed, clock=self.clock)
         # On a store several workers share, this engine serves the runs of the
         # shards it leases (the store's shards, then), and reaches the others
         # through the store's inbox.
@@ -281,7 +282,12 @@ class Engine:
         self.committer.on_write = self.telemetry.commit_hook()
         self.committer.start()
         if self.watchdog_s is not None and sys.gettrace() is None:
-            self._watchdog = Watchdog(self.runs.all, self.watchdog_s, self._watchdog_report)
+            self._watchdog = Watchdog(
+                self.runs.all,
+                self.watchdog_s,
+                self._watchdog_report,
+                lambda: self.steps.inline_running,
+            )
         if self.leases is not None:
             # Recovers the shards it takes, now and whenever it takes more.
             await self.leases.start()
@@ -383,6 +389,7 @@ class Engine:
                 start.parent,
                 start.policy,
                 unconsumed_signals(records),
+                carried_from_records(records),
             )
 
     async def close(self) -> None:
@@ -453,7 +460,12 @@ class Engine:
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("fusee engine task failed", exc_info=task.exception())
+            error = task.exception()
+            if error is not None and (error is self.committer.failed or self.closed):
+                # The store's failure, reported once already; or a task the
+                # engine's stop cut short (a caller's call still in it).
+                return
+            log.error("fusee engine task failed", exc_info=error)
 
     @property
     def tasks_in_flight(self) -> int:
@@ -491,6 +503,9 @@ class Engine:
 
     def _store_failed(self, error: StoreError) -> None:
         log.error("the store failed; runs stop until the engine is reopened: %s", error)
+        # An update's answer waits for its outcome to be durable, which it
+        # now never is: its caller hears why instead of waiting forever.
+        self.messages.release_updates(f"the store failed before the update's answer: {error}")
         for futs in self._results.values():
             for fut in futs:
                 if not fut.done():
@@ -638,6 +653,9 @@ class Engine:
                     return Run(self, id)
                 if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                     raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
+            # The engine may have stopped while the store read: a run made
+            # now would never be closed, its code left to the garbage collector.
+            self.check_open()
             lsn = self.create_run(
                 wf,
                 id,
@@ -667,6 +685,7 @@ class Engine:
         run: int,
         signals: Iterable[Signal] = (),
         trace: bytes | None = None,
+        meta: Meta | None = None,
     ) -> int:
         """Appends run ``run`` of ``id``'s `Start`, loads it and runs its first turn.
 
@@ -687,7 +706,7 @@ class Engine:
             policy=policy,
             parent=parent,
             input=data,
-            meta=Meta(trace) if trace is not None else None,
+            meta=_start_meta(trace, meta),
         )
         lsn = self.committer.append(id, run, encode(start))
         state = self.runs.make_state(wf, [start], lsn)
@@ -973,6 +992,7 @@ class Engine:
                     state.parent,
                     state.policy,
                     unconsumed,
+                    carried_from_state(state),
                 )
                 return
             self.queues.ended(state.id)
@@ -1005,9 +1025,16 @@ class Engine:
         parent: Parent | None,
         policy: int,
         signals: Iterable[Signal],
+        meta: Meta | None,
     ) -> None:
-        """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed."""
-        self.create_run(wf, id, input, parent=parent, policy=policy, run=run + 1, signals=signals)
+        """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed.
+
+        ``meta`` carries the messages the id's runs took (fusee.engine._carry),
+        so that a resend counts once in the next run too.
+        """
+        self.create_run(
+            wf, id, input, parent=parent, policy=policy, run=run + 1, signals=signals, meta=meta
+        )
 
     def outbox_done(self, state: RunState, seq: int) -> None:
         """A send or child start of ``state``'s run was delivered (or given up)."""
@@ -1027,6 +1054,15 @@ def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:
         elif isinstance(rec, Waited) and rec.outcome.is_signal:
             consumed.add(rec.outcome.ordinal)
     return [s for i, s in enumerate(signals) if i not in consumed]
+
+
+def _start_meta(trace: bytes | None, meta: Meta | None) -> Meta | None:
+    """A `Start`'s meta: the ``traceparent`` it starts under, and what it carries."""
+    if meta is None:
+        return Meta(trace) if trace is not None else None
+    if trace is None or meta.trace is not None:
+        return meta
+    return Meta(trace, meta.carried)
 
 
 def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fusee import _codec
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._carry import carried_of
 from fusee.engine._journal import decode_journal, end_record, error_pair
 from fusee.engine._queues import RunQueued
 from fusee.engine._run import dedup_key
@@ -346,6 +347,10 @@ class Messages:
         if update_id is not None:
             outcome = self._outcome_of(state, update_id)
             if outcome is not None:
+                # Answered as the first was: once its outcome is durable
+                # (everything appended so far is, then), never before, or a
+                # crash could lose what the repeat acknowledged.
+                await engine.committer.durable(state.driver.machine.gate)
                 return _update_result(name, id, outcome)
             first = state.update_waiters.get(update_id)
             if first is not None:
@@ -376,7 +381,10 @@ class Messages:
 
     def _outcome_of(self, state: RunState, update_id: str) -> tuple[Status, bytes] | None:
         ordinal = state.update_ids.get(update_id)
-        return None if ordinal is None else state.update_outcomes.get(ordinal)
+        if ordinal is None:
+            # Taken by an earlier run of the id, before a continue-as-new.
+            return state.carried_updates.get(update_id)
+        return state.update_outcomes.get(ordinal)
 
     async def _recorded_outcome(self, id: str, update_id: str) -> tuple[Status, bytes] | None:
         """The outcome the journal of ended run ``id`` recorded for update ``update_id``."""
@@ -388,7 +396,11 @@ class Messages:
         ordinal = None
         count = 0
         for rec in records:
-            if isinstance(rec, Update):
+            if isinstance(rec, Start):
+                carried = dict((u, (s, p)) for u, s, p in carried_of(rec.meta)[1])
+                if update_id in carried:
+                    return carried[update_id]
+            elif isinstance(rec, Update):
                 if rec.id == update_id:
                     ordinal = count
                 count += 1
@@ -456,9 +468,9 @@ class Messages:
         if state.driver.complete_async(seq_n, attempt_n, _OK, data):
             await engine.committer.durable(state.driver.machine.gate)
 
-    def release_updates(self) -> None:
-        """Answers every waiting update caller (the engine closes)."""
-        closed = _codec.encode(["EngineClosed", "the engine closed before the update's answer"])
+    def release_updates(self, why: str = "the engine closed before the update's answer") -> None:
+        """Answers every waiting update caller (the engine closes, or its store failed)."""
+        closed = _codec.encode(["EngineClosed", why])
         for state in self._engine.runs.all():
             for fut in list(state.updates):
                 _settle(fut, (Status.CANCELLED, closed))

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from fusee import _codec
 from fusee._driver import ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine._carry import seed
 from fusee.engine._journal import decode_journal, no_run
 from fusee.engine._queues import RunQueued
 from fusee.engine._state import RunState, Shard, shard_index
@@ -129,6 +130,7 @@ class Runs:
         state = RunState(driver, wf, start.started_ms, start.parent, start.policy)
         state.shard = self.shard(start.id)
         driver.host_data = state
+        seed(state, start.meta)
         if engine.strict:
             state.records = list(records)
         return state
@@ -196,6 +198,10 @@ class Runs:
         if wf is None:
             raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))
         entries = await engine.store.load(id, row.run)
+        # The engine may have stopped while the store read (a close, or the
+        # test host's crash): a run loaded now would never be closed, and its
+        # code would be left to the garbage collector.
+        engine.check_open()
         if not engine.owns(id):
             # Its shard moved to another worker while it was being read.
             raise StaleLease([self.shard_index(id)])
@@ -369,7 +375,7 @@ class Runs:
         state.park_handle = None
         engine = self._engine
         driver = state.driver
-        if not self._parkable(state):
+        if engine.closed or not self._parkable(state):
             return
         await engine.committer.durable(driver.machine.gate)
         if not self._parkable(state):

@@ -61,6 +61,11 @@ class RunState:
     # an update id is applied once, and a repeat answers the first's outcome.
     update_ids: dict[str, int] = field(default_factory=dict)
     update_outcomes: dict[int, tuple[Status, bytes]] = field(default_factory=dict)
+    # What its `Start` carried from the id's earlier runs (continue-as-new):
+    # their signals' dedup ids, oldest first, and their updates' outcomes by
+    # id (see fusee.engine._carry).
+    carried_dedups: list[int] = field(default_factory=list)
+    carried_updates: dict[str, tuple[Status, bytes]] = field(default_factory=dict)
     # Callers waiting for an update id's outcome that is not recorded yet.
     update_waiters: dict[str, asyncio.Future[tuple[Status, bytes]]] = field(default_factory=dict)
     # The positions of `Send`s and `Child`s whose delivery is not confirmed

@@ -17,6 +17,7 @@ import functools
 import inspect
 import logging
 import threading
+import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,6 +28,7 @@ from fusee import _codec
 from fusee._driver import error_payload
 from fusee._stepfn import mark_returns_awaitable, returns_awaitable, takes_arg
 from fusee.context import CancelFlag, StepCtx, _current_step
+from fusee.engine._slowsteps import AttemptWatch, expected_s, slow_step_default_s
 from fusee.errors import Failure, PayloadError, StoreError
 from fusee.record import PAUSED, Status
 
@@ -105,7 +107,7 @@ class _EngineStepCtx(StepCtx):
     trivial step's time).
     """
 
-    __slots__ = ("_executor", "_seq", "_state", "beat_ms", "live")
+    __slots__ = ("_executor", "_seq", "_state", "beat_ms", "live", "task", "thread_id")
 
     def __init__(
         self,
@@ -128,6 +130,10 @@ class _EngineStepCtx(StepCtx):
         # Set when a bounded attempt starts (`_bounded`); 0 for the rest.
         self.beat_ms = 0
         self.live = True
+        # Where the attempt's code runs, for a report of a slow attempt: its
+        # worker thread's id while a sync one runs there, else its task.
+        self.thread_id = 0
+        self.task: asyncio.Future[Any] | None = None
 
     def end(self) -> None:
         """The attempt is over or abandoned: its later heartbeats are ignored."""
@@ -180,6 +186,12 @@ class StepExecutor:
         self.bounded_threads = 0
         # Each running step task's position and current attempt.
         self._attempts: dict[asyncio.Task[Any], tuple[int, _EngineStepCtx]] = {}
+        # How long an attempt with no heartbeat_timeout or timeout may go
+        # with no heartbeat before it is reported (fusee.engine._slowsteps).
+        self.slow_step_s = slow_step_default_s()
+        # The inline step blocking the loop now, if any: (since, run id, step
+        # name), read by the watchdog's thread.
+        self.inline_running: tuple[float, str, str] | None = None
 
     def run(self, state: RunState, call: StepCall) -> None:
         """Runs ``call`` for ``state``'s run: eagerly once its gate is durable, else as a task."""
@@ -363,11 +375,14 @@ class StepExecutor:
             threaded = int(bounded and runner_in_thread(fn, call) and first_done)
             hooks.busy_steps += busy
             self.bounded_threads += threaded
+            sctx.task = me
+            watch = AttemptWatch(host.clock, state, call, sctx, expected_s(call, self.slow_step_s))
             try:
                 try:
                     result = await self._bounded(runner, call, sctx)
                     payload = _encode_result(call, result)
                 finally:
+                    watch.stop()
                     hooks.busy_steps -= busy
                     self.bounded_threads -= threaded
                     sctx.end()
@@ -448,6 +463,7 @@ class StepExecutor:
         started = clock.now_ms()
         sctx.beat_ms = started
         task: asyncio.Future[Any] = asyncio.ensure_future(runner)
+        sctx.task = task
         try:
             while True:
                 limits = []
@@ -561,7 +577,7 @@ async def _invoke(fn: Callable[..., Any], takes_ctx: bool, call: StepCall, sctx:
     args = (sctx,) if takes_ctx else ()
     token = _current_step.set(sctx)
     try:
-        return await _call(fn, args, call)
+        return await _call(fn, args, call, sctx)
     finally:
         _current_step.reset(token)
 
@@ -571,16 +587,41 @@ def runner_in_thread(fn: Callable[..., Any], call: StepCall) -> bool:
     return not (call.is_async or call.inline or returns_awaitable(fn))
 
 
-async def _call(fn: Callable[..., Any], args: tuple[Any, ...], call: StepCall) -> Any:
+async def _call(
+    fn: Callable[..., Any], args: tuple[Any, ...], call: StepCall, sctx: StepCtx
+) -> Any:
     if not runner_in_thread(fn, call):
-        result = fn(*args)
+        if call.inline and isinstance(sctx, _EngineStepCtx):
+            # On the loop, which it blocks until it returns: the watchdog's
+            # thread reports one that blocks too long.
+            executor = sctx._executor
+            executor.inline_running = (time.monotonic(), sctx._state.id, call.name)
+            try:
+                result = fn(*args)
+            finally:
+                executor.inline_running = None
+        else:
+            result = fn(*args)
     else:
         ctx = contextvars.copy_context()
         # Abandoned on cancel: a thread cannot be interrupted, so a timed-out
         # or dropped sync attempt runs on there, its result ignored.
-        result = await anyio.to_thread.run_sync(ctx.run, fn, *args, abandon_on_cancel=True)
+        result = await anyio.to_thread.run_sync(
+            ctx.run, _in_thread, sctx, fn, *args, abandon_on_cancel=True
+        )
         if inspect.isawaitable(result):
             mark_returns_awaitable(fn)
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+def _in_thread(sctx: StepCtx, fn: Callable[..., Any], *args: Any) -> Any:
+    """Runs a sync step in its worker thread, noting the thread for a slow attempt's report."""
+    if not isinstance(sctx, _EngineStepCtx):
+        return fn(*args)
+    sctx.thread_id = threading.get_ident()
+    try:
+        return fn(*args)
+    finally:
+        sctx.thread_id = 0

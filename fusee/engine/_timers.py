@@ -14,6 +14,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fusee.errors import StoreError
 from fusee.machine import Completion, TimerFired, WaitTimedOut
 
 if TYPE_CHECKING:
@@ -50,10 +51,17 @@ class _Alarm:
         state = shard.runs.get(id)
         if state is not None:
             state.due.pop(seq, None)
-        if self.kind == WAKE:
-            timers.wake(id)
-        else:
-            timers.fire(id, self.run, seq, TimerFired() if self.kind == TIMER else WaitTimedOut())
+        try:
+            if self.kind == WAKE:
+                timers.wake(id)
+            else:
+                completion = TimerFired() if self.kind == TIMER else WaitTimedOut()
+                timers.fire(id, self.run, seq, completion)
+        except StoreError:
+            # The store failed for good (the engine said so once): nothing
+            # this alarm would record can be written. The journal keeps the
+            # timer, so the run's recovery arms it again.
+            return
 
 
 class Timers:

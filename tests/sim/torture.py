@@ -47,7 +47,7 @@ from fusee.record import Done, Signal, Start, Status, Step, Update, decode
 from fusee.store import open_store
 
 from .simulator import Workload as SpecMaker
-from .simulator import _Op, check_outcomes
+from .simulator import _Op, behind_stops, check_outcomes
 from .workload import STOP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,6 +156,8 @@ class Epoch:
         self.counter = 0
         self.durable_at_kill: list[set[tuple[str, int, int]]] = []
         self.seen_ends: dict[str, tuple[int, int, bytes]] = {}
+        # The items each inbox's journals hold behind a stop (at the last check).
+        self.behind: dict[str, set[int]] = {}
         self.kills = 0
         self.faults: dict[str, int] = {}
 
@@ -281,6 +283,7 @@ class Epoch:
                                 "result_changed",
                                 f"{id} reported {reported!r}, journaled otherwise",
                             )
+            self.behind = behind_stops(by_id)
             for op in ledger.ops.values():
                 journals = by_id.get(op.id, [])
                 if op.kind == "start" and op.acked:
@@ -376,7 +379,7 @@ class Epoch:
             return isinstance(self.ledger.ends.get(id), int)
 
         ops = list(self.ledger.ops.values())
-        check_outcomes(ops, self.ledger.ends, sender_ok, self.ledger.violation)
+        check_outcomes(ops, self.ledger.ends, sender_ok, self.ledger.violation, self.behind)
 
 
 async def _journal_keys(target: str, prefix: str) -> list[tuple[str, int]]:
