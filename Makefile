@@ -45,11 +45,14 @@ sim: install
 	$(BIN)/python -m tests.sim --seeds $(SEEDS) --store $(STORE) $(if $(SEED),--seed $(SEED))
 	FUSEE_MACHINE_CASES=$(MACHINE_CASES) $(BIN)/pytest -q -o timeout=0 tests/test_machine_model.py
 
-# Not in CI: SIGKILLs of real worker processes on SQLite (or TORTURE_STORE, a
-# postgresql:// URL), for MINUTES minutes; appends its figures to bench/RESULTS.md.
+# Not in CI: SIGKILLs of real worker processes on SQLite (or TORTURE_STORE: a
+# postgresql:// URL, or "postgres" for a throwaway server; TORTURE_WORKERS=N
+# workers at once on it), for MINUTES minutes; appends its figures to bench/RESULTS.md.
 MINUTES ?= 10
 torture: install
-	$(BIN)/python -m tests.sim.torture --minutes $(MINUTES) $(if $(TORTURE_STORE),--store $(TORTURE_STORE))
+	$(BIN)/python -m tests.sim.torture --minutes $(MINUTES) \
+		$(if $(filter postgres,$(TORTURE_STORE)),--postgres,$(if $(TORTURE_STORE),--store $(TORTURE_STORE))) \
+		$(if $(TORTURE_WORKERS),--workers $(TORTURE_WORKERS))
 
 bench: install
 	$(BIN)/python bench/run.py

@@ -223,7 +223,8 @@ class Committer:
     def on_durable(self, lsn: int, callback: Callable[[], object]) -> None:
         """Calls ``callback`` once the log is durable through ``lsn`` (at once if it is)."""
         if lsn <= self.durable_lsn:
-            callback()
+            if not (self._lost and lsn in self._lost):  # never durable: refused with its lease
+                callback()
         else:
             heapq.heappush(self._callbacks, (lsn, next(self._order), callback))
 

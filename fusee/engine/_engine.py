@@ -47,7 +47,14 @@ from fusee.engine._streams import Streams
 from fusee.engine._telemetry import Telemetry
 from fusee.engine._timers import Timers
 from fusee.engine._watchdog import Watchdog
-from fusee.errors import AlreadyExists, DeterminismError, FuseeError, StoreError, UnknownWorkflow
+from fusee.errors import (
+    AlreadyExists,
+    DeterminismError,
+    FuseeError,
+    StaleLease,
+    StoreError,
+    UnknownWorkflow,
+)
 from fusee.machine import ChildCompleted
 from fusee.record import (
     DETACHED,
@@ -617,17 +624,24 @@ class Engine:
                 debounce=debounce,
             )
             return Run(self, id)
-        if not self.owns(id):
-            fields: dict[str, Any] = {
-                "workflow": wf.name,
-                "input": data,
-                "id_policy": id_policy.value,
-            }
-            trace = self.telemetry.caller_trace()
-            if trace is not None:
-                fields["trace"] = trace
-            await self.remote._call("start", id, fields)
-            return Run(self, id)
+        if self.owns(id):
+            try:
+                return await self._start_here(wf, id, data, id_policy)
+            except StaleLease:
+                # Its shard moved to another worker meanwhile (nothing of the
+                # start was written): its new owner starts it.
+                if self.owns(id):
+                    raise
+        fields: dict[str, Any] = {"workflow": wf.name, "input": data, "id_policy": id_policy.value}
+        trace = self.telemetry.caller_trace()
+        if trace is not None:
+            fields["trace"] = trace
+        await self.remote._call("start", id, fields)
+        return Run(self, id)
+
+    async def _start_here(
+        self, wf: WorkflowDef[Any, Any], id: str, data: bytes, id_policy: IdPolicy
+    ) -> Run[Any]:
         starting = self._starting.get(id)
         if starting is not None:
             if id_policy is IdPolicy.ATTACH:

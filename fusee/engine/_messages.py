@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fusee import _codec
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
@@ -26,6 +27,7 @@ from fusee.errors import (
     FuseeError,
     NotFound,
     RunFinished,
+    StaleLease,
     UnknownQueue,
     UpdateFailed,
     UpdateRejected,
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["Messages"]
 
 log = logging.getLogger("fusee")
+
+T = TypeVar("T")
 
 _OK = Status.OK
 _FAILED = Status.FAILED
@@ -88,7 +92,88 @@ class Messages:
                     state.driver.complete(seq, SignalMatched(ordinal, sig.payload))
                     break
 
+    # --- routing: a run of a shard another worker holds is reached there ----------------------
+
+    async def _routed(
+        self, id: str, here: Callable[[], Awaitable[T]], there: Callable[[], Awaitable[T]]
+    ) -> T:
+        """``here()`` if this engine serves run ``id``, else (or once it moved) ``there()``."""
+        engine = self._engine
+        engine.check_open()
+        if engine.owns(id):
+            try:
+                return await here()
+            except StaleLease:
+                # Its shard moved to another worker meanwhile, and nothing of
+                # this was written: its new owner applies it.
+                if engine.owns(id):
+                    raise
+        return await there()
+
     async def signal(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> None:
+        """Records signal ``name`` for run ``id``; returns once it is durable.
+
+        Raises:
+            fusee.RunFinished: The run has ended (or its end is being recorded).
+        """
+        await self._routed(
+            id,
+            lambda: self._signal_here(id, name, payload, dedup, by),
+            lambda: self._engine.remote._signal(id, name, payload, dedup, by),
+        )
+
+    async def query(self, id: str, name: str, arg: bytes) -> Any:
+        """Asks run ``id``'s query handler (a finished run is replayed to ask it)."""
+        return await self._routed(
+            id,
+            lambda: self._query_here(id, name, arg),
+            lambda: self._engine.remote._query(id, name, arg),
+        )
+
+    async def update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
+        """Offers update ``name`` to run ``id``; returns the handler's result once durable.
+
+        An update with an ``update_id`` is applied at most once: a repeat
+        returns (or raises) what the first did.
+
+        Raises:
+            fusee.UpdateRejected: The validator refused it (nothing recorded).
+            fusee.UpdateFailed: The handler raised.
+            fusee.RunFinished: The run has ended.
+        """
+        return await self._routed(
+            id,
+            lambda: self._update_here(id, name, update_id, payload),
+            lambda: self._engine.remote._update(id, name, update_id, payload),
+        )
+
+    async def cancel(self, id: str, reason: str) -> None:
+        """Cancels run ``id``; returns once the request is durable."""
+        await self._routed(
+            id,
+            lambda: self._cancel_here(id, reason),
+            lambda: self._engine.remote._cancel(id, reason),
+        )
+
+    async def resume(self, id: str) -> None:
+        """Gives run ``id``'s paused steps a fresh retry budget."""
+        await self._routed(
+            id, lambda: self._resume_here(id), lambda: self._engine.remote._resume(id)
+        )
+
+    async def complete(self, token: str, value: Any = None) -> None:
+        """Resolves the ``ctx.await_completion`` that handed out ``token``."""
+        id = token.rsplit("/", 3)[0] if isinstance(token, str) else ""
+        data = _codec.encode(value, name="the completion's value")
+        await self._routed(
+            id,
+            lambda: self._complete_here(token, value),
+            lambda: self._engine.remote._complete(token, data),
+        )
+
+    async def _signal_here(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> None:
         """Records signal ``name`` for run ``id``; returns once it is durable.
@@ -98,9 +183,6 @@ class Messages:
         """
         engine = self._engine
         engine.check_open()
-        if not engine.owns(id):
-            await engine.remote._signal(id, name, payload, dedup, by)
-            return
         try:
             state = await self._target(id)
         except RunQueued:
@@ -302,12 +384,10 @@ class Messages:
 
     # --- queries and updates -----------------------------------------------------------------
 
-    async def query(self, id: str, name: str, arg: bytes) -> Any:
+    async def _query_here(self, id: str, name: str, arg: bytes) -> Any:
         """Asks run ``id``'s query handler (a finished run is replayed to ask it)."""
         engine = self._engine
         engine.check_open()
-        if not engine.owns(id):
-            return await engine.remote._query(id, name, arg)
         state = await engine.runs.wake(id)
         if state is not None and state.driver.end is None:
             return _codec.decode(state.driver.query(name, arg))
@@ -322,7 +402,7 @@ class Messages:
         finally:
             replay.close()
 
-    async def update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
+    async def _update_here(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
         """Offers update ``name`` to run ``id``; returns the handler's result once durable.
 
         An update with an ``update_id`` is applied at most once: a repeat
@@ -335,8 +415,6 @@ class Messages:
         """
         engine = self._engine
         engine.check_open()
-        if not engine.owns(id):
-            return await engine.remote._update(id, name, update_id, payload)
         state = await self._target(id)
         if state is None or state.driver.end is not None:
             if update_id is not None:
@@ -410,13 +488,10 @@ class Messages:
 
     # --- cancel, resume, complete ------------------------------------------------------------
 
-    async def cancel(self, id: str, reason: str) -> None:
+    async def _cancel_here(self, id: str, reason: str) -> None:
         """Cancels run ``id``; returns once the request is durable."""
         engine = self._engine
         engine.check_open()
-        if not engine.owns(id):
-            await engine.remote._cancel(id, reason)
-            return
         try:
             state = await self._target(id)
         except RunQueued:
@@ -432,13 +507,10 @@ class Messages:
         state.driver.request_cancel(_codec.encode(reason))
         await engine.committer.durable(state.driver.machine.gate)
 
-    async def resume(self, id: str) -> None:
+    async def _resume_here(self, id: str) -> None:
         """Gives run ``id``'s paused steps a fresh retry budget."""
         engine = self._engine
         engine.check_open()
-        if not engine.owns(id):
-            await engine.remote._resume(id)
-            return
         state = await engine.runs.wake(id)
         if state is None:
             return
@@ -448,7 +520,7 @@ class Messages:
         engine.host.turned(state.driver)
         await engine.committer.durable(state.driver.machine.gate)
 
-    async def complete(self, token: str, value: Any = None) -> None:
+    async def _complete_here(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``."""
         engine = self._engine
         engine.check_open()
@@ -457,10 +529,6 @@ class Messages:
             run_n, seq_n, attempt_n = int(run), int(seq), int(attempt)
         except (AttributeError, ValueError):
             raise ValueError(f"{token!r} is not an await_completion token") from None
-        if not engine.owns(id):
-            data = _codec.encode(value, name="the completion's value")
-            await engine.remote._complete(token, data)
-            return
         state = await engine.runs.wake(id)
         if state is None or state.run != run_n:
             return

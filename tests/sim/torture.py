@@ -16,7 +16,11 @@ step attempt to a file, outside the store).
 It stops by itself after ``--minutes``, prints its figures as JSON lines
 (kills, runs, faults, violations) and appends them to bench/RESULTS.md
 under "Torture" (``--no-record`` to skip). ``--store postgresql://...``
-runs it on Postgres instead (one lane: the run ids are prefixed per epoch).
+runs it on Postgres instead (one lane: the run ids are prefixed per epoch),
+and ``--postgres`` on a throwaway server of its own (tests/_postgres.py);
+``--workers N`` (Postgres) runs N worker processes at once in each epoch,
+sharing the shards by lease: each kill takes one of them, a new one joins,
+and commands go to any of them (the engine routes them to the run's owner).
 
 The rule: a checker only counts what a worker printed, and a worker prints
 only what is durable, so any violation is the engine's, not the harness's.
@@ -160,6 +164,7 @@ class Epoch:
         self.behind: dict[str, set[int]] = {}
         self.kills = 0
         self.faults: dict[str, int] = {}
+        self.checks = 0
 
     async def spawn(self, life: int, log: Path) -> Life:
         self.ledger.ready.clear()
@@ -186,9 +191,10 @@ class Epoch:
     def _fault(self, name: str) -> None:
         self.faults[name] = self.faults.get(name, 0) + 1
 
-    def act(self, w: Life) -> None:
-        """Sends one seed-chosen command (or resends one not acknowledged)."""
+    def act(self, lives: list[Life]) -> None:
+        """Sends one seed-chosen command (or resends one not acknowledged) to one of ``lives``."""
         rng = self.rng
+        w = rng.choice(lives)
         move = rng.choices(
             ["start", "signal", "update", "cancel", "stop", "resend"], [3, 4, 2, 1, 0.3, 2]
         )[0]
@@ -218,10 +224,10 @@ class Epoch:
         if op is not None:
             w.send(self.ledger.add(op))
 
-    async def feed(self, w: Life, seconds: float) -> None:
+    async def feed(self, lives: list[Life], seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            self.act(w)
+            self.act(lives)
             await asyncio.sleep(self.rng.uniform(0.002, 0.02))
 
     async def resend_all(self, w: Life, bound_s: float = 10) -> None:
@@ -322,34 +328,51 @@ class Epoch:
             await store.close()
         return durable
 
+    async def checked(self) -> None:
+        """Runs the store checkers, then marks the step log: a step logged after the mark
+        whose result the check found durable ran again."""
+        self.durable_at_kill.append(await self.check())
+        with self.steps.open("a") as log:
+            log.write(f"# check {self.checks}\n")
+        self.checks += 1
+
     def check_steps(self) -> None:
         if not self.steps.exists():
             return
+        done: list[set[tuple[str, int, int]]] = []
         for line in self.steps.read_text().splitlines():
+            if line.startswith("# check "):
+                done.append(self.durable_at_kill[int(line.split()[2])])
+                continue
             life_text, key = line.split(" ", 1)
             id, run, seq = key.rsplit("/", 2)
-            life = int(life_text)
             step = (id, int(run), int(seq))
-            for kill, durable in enumerate(self.durable_at_kill):
-                if life > kill and step in durable:
+            for n, durable in enumerate(done):
+                if step in durable:
                     self.ledger.violation(
                         "step_ran_again",
-                        f"step {key} ran in life {life}, after kill {kill} found it durable",
+                        f"step {key} ran in life {life_text}, after check {n} found it durable",
                     )
                     break
 
-    async def run(self, kills: int, deadline: float, log: Path) -> None:
+    async def run(self, kills: int, deadline: float, log: Path, workers: int = 1) -> None:
         rng = self.rng
         life = 0
-        while life < kills and time.monotonic() < deadline:
-            w = await self.spawn(life, log)
-            await self.feed(w, rng.uniform(0.03, 0.35))
+        lives: list[Life] = []
+        while self.kills < kills and time.monotonic() < deadline:
+            while len(lives) < workers:
+                lives.append(await self.spawn(life, log))
+                life += 1
+            await self.feed(lives, rng.uniform(0.03, 0.35) * workers)
+            w = lives.pop(rng.randrange(len(lives)))
             await w.kill()
             self.kills += 1
+            await self.checked()
+        # Faults stop: the workers left (and new ones) must end every run.
+        while len(lives) < workers:
+            lives.append(await self.spawn(life, log))
             life += 1
-            self.durable_at_kill.append(await self.check())
-        # Faults stop: a last process must end every run.
-        w = await self.spawn(life, log)
+        w = lives[0]
         await self.resend_all(w)
         starts = [o for o in self.ledger.ops.values() if o.kind == "start" and o.acked]
         others = [o.id for o in starts if o.key != "sim_inbox"]
@@ -364,15 +387,16 @@ class Epoch:
                     )
         await self.resend_all(w)
         await self.wait_ends([o.id for o in starts], 20)
-        code = await w.finish()
-        if code != 0:
-            self.ledger.violation("harness", f"the last worker exited with {code}; see {log}")
+        for w in lives:
+            code = await w.finish()
+            if code != 0:
+                self.ledger.violation("harness", f"a last worker exited with {code}; see {log}")
         for op in starts:
             if op.id not in self.ledger.ends:
                 self.ledger.violation(
                     "never_finished", f"run {op.id} did not end once kills stopped"
                 )
-        self.durable_at_kill.append(await self.check())
+        await self.checked()
         self.check_steps()
 
         def sender_ok(id: str) -> bool:
@@ -406,7 +430,13 @@ async def _journal_keys(target: str, prefix: str) -> list[tuple[str, int]]:
 
 
 async def torture(
-    minutes: float, lanes: int, kills_per_epoch: int, store: str | None, seed: int, tmp: Path
+    minutes: float,
+    lanes: int,
+    kills_per_epoch: int,
+    store: str | None,
+    seed: int,
+    tmp: Path,
+    workers: int = 1,
 ) -> dict[str, Any]:
     deadline = time.monotonic() + minutes * 60
     # An epoch's last process needs up to a minute to end its runs.
@@ -422,7 +452,7 @@ async def torture(
             prefix = f"l{n}e{e}-" if store else ""
             target = store or str(tmp / f"lane{n}-epoch{e}")
             epoch = Epoch(target, tmp / f"lane{n}-epoch{e}.steps", rng, prefix)
-            await epoch.run(kills_per_epoch, deadline - margin, tmp / f"lane{n}.log")
+            await epoch.run(kills_per_epoch, deadline - margin, tmp / f"lane{n}.log", workers)
             totals["kills"] += epoch.kills
             totals["epochs"] += 1
             ops = epoch.ledger.ops.values()
@@ -493,15 +523,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lanes", type=int, default=4, help="epochs run side by side (SQLite)")
     parser.add_argument("--kills-per-epoch", type=int, default=40)
     parser.add_argument("--store", help="a postgresql:// URL (default: fresh SQLite directories)")
+    parser.add_argument(
+        "--postgres", action="store_true", help="on a throwaway Postgres server of its own"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes at once per epoch (Postgres)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--no-record", action="store_true", help="do not append to bench/RESULTS.md"
     )
     args = parser.parse_args(argv)
-    lanes = 1 if args.store else args.lanes
-    with tempfile.TemporaryDirectory(prefix="fusee-torture-") as tmp:
+    if args.workers > 1 and not (args.store or args.postgres):
+        parser.error("--workers needs Postgres (--store URL or --postgres): SQLite has one writer")
+    with contextlib.ExitStack() as stack:
+        if args.postgres:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from _postgres import Cluster
+
+            args.store = stack.enter_context(Cluster()).dsn
+        lanes = 1 if args.store else args.lanes
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="fusee-torture-"))
         figures = asyncio.run(
-            torture(args.minutes, lanes, args.kills_per_epoch, args.store, args.seed, Path(tmp))
+            torture(
+                args.minutes,
+                lanes,
+                args.kills_per_epoch,
+                args.store,
+                args.seed,
+                Path(tmp),
+                args.workers,
+            )
         )
     violations = figures.pop("violations")
     summary = {
@@ -513,14 +565,21 @@ def main(argv: list[str] | None = None) -> int:
         "violations": len(violations),
         "violations_by_checker": _by_checker(violations),
         "store": "postgres" if args.store else "sqlite",
+        "workers": args.workers,
     }
     for key, value in summary.items():
         print(json.dumps({key: value}))
     for v in violations:
         print(json.dumps({"violation": v}))
     if not args.no_record:
-        command = f"make torture MINUTES={args.minutes:g}" + (
-            " TORTURE_STORE=..." if args.store else ""
+        command = (
+            f"make torture MINUTES={args.minutes:g}"
+            + (
+                (" TORTURE_STORE=postgres" if args.postgres else " TORTURE_STORE=...")
+                if args.store
+                else ""
+            )
+            + (f" TORTURE_WORKERS={args.workers}" if args.workers > 1 else "")
         )
         _record(summary, command)
     return 1 if violations else 0

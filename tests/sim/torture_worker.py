@@ -115,8 +115,15 @@ async def main(target: str, step_log: str, life: int) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    # On Postgres, a short lease: a killed worker's runs move to the others
+    # within seconds. Each life is a worker of its own name.
     engine = await fusee.Engine.open(
-        target, workflows=workload.WORKFLOWS, durability="fsync", park_after="100ms"
+        target,
+        workflows=workload.WORKFLOWS,
+        durability="fsync",
+        park_after="100ms",
+        lease=os.environ.get("FUSEE_TORTURE_LEASE", "2s"),
+        worker=f"life-{life}",
     )
     worker = Worker(engine)
     async for info in engine.list():
