@@ -257,7 +257,9 @@ def test_a_signal_sent_from_the_run_page_reaches_the_run(page: Page, tmp_path: P
         expect(page.locator("#signal-message")).to_contain_text("the payload is not JSON")
         # `go` takes a bool: the worker refuses a text, and the page says why.
         page.fill("#signal-payload", '"yes"')
-        page.click("#signal-submit")
+        with page.expect_response(lambda r: r.url.endswith("/order-2/signal")) as refused:
+            page.click("#signal-submit")
+        assert refused.value.status == 422
         expect(page.locator("#signal-message")).to_contain_text("does not fit the signal's type")
         expect(page.locator("#signals")).to_have_count(0)
         page.fill("#signal-payload", "true")

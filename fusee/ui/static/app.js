@@ -647,7 +647,7 @@ async function schedulesPage(main, info) {
   const tbody = el("tbody");
   const message = el("p", { class: "form-message", id: "schedule-message", role: "status" });
   const count = el("p", { class: "muted", id: "schedules-count" });
-  const heads = ["name", "workflow", "ticks", "state", "last tick", "next tick", "last run", ...(can ? [""] : [])];
+  const heads = ["name", "workflow", "ticks", "state", ...(can ? [""] : []), "last tick", "next tick", "last run"];
   main.replaceChildren(el("h1", { text: "Schedules" }),
     el("p", { class: "muted small", text: "The store's schedules (see the Schedule a worker opens with). It reloads every 2 s." }),
     message,
@@ -683,8 +683,8 @@ async function schedulesPage(main, info) {
         " ", el("button", { type: "button", class: "trigger", onclick: () => act(s.name, "trigger"), text: "Trigger now" })) : (can ? el("td") : null);
       return el("tr", { "data-name": s.name },
         el("td", {}, el("strong", { text: s.name })), el("td", { text: s.workflow }), el("td", { class: "spec", text: s.spec }),
-        el("td", {}, badge(state)), el("td", { text: fmtTime(s.last_tick_ms) }), el("td", { text: fmtTime(s.next_ms) }),
-        el("td", {}, s.last_run ? runLink(s.last_run) : ""), buttons);
+        el("td", {}, badge(state)), buttons, el("td", { text: fmtTime(s.last_tick_ms) }), el("td", { text: fmtTime(s.next_ms) }),
+        el("td", { class: "last-run" }, s.last_run ? runLink(s.last_run) : ""));
     }));
     count.textContent = rows.length ? `${rows.length} schedule${rows.length === 1 ? "" : "s"}` : "this store has no schedules";
   };
