@@ -2,8 +2,9 @@
 
 The page lists a store's runs (filtered, newest first, paged in the store)
 and shows a run's journal as a waterfall timeline, both updated live through
-Server-Sent Events. It needs the ``ui`` extra (``pip install 'fusee[ui]'``:
-Starlette and uvicorn); its HTML, JavaScript and CSS ship in the package.
+Server-Sent Events, with its queues and schedules on pages of their own. It
+needs the ``ui`` extra (``pip install 'fusee[ui]'``: Starlette and uvicorn);
+its HTML, JavaScript and CSS ship in the package.
 
 The rule: the app reads its store read-only, as the ``fusee`` command does,
 and binds 127.0.0.1 unless it is given a token that every request must carry.
@@ -44,8 +45,9 @@ def create_app(
             sets); without one the app answers only to loopback host names.
         readonly_store: Makes the store from ``target``, not opened yet
             (default: `fusee.store.open_store` with ``readonly=True``).
-        actions: What the page may do to runs (signal, cancel, resume); with
-            None the app only reads.
+        actions: What the page may do to runs (signal, cancel, resume, fork)
+            and schedules (pause, resume, trigger); with None the app only
+            reads.
 
     Returns:
         A Starlette app (any ASGI server runs it; `serve` runs uvicorn).

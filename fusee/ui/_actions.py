@@ -56,6 +56,18 @@ class ClientActions:
         client = await self._connected()
         await client.get(id).fork(new_id, at=at, input=input)
 
+    async def schedule(self, name: str, action: str) -> str | None:
+        client = await self._connected()
+        if action == "pause":
+            await client.schedules.pause(name)
+        elif action == "resume":
+            await client.schedules.resume(name)
+        elif action == "trigger":
+            return (await client.schedules.trigger(name)).id
+        else:
+            raise ValueError(f"a schedule takes pause, resume or trigger, not {action!r}")
+        return None
+
     async def close(self) -> None:
         """Closes the client (the server stops)."""
         if self._client is not None:

@@ -43,8 +43,8 @@ from fusee._queue import stats_json
 from fusee.engine._queues import queue_stats
 from fusee.engine._run import KEEP_INPUT
 from fusee.errors import FuseeError, NotFound, PayloadError
-from fusee.store import RUN_STATUSES, RunRow, Store, open_store
-from fusee.ui._timeline import Timeline, row_json
+from fusee.store import RUN_STATUSES, RunRow, ScheduleRow, Store, open_store
+from fusee.ui._timeline import Timeline, iso, row_json
 
 __all__ = ["Actions", "build_app", "open_readonly"]
 
@@ -56,6 +56,9 @@ KEEPALIVE_S: Final = 15.0
 MAX_LIMIT: Final = 500
 DEFAULT_LIMIT: Final = 50
 MAX_WATCHED_IDS: Final = 500
+ACTIONS: Final = ("signal", "cancel", "resume", "fork", "schedule")
+"""What an app with `Actions` may do (``GET /api/info``'s ``actions``)."""
+SCHEDULE_VERBS: Final = ("pause", "resume", "trigger")
 # A run's tree of children is read this deep and this wide, at most.
 TREE_DEPTH: Final = 3
 TREE_NODES: Final = 100
@@ -92,6 +95,14 @@ class Actions(Protocol):
         ``input`` is JSON data, or `KEEP_INPUT` (fusee/engine/_run.py) for the old run's.
         A bad position raises ValueError (answered 400); a taken ``new_id``
         `fusee.AlreadyExists` (409).
+        """
+        ...
+
+    async def schedule(self, name: str, action: str) -> str | None:
+        """Pauses, resumes or triggers (``action``) schedule ``name``.
+
+        Returns the id of the run a trigger started (None for the others).
+        An unknown schedule raises `fusee.NotFound` (answered 404).
         """
         ...
 
@@ -436,7 +447,7 @@ async def _info(request: Request) -> Response:
         {
             "version": __version__,
             "target": request.app.state.target,
-            "actions": ["signal", "cancel", "resume", "fork"] if actions is not None else [],
+            "actions": ACTIONS if actions is not None else [],
             "statuses": sorted(RUN_STATUSES),
         }
     )
@@ -449,6 +460,57 @@ async def _list_runs(request: Request) -> Response:
 async def _queues(request: Request) -> Response:
     items = await _store(request).queue_items()
     return JSONResponse(stats_json(queue_stats(items)))
+
+
+def schedule_json(row: ScheduleRow) -> dict[str, Any]:
+    """A schedule's row as the API serves it, with its times in ms and ISO 8601.
+
+    Example:
+        >>> schedule_json(ScheduleRow("nightly", "report", "every 60000ms"))["next_at"] is None
+        True
+    """
+    return {
+        "name": row.name,
+        "workflow": row.workflow,
+        "spec": row.spec,
+        "paused": row.paused,
+        "removed": row.removed,
+        "last_run": row.last_run or None,
+        # 0 stands for "none yet" in the row.
+        "last_tick_at": iso(row.last_tick_ms or None),
+        "next_at": iso(row.next_ms or None),
+        "buffered_at": iso(row.buffered_ms or None),
+        "last_tick_ms": row.last_tick_ms or None,
+        "next_ms": row.next_ms or None,
+        "buffered_ms": row.buffered_ms or None,
+    }
+
+
+async def _schedules(request: Request) -> Response:
+    rows = await _store(request).schedules()
+    return JSONResponse([schedule_json(r) for r in rows])
+
+
+async def _schedule_act(request: Request) -> Response:
+    actions: Actions = request.app.state.actions
+    name = request.path_params["name"]
+    verb = request.path_params["verb"]
+    if verb not in SCHEDULE_VERBS:
+        return _error(404, f"no schedule action {verb!r}; there are pause, resume and trigger")
+    # No arguments, but JSON all the same: a foreign page's form cannot post it.
+    await _body(request)
+    try:
+        run_id = await actions.schedule(name, verb)
+    except ValueError as e:
+        return _error(400, str(e))
+    except NotFound as e:
+        return _error(404, str(e))
+    except FuseeError as e:
+        return _error(409, str(e))
+    answer: dict[str, Any] = {"ok": True, "schedule": name, "action": verb}
+    if run_id is not None:
+        answer["run_id"] = run_id
+    return JSONResponse(answer)
 
 
 async def _get_run(request: Request) -> Response:
@@ -670,6 +732,8 @@ def build_app(
     routes = [
         Route("/", _index),
         Route("/runs/{id:path}", _index),
+        Route("/queues", _index),
+        Route("/schedules", _index),
         Route("/api/info", _info),
         Route("/api/runs", _handles_bad_requests(_list_runs)),
         Route("/api/runs/events", _handles_bad_requests(_runs_events)),
@@ -679,7 +743,7 @@ def build_app(
     ]
     if actions is not None:
         routes.insert(
-            6,
+            8,
             Route(
                 "/api/runs/{id:path}/{verb:str}",
                 _handles_bad_requests(_act),
@@ -687,6 +751,15 @@ def build_app(
             ),
         )
     routes.append(Route("/api/queues", _handles_bad_requests(_queues)))
+    routes.append(Route("/api/schedules", _handles_bad_requests(_schedules)))
+    if actions is not None:
+        routes.append(
+            Route(
+                "/api/schedules/{name}/{verb:str}",
+                _handles_bad_requests(_schedule_act),
+                methods=["POST"],
+            )
+        )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_Guard, token=token)])
     app.state.target = target
     app.state.actions = actions

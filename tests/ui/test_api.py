@@ -16,7 +16,7 @@ from fusee.engine._run import KEEP_INPUT
 from fusee.ui import create_app, serve
 
 from .conftest import served
-from .workflows import GREETED, add_greets, make_store, release, start_waiting
+from .workflows import GREETED, add_greets, add_schedules, make_store, release, start_waiting
 
 ALL_IDS = {*GREETED, "order-1", "ship-o1", "flaky-1", "boom-1"}
 
@@ -369,12 +369,24 @@ class Recorder:
             raise fusee.AlreadyExists("run 'taken' exists")
         self.calls.append(("fork", id, new_id, at, input))
 
+    async def schedule(self, name: str, action: str) -> str | None:
+        if name == "nobody":
+            raise fusee.NotFound(f"no schedule {name!r}")
+        self.calls.append(("schedule", name, action))
+        return f"{name}/now" if action == "trigger" else None
+
 
 def test_actions_reach_the_actions_object(data: Path) -> None:
     actions = Recorder()
     app = create_app(str(data), actions=actions)
     with TestClient(app, base_url="http://127.0.0.1") as c:
-        assert c.get("/api/info").json()["actions"] == ["signal", "cancel", "resume", "fork"]
+        assert c.get("/api/info").json()["actions"] == [
+            "signal",
+            "cancel",
+            "resume",
+            "fork",
+            "schedule",
+        ]
         ok = c.post("/api/runs/order-1/signal", json={"name": "go", "payload": True})
         assert ok.json() == {"ok": True, "id": "order-1", "action": "signal"}
         assert c.post("/api/runs/order-1/cancel", json={}).status_code == 200
@@ -406,6 +418,81 @@ def test_actions_reach_the_actions_object(data: Path) -> None:
 def test_without_actions_nothing_is_posted(client: TestClient) -> None:
     r = client.post("/api/runs/order-1/cancel", json={})
     assert r.status_code in (404, 405)
+    r = client.post("/api/schedules/nightly-greet/pause", json={})
+    assert r.status_code in (404, 405)
+
+
+# --- schedules -----------------------------------------------------------------------------------
+
+
+def test_the_schedules_route_gives_the_stores_schedule_rows(tmp_path: Path) -> None:
+    data = make_store(tmp_path)
+    add_schedules(data)
+    with TestClient(create_app(str(data)), base_url="http://127.0.0.1") as c:
+        r = c.get("/api/schedules")
+    assert r.status_code == 200, r.text
+    rows = r.json()
+    assert [s["name"] for s in rows] == ["hourly-greet", "nightly-greet"]
+    nightly = rows[1]
+    assert nightly["workflow"] == "greet"
+    assert nightly["spec"].startswith("cron 0 2 * * * Europe/Paris")
+    assert (nightly["paused"], nightly["removed"], nightly["last_run"]) == (False, False, None)
+    # Its times, each twice (ms and ISO 8601), or null for "none yet".
+    for field in ("last_tick", "next", "buffered"):
+        ms, at = nightly[f"{field}_ms"], nightly[f"{field}_at"]
+        assert (ms is None) == (at is None)
+
+
+def test_an_empty_store_has_no_schedules(client: TestClient) -> None:
+    assert client.get("/api/schedules").json() == []
+
+
+def test_schedule_actions_reach_the_actions_object(data: Path) -> None:
+    actions = Recorder()
+    with TestClient(create_app(str(data), actions=actions), base_url="http://127.0.0.1") as c:
+        assert c.post("/api/schedules/nightly/pause", json={}).json() == {
+            "ok": True,
+            "schedule": "nightly",
+            "action": "pause",
+        }
+        assert c.post("/api/schedules/nightly/resume", json={}).status_code == 200
+        trigger = c.post("/api/schedules/nightly/trigger", json={})
+        assert trigger.json()["run_id"] == "nightly/now"
+        assert c.post("/api/schedules/nobody/pause", json={}).status_code == 404
+        assert c.post("/api/schedules/nightly/explode", json={}).status_code == 404
+        assert c.post("/api/schedules/nightly/pause", data={"x": "1"}).status_code == 400
+        assert c.get("/api/schedules/nightly/pause").status_code == 405
+    assert actions.calls == [
+        ("schedule", "nightly", "pause"),
+        ("schedule", "nightly", "resume"),
+        ("schedule", "nightly", "trigger"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        pytest.param("GET", "/queues", id="queues-page"),
+        pytest.param("GET", "/schedules", id="schedules-page"),
+        pytest.param("GET", "/api/queues", id="queues"),
+        pytest.param("GET", "/api/schedules", id="schedules"),
+        pytest.param("POST", "/api/schedules/nightly/trigger", id="schedule-action"),
+        pytest.param("POST", "/api/runs/order-1/signal", id="signal"),
+        pytest.param("POST", "/api/runs/order-1/cancel", id="cancel"),
+        pytest.param("POST", "/api/runs/flaky-1/resume", id="resume"),
+    ],
+)
+def test_with_a_token_the_views_and_actions_need_it(data: Path, method: str, path: str) -> None:
+    actions = Recorder()
+    app = create_app(str(data), token="s3cret", actions=actions)
+    body = {"name": "go", "payload": True}
+    with TestClient(app, base_url="http://ops.example:8700", follow_redirects=False) as c:
+        denied = c.request(method, path, json=body)
+        assert denied.status_code == 401, denied.text
+        assert actions.calls == []
+        ok = c.request(method, path, json=body, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200, ok.text
+    assert len(actions.calls) == (1 if method == "POST" else 0)
 
 
 # --- event streams -------------------------------------------------------------------------------

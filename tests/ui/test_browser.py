@@ -17,11 +17,24 @@ import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
 import fusee
+from fusee.cli._inbox import signal_checker
 from fusee.ui import create_app
 from fusee.ui._actions import ClientActions
 
 from .conftest import launch, served
-from .workflows import GREETED, WORKFLOWS, add_greets, make_store, release, start_waiting
+from .workflows import (
+    FLAKY_OK,
+    GREETED,
+    SCHEDULES,
+    WORKFLOWS,
+    add_greets,
+    add_schedules,
+    enqueue_mails,
+    go,
+    make_store,
+    release,
+    start_waiting,
+)
 
 VIEWPORT: ViewportSize = {"width": 1280, "height": 800}
 
@@ -156,8 +169,12 @@ def test_pages_update_live(browser: Browser, page: Page, tmp_path: Path) -> None
 
 
 @contextlib.contextmanager
-def engine_serving(data: Path) -> Iterator[None]:
-    """An engine serving ``data`` in a thread of its own (it applies the page's commands)."""
+def engine_serving(data: Path, *, schedules: bool = False) -> Iterator[None]:
+    """An engine serving ``data`` in a thread of its own (it applies the page's commands).
+
+    It checks signals as ``fusee worker`` does: a payload against the type of
+    the signal `go`.
+    """
     ready = threading.Event()
     stopping: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
     errors: list[BaseException] = []
@@ -165,7 +182,13 @@ def engine_serving(data: Path) -> Iterator[None]:
     async def serve() -> None:
         stop = asyncio.Event()
         stopping.append((asyncio.get_running_loop(), stop))
-        async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none"):
+        async with await fusee.Engine.open(
+            data,
+            workflows=WORKFLOWS,
+            durability="none",
+            schedules=SCHEDULES if schedules else (),
+        ) as engine:
+            engine.inbox.check_signal = signal_checker({go.name: go})
             ready.set()
             await stop.wait()
 
@@ -207,3 +230,126 @@ def test_a_fork_from_the_run_page_opens_the_new_run(page: Page, tmp_path: Path) 
         expect(page.locator("h1 .run-id")).to_have_text("g-03-again")
         assert page.url.endswith("/runs/g-03-again")
         expect(page.locator("#outcome")).to_contain_text("hello zoe")
+
+
+@contextlib.contextmanager
+def acting(data: Path, *, schedules: bool = False) -> Iterator[str]:
+    """``data`` served by an engine and by the app, acting through a Client; the app's URL."""
+    with (
+        engine_serving(data, schedules=schedules),
+        served(create_app(str(data), actions=ClientActions(str(data)))) as base,
+    ):
+        yield base
+
+
+def test_a_signal_sent_from_the_run_page_reaches_the_run(page: Page, tmp_path: Path) -> None:
+    data = make_store(tmp_path / "data")
+    start_waiting(data, "order-2")
+    with acting(data) as base:
+        page.goto(f"{base}/runs/order-2")
+        expect(page.locator('.op-row[data-seq="3"] .badge')).to_have_text("waiting")
+        # The run's wait names its signal: the form offers it.
+        expect(page.locator("#signal-names option")).to_have_count(1)
+        assert page.locator("#signal-names option").get_attribute("value") == "go"
+        page.fill("#signal-name", "go")
+        page.fill("#signal-payload", "{not json")
+        page.click("#signal-submit")
+        expect(page.locator("#signal-message")).to_contain_text("the payload is not JSON")
+        # `go` takes a bool: the worker refuses a text, and the page says why.
+        page.fill("#signal-payload", '"yes"')
+        with page.expect_response(lambda r: r.url.endswith("/order-2/signal")) as refused:
+            page.click("#signal-submit")
+        assert refused.value.status == 422
+        expect(page.locator("#signal-message")).to_contain_text("does not fit the signal's type")
+        expect(page.locator("#signals")).to_have_count(0)
+        page.fill("#signal-payload", "true")
+        page.click("#signal-submit")
+        expect(page.locator("#outcome")).to_contain_text("shipped FR-order-2")
+        expect(page.locator("#signals")).to_contain_text("go")
+        expect(page.locator("h1 .badge")).to_have_text("completed")
+        # An ended run has no cancel to offer.
+        expect(page.locator("#cancel")).to_be_hidden()
+        page.screenshot(path=str(tmp_path / "signalled.png"), full_page=True)
+    assert (tmp_path / "signalled.png").stat().st_size > 10_000
+
+
+def test_cancel_from_the_run_page_cancels_the_run(page: Page, tmp_path: Path) -> None:
+    data = make_store(tmp_path / "data")
+    start_waiting(data, "order-3")
+    with acting(data) as base:
+        page.goto(f"{base}/runs/order-3")
+        expect(page.locator("#cancel")).to_be_visible()
+        # Resume is for paused runs only.
+        expect(page.locator("#resume")).to_be_hidden()
+        page.fill("#cancel-reason", "out of stock")
+        page.click("#cancel-submit")
+        expect(page.locator("h1 .badge")).to_have_text("cancelled")
+        expect(page.locator("#outcome")).to_contain_text("cancelled")
+        expect(page.locator(".note-box")).to_contain_text("out of stock")
+        expect(page.locator("#cancel")).to_be_hidden()
+        page.screenshot(path=str(tmp_path / "cancelled.png"), full_page=True)
+    assert (tmp_path / "cancelled.png").stat().st_size > 10_000
+
+
+def test_resume_from_the_run_page_resumes_a_paused_run(page: Page, tmp_path: Path) -> None:
+    data = make_store(tmp_path / "data")
+    with acting(data) as base:
+        page.goto(f"{base}/runs/flaky-1")
+        expect(page.locator("h1 .badge")).to_have_text("paused")
+        expect(page.locator("#resume")).to_be_visible()
+        FLAKY_OK["ok"] = True
+        try:
+            page.click("#resume-submit")
+            expect(page.locator("#outcome")).to_contain_text("up")
+            expect(page.locator("h1 .badge")).to_have_text("completed")
+        finally:
+            FLAKY_OK["ok"] = False
+        expect(page.locator("#resume")).to_be_hidden()
+        page.screenshot(path=str(tmp_path / "resumed.png"), full_page=True)
+    assert (tmp_path / "resumed.png").stat().st_size > 10_000
+
+
+def test_the_queues_view_lists_each_queue_and_key(page: Page, tmp_path: Path) -> None:
+    data = make_store(tmp_path / "data")
+    enqueue_mails(data)
+    with served(create_app(str(data))) as base:
+        page.goto(f"{base}/")
+        page.click("#nav-queues")
+        assert page.url.endswith("/queues")
+        rows = page.locator("#queues tbody tr")
+        expect(rows).to_have_count(3)
+        queue = page.locator('tr.queue-row[data-queue="emails"]')
+        expect(queue.locator(".queued")).to_have_text("2")
+        expect(queue.locator(".running")).to_have_text("1")
+        expect(page.locator('tr[data-key="cust-7"] .queued')).to_have_text("1")
+        expect(page.locator('tr[data-key="cust-7"] .running')).to_have_text("1")
+        expect(page.locator('tr[data-key="cust-9"] .queued')).to_have_text("1")
+        expect(page.locator("#nav-queues")).to_have_class("here")
+        page.screenshot(path=str(tmp_path / "queues.png"))
+    assert (tmp_path / "queues.png").stat().st_size > 10_000
+
+
+def test_the_schedules_view_lists_pauses_and_triggers_schedules(page: Page, tmp_path: Path) -> None:
+    data = make_store(tmp_path / "data")
+    add_schedules(data)
+    with acting(data, schedules=True) as base:
+        page.goto(f"{base}/")
+        page.click("#nav-schedules")
+        assert page.url.endswith("/schedules")
+        expect(page.locator("#schedules tbody tr")).to_have_count(2)
+        nightly = page.locator('tr[data-name="nightly-greet"]')
+        expect(nightly).to_contain_text("cron 0 2 * * * Europe/Paris")
+        expect(nightly.locator(".badge")).to_have_text("active")
+        nightly.locator("button.pause").click()
+        expect(nightly.locator(".badge")).to_have_text("paused")
+        nightly.locator("button.resume").click()
+        expect(nightly.locator(".badge")).to_have_text("active")
+        hourly = page.locator('tr[data-name="hourly-greet"]')
+        hourly.locator("button.trigger").click()
+        link = page.locator("#schedule-message a")
+        expect(link).to_contain_text("hourly-greet")
+        page.screenshot(path=str(tmp_path / "schedules.png"))
+        link.click()
+        expect(page.locator("h1 .run-id")).to_contain_text("hourly-greet")
+        expect(page.locator("#outcome")).to_contain_text("hello bo")
+    assert (tmp_path / "schedules.png").stat().st_size > 10_000

@@ -73,6 +73,12 @@ async def boom(ctx: fusee.Ctx) -> None:
 
 WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [greet, ship, gated, flaky, boom]
 
+SCHEDULES = [
+    fusee.Schedule("nightly-greet", greet, cron="0 2 * * *", tz="Europe/Paris", input="ana"),
+    fusee.Schedule("hourly-greet", greet, every="1h", input="bo", overlap="buffer_one"),
+]
+"""Schedules `add_schedules` stores (neither ticks during a test)."""
+
 GREETED = [f"g-{n:02d}" for n in range(23)]
 """The ids of the `greet` runs in `make_store`'s store (customers ana and bo, by turns)."""
 
@@ -136,6 +142,40 @@ async def _release(data: Path, id: str) -> None:
         run = engine.get(id)
         await run.signal(go, True)
         await run.result()
+
+
+async def _schedules(data: Path) -> None:
+    async with await fusee.Engine.open(
+        data, workflows=WORKFLOWS, durability="none", schedules=SCHEDULES
+    ):
+        pass
+
+
+def add_schedules(data: Path) -> None:
+    """Opens an engine with `SCHEDULES` on ``data`` once: their rows are in the store."""
+    in_thread(_schedules, data)
+
+
+async def _enqueue(data: Path) -> None:
+    from fusee.store import RunRow, SqliteStore
+    from fusee.store._queues import QueueItem, QueueLimits
+
+    store = SqliteStore(data, durability="none")
+    await store.open()
+    try:
+        for i, key in enumerate(["cust-7", "cust-7", "cust-9"]):
+            await store.enqueue(
+                QueueItem("emails", f"mail-{i}", 1, "greet", b"\xc0", key=key),
+                RunRow(f"mail-{i}", 1, "greet", "queued", 0),
+            )
+        await store.admit(QueueLimits("emails", concurrency=1), 0)
+    finally:
+        await store.close()
+
+
+def enqueue_mails(data: Path) -> None:
+    """Puts three runs in queue ``emails`` (keys cust-7 twice, cust-9), one admitted."""
+    in_thread(_enqueue, data)
 
 
 def in_thread(fn: Any, *args: Any) -> None:

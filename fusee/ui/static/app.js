@@ -4,6 +4,8 @@
 "use strict";
 
 const STATUSES_FALLBACK = ["cancelled", "completed", "continued", "failed", "paused", "running", "suspended"];
+// The statuses of a run that has not ended: a cancel applies to these.
+const UNFINISHED = ["queued", "running", "suspended", "paused", "diverged"];
 
 // --- small helpers ---------------------------------------------------------------------
 
@@ -30,6 +32,32 @@ async function api(path) {
   if (!r.ok) throw new Error(body.error || `${r.status} ${r.statusText}`);
   return body;
 }
+
+// POSTs an action as JSON (the server refuses anything else: a foreign
+// page's form cannot act on runs); throws the server's error message.
+async function post(path, body) {
+  const r = await fetch(path, {
+    method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json", Accept: "application/json" }, body: JSON.stringify(body || {}),
+  });
+  const answer = await r.json().catch(() => ({ error: r.statusText }));
+  if (!r.ok) throw new Error(answer.error || `${r.status} ${r.statusText}`);
+  return answer;
+}
+
+// A timer that reloads a page's data (the queues and schedules pages), stopped
+// when another page is shown.
+const poller = {
+  timer: null,
+  every(ms, fn) {
+    this.stop();
+    this.timer = setInterval(fn, ms);
+  },
+  stop() {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+  },
+};
 
 function fmtTime(ms) {
   if (ms === null || ms === undefined) return "";
@@ -445,12 +473,7 @@ function forkForm(id) {
     }
     message.textContent = "forking…";
     try {
-      const r = await fetch(`/api/runs/${encodeURIComponent(id)}/fork`, {
-        method: "POST", credentials: "same-origin",
-        headers: { "Content-Type": "application/json", Accept: "application/json" }, body: JSON.stringify(body),
-      });
-      const answer = await r.json().catch(() => ({ error: r.statusText }));
-      if (!r.ok) throw new Error(answer.error || `${r.status} ${r.statusText}`);
+      await post(`/api/runs/${encodeURIComponent(id)}/fork`, body);
       history.pushState(null, "", `/runs/${encodeURIComponent(body.new_id)}`);
       live.close();
       await route();
@@ -462,9 +485,85 @@ function forkForm(id) {
   el("label", {}, "at position ", el("input", { name: "at", id: "fork-at", required: true, placeholder: "seq or step name", size: "14" })),
   el("label", {}, "input ", el("input", { name: "input", id: "fork-input", placeholder: "JSON (default: this run's)", size: "24" })),
   el("button", { type: "submit", id: "fork-submit", text: "Fork" }));
-  return el("section", { id: "actions" }, el("h2", { text: "Fork" }),
+  return el("section", { id: "fork-section" }, el("h2", { text: "Fork" }),
     el("p", { class: "muted small", text: "Start a new run from this run's journal before a position (the seq of a timeline row): the steps before it do not run again; this run is not changed." }),
     form, message);
+}
+
+// The names a run knows for its signals: those its waits wait for and
+// those it was sent. (The page does not see the workflow's code.)
+function signalNames(detail) {
+  const names = new Set();
+  for (const op of detail.operations) if (op.kind === "wait" && op.signal) names.add(op.signal);
+  for (const s of detail.signals) names.add(s.name);
+  return [...names].sort();
+}
+
+// Signal, cancel and resume: made once per page, like the fork form; `update`
+// shows what applies to the run as it changes (cancel until it ends, resume
+// while it is paused) and refreshes the signal names.
+function runActions(id) {
+  const base = `/api/runs/${encodeURIComponent(id)}`;
+  const names = el("datalist", { id: "signal-names" });
+  const signalMessage = el("p", { class: "form-message", id: "signal-message", role: "status" });
+  const signalForm = el("form", { class: "action-form", id: "signal", onsubmit: async (e) => {
+    e.preventDefault();
+    const data = new FormData(signalForm);
+    const name = String(data.get("name") || "").trim();
+    const text = String(data.get("payload") || "").trim();
+    let payload = null;
+    if (text) {
+      try { payload = JSON.parse(text); } catch (err) { signalMessage.textContent = `the payload is not JSON: ${err.message}`; return; }
+    }
+    signalMessage.textContent = "sending…";
+    try {
+      await post(`${base}/signal`, { name, payload });
+      signalMessage.textContent = `signal ${JSON.stringify(name)} sent`;
+    } catch (err) {
+      signalMessage.textContent = err.message;
+    }
+  } },
+  el("label", {}, "signal ", el("input", { name: "name", id: "signal-name", required: true, list: "signal-names", placeholder: "name", size: "16" })),
+  el("label", {}, "payload ", el("input", { name: "payload", id: "signal-payload", placeholder: "JSON (empty: null)", size: "28" })),
+  el("button", { type: "submit", id: "signal-submit", text: "Send signal" }), names);
+
+  const runMessage = el("p", { class: "form-message", id: "run-message", role: "status" });
+  const act = async (verb, body, done) => {
+    runMessage.textContent = `${verb}…`;
+    try {
+      await post(`${base}/${verb}`, body);
+      runMessage.textContent = done;
+    } catch (err) {
+      runMessage.textContent = err.message;
+    }
+  };
+  const reason = el("input", { name: "reason", id: "cancel-reason", placeholder: "reason", size: "24" });
+  const cancel = el("form", { class: "action-form", id: "cancel", onsubmit: (e) => {
+    e.preventDefault();
+    act("cancel", { reason: reason.value.trim() || null }, "cancel sent: the run stops at its next await");
+  } }, el("label", {}, "reason ", reason), el("button", { type: "submit", id: "cancel-submit", class: "danger", text: "Cancel run" }));
+  const resume = el("form", { class: "action-form", id: "resume", onsubmit: (e) => {
+    e.preventDefault();
+    act("resume", {}, "resume sent: its paused steps get a fresh retry budget");
+  } }, el("span", { class: "muted small", text: "A step ran out of retries: " }), el("button", { type: "submit", id: "resume-submit", text: "Resume" }));
+
+  const section = el("section", { id: "run-actions" }, el("h2", { text: "Actions" }),
+    el("p", { class: "muted small", text: "The serving worker applies these; the page shows what they do as the journal records it." }),
+    signalForm, signalMessage, el("div", { class: "action-row" }, cancel, resume), runMessage);
+  let known = "";
+  return {
+    section,
+    update(detail) {
+      const status = detail.run.status;
+      cancel.hidden = !UNFINISHED.includes(status);
+      resume.hidden = status !== "paused";
+      const list = signalNames(detail);
+      if (list.join("\n") !== known) {
+        known = list.join("\n");
+        names.replaceChildren(...list.map((n) => el("option", { value: n })));
+      }
+    },
+  };
 }
 
 async function runPage(main, id) {
@@ -480,10 +579,17 @@ async function runPage(main, id) {
     return;
   }
   const expanded = new Set();
-  const fork = info && (info.actions || []).includes("fork") ? forkForm(id) : null;
+  const can = (info && info.actions) || [];
+  const actions = can.includes("signal") ? runActions(id) : null;
+  const fork = can.includes("fork") ? forkForm(id) : null;
+  // Live updates redraw the view only: the forms below it stay in the page,
+  // so that a click or what is typed in them is never lost to a redraw.
+  const view = el("div", { id: "run-view" });
+  main.replaceChildren(view, ...(actions ? [actions.section] : []), ...(fork ? [fork] : []));
   const rerender = () => {
     const y = window.scrollY;
-    main.replaceChildren(...runView(detail, expanded, rerender), ...(fork ? [fork] : []));
+    if (actions) actions.update(detail);
+    view.replaceChildren(...runView(detail, expanded, rerender));
     window.scrollTo(0, y);
   };
   rerender();
@@ -494,6 +600,96 @@ async function runPage(main, id) {
     reset: () => { route(); },
     gone: () => { showError(main, `run ${id} is no longer in the store`); live.close(); },
   });
+}
+
+// --- the queues page -------------------------------------------------------------------
+
+async function queuesPage(main) {
+  document.title = "queues · fusee";
+  const tbody = el("tbody");
+  const count = el("p", { class: "muted", id: "queues-count" });
+  main.replaceChildren(el("h1", { text: "Queues" }),
+    el("p", { class: "muted small", text: "Each queue with runs in it: queued (waiting for admission) and running (admitted, not ended), per queue and per key. It reloads every 2 s." }),
+    el("div", { class: "table-wrap" }, el("table", { class: "queues", id: "queues" },
+      el("thead", {}, el("tr", {}, ["queue", "key", "queued", "running"].map((h) => el("th", { text: h })))), tbody)),
+    count);
+  const load = async () => {
+    let queues;
+    try {
+      queues = await api("/api/queues");
+    } catch (e) {
+      poller.stop();
+      showError(main, e.message);
+      return;
+    }
+    const rows = [];
+    for (const q of queues) {
+      rows.push(el("tr", { class: "queue-row", "data-queue": q.queue },
+        el("td", {}, el("strong", { text: q.queue })), el("td", { class: "muted", text: "all keys" }),
+        el("td", { class: "queued", text: q.queued }), el("td", { class: "running", text: q.running })));
+      for (const [key, n] of Object.entries(q.keys || {}).sort()) {
+        rows.push(el("tr", { class: "key-row", "data-queue": q.queue, "data-key": key },
+          el("td"), el("td", { class: "run-link", text: key }), el("td", { class: "queued", text: n.queued }), el("td", { class: "running", text: n.running })));
+      }
+    }
+    tbody.replaceChildren(...rows);
+    count.textContent = queues.length ? `${queues.length} queue${queues.length === 1 ? "" : "s"} with runs` : "no queue has runs in it";
+  };
+  await load();
+  poller.every(2000, load);
+}
+
+// --- the schedules page ----------------------------------------------------------------
+
+async function schedulesPage(main, info) {
+  document.title = "schedules · fusee";
+  const can = (info.actions || []).includes("schedule");
+  const tbody = el("tbody");
+  const message = el("p", { class: "form-message", id: "schedule-message", role: "status" });
+  const count = el("p", { class: "muted", id: "schedules-count" });
+  const heads = ["name", "workflow", "ticks", "state", ...(can ? [""] : []), "last tick", "next tick", "last run"];
+  main.replaceChildren(el("h1", { text: "Schedules" }),
+    el("p", { class: "muted small", text: "The store's schedules (see the Schedule a worker opens with). It reloads every 2 s." }),
+    message,
+    el("div", { class: "table-wrap" }, el("table", { class: "schedules", id: "schedules" },
+      el("thead", {}, el("tr", {}, heads.map((h) => el("th", { text: h })))), tbody)),
+    count);
+  let load;
+  const act = async (name, verb) => {
+    message.textContent = `${verb}…`;
+    try {
+      const answer = await post(`/api/schedules/${encodeURIComponent(name)}/${verb}`, {});
+      message.replaceChildren(`schedule ${name}: ${verb === "trigger" ? "started " : `${verb}d`}`,
+        answer.run_id ? runLink(answer.run_id) : "");
+    } catch (err) {
+      message.textContent = err.message;
+    }
+    await load();
+  };
+  load = async () => {
+    let rows;
+    try {
+      rows = await api("/api/schedules");
+    } catch (e) {
+      poller.stop();
+      showError(main, e.message);
+      return;
+    }
+    tbody.replaceChildren(...rows.map((s) => {
+      const state = s.removed ? "removed" : s.paused ? "paused" : "active";
+      const buttons = can && !s.removed ? el("td", { class: "schedule-actions" },
+        s.paused ? el("button", { type: "button", class: "resume", onclick: () => act(s.name, "resume"), text: "Resume" })
+          : el("button", { type: "button", class: "pause", onclick: () => act(s.name, "pause"), text: "Pause" }),
+        " ", el("button", { type: "button", class: "trigger", onclick: () => act(s.name, "trigger"), text: "Trigger now" })) : (can ? el("td") : null);
+      return el("tr", { "data-name": s.name },
+        el("td", {}, el("strong", { text: s.name })), el("td", { text: s.workflow }), el("td", { class: "spec", text: s.spec }),
+        el("td", {}, badge(state)), buttons, el("td", { text: fmtTime(s.last_tick_ms) }), el("td", { text: fmtTime(s.next_ms) }),
+        el("td", { class: "last-run" }, s.last_run ? runLink(s.last_run) : ""));
+    }));
+    count.textContent = rows.length ? `${rows.length} schedule${rows.length === 1 ? "" : "s"}` : "this store has no schedules";
+  };
+  await load();
+  poller.every(2000, load);
 }
 
 // --- routing ---------------------------------------------------------------------------
@@ -512,7 +708,11 @@ async function route() {
     }
   }
   const path = location.pathname;
+  poller.stop();
+  for (const a of document.querySelectorAll(".top nav a")) a.classList.toggle("here", a.getAttribute("href") === path || (path.startsWith("/runs/") && a.getAttribute("href") === "/"));
   if (path === "/") await runsPage(main, info);
+  else if (path === "/queues") { live.close(); await queuesPage(main); }
+  else if (path === "/schedules") { live.close(); await schedulesPage(main, info); }
   else if (path.startsWith("/runs/")) await runPage(main, decodeURIComponent(path.slice("/runs/".length)));
   else showError(main, `no page ${path}`);
 }
