@@ -237,11 +237,29 @@ async def test_a_write_under_a_taken_over_lease_is_refused_and_its_runs_dropped(
     finally:
         await conn.close()
     before = len(await a.store.load(id))
-    with contextlib.suppress(fusee.StaleLease):
-        await a.get(id).signal(go, 1)
-    assert a.leases is not None
+    # The signal's record is refused; the signal goes on to the shard's new
+    # owner, as a command in the inbox (the thief serves none: it waits).
+    signal = asyncio.ensure_future(a.get(id).signal(go, 1))
     await eventually(lambda: shard not in held(a))
     assert a.runs.loaded(id) is None
+    await eventually(lambda: _posted(postgres_cluster, shared.schema, id))
+    assert not signal.done()
+    signal.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await signal
     # Nothing of the refused write is stored.
     assert len(await a.store.load(id)) == before
     assert (await run.describe()).status in ("running", "suspended")
+
+
+async def _posted(cluster: Cluster, schema: str, id: str) -> bool:
+    conn = await asyncpg.connect(cluster.dsn)
+    try:
+        found = await conn.fetchval(
+            f'SELECT count(*) FROM "{schema}".commands WHERE run_id = $1 AND kind = $2',
+            id,
+            "signal",
+        )
+    finally:
+        await conn.close()
+    return bool(found)

@@ -13,6 +13,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import asyncpg
 import pytest
@@ -456,3 +457,43 @@ def test_importing_fusee_imports_no_store_backend() -> None:
 
     assert "asyncpg" not in out
     assert "fusee.store.postgres" not in out
+
+
+# --- a connection lost mid-commit ------------------------------------------------------------
+
+
+def cut_connection(store: PostgresStore, *, after_commit: bool) -> list[int]:
+    """Loses the first commit's connection: before its COMMIT, or after it with its answer."""
+    real = store._commit
+    calls: list[int] = []
+
+    async def flaky(writes: list[Any]) -> None:
+        calls.append(len(writes))
+        if len(calls) == 1 and not after_commit:
+            raise ConnectionResetError("injected: connection reset inside the transaction")
+        await real(writes)
+        if len(calls) == 1:
+            raise ConnectionResetError("injected: the commit's answer was lost")
+
+    store._commit = flaky  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.mark.asyncio
+async def test_a_commit_cut_off_before_its_end_is_sent_again(store: PostgresStore) -> None:
+    calls = cut_connection(store, after_commit=False)
+    await store.append([entry(1), entry(2)], [RunRow("a", 1, "wf", "running", 0)])
+    assert len(calls) == 2  # looked up, not there: sent again
+    assert await store.load("a") == [(1, b"a/1"), (2, b"a/2")]
+
+
+@pytest.mark.asyncio
+async def test_a_commit_whose_answer_was_lost_is_found_and_not_written_twice(
+    store: PostgresStore,
+) -> None:
+    calls = cut_connection(store, after_commit=True)
+    await store.append([entry(1), entry(2)], [RunRow("a", 1, "wf", "running", 0)])
+    assert len(calls) == 1  # looked up, there already
+    assert await store.load("a") == [(1, b"a/1"), (2, b"a/2")]
+    await store.append([entry(3)])
+    assert [lsn for lsn, _ in await store.load("a")] == [1, 2, 3]
