@@ -658,6 +658,13 @@ class Engine:
             loaded = self.runs.loaded(id)
             existing = loaded is not None or self.runs.is_loading(id)
             row = None if existing else await self.store.get(id)
+            if row is not None and not existing and self.leases is not None:
+                # A row can come from a write still in flight, which a lost lease
+                # may yet refuse: the answer waits for it to settle.
+                await self.committer.flush()
+                row = await self.store.get(id)
+                loaded = self.runs.loaded(id)
+                existing = loaded is not None or self.runs.is_loading(id)
             if existing or row is not None:
                 status = row.status if row is not None else RunStatus.RUNNING
                 if id_policy is IdPolicy.ATTACH:

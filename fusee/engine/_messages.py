@@ -544,12 +544,15 @@ class Messages:
                 _settle(fut, (Status.CANCELLED, closed))
 
     def release_updates_of(self, state: RunState) -> None:
-        """Answers the update callers of ``state``'s run, which moves to another worker."""
-        moved = _codec.encode(
-            ["StaleLease", f"run '{state.id}' moved to another worker before the update's answer"]
-        )
+        """Tells the update callers of ``state``'s run that it moved to another worker.
+
+        Each caller's update goes on there (`_routed`), under its id, so it is
+        applied once.
+        """
+        shard = self._engine.runs.shard_index(state.id)
         for fut in list(state.updates):
-            _settle(fut, (Status.CANCELLED, moved))
+            if not fut.done():
+                fut.set_exception(StaleLease([shard]))
 
 
 def _update_result(name: str, id: str, outcome: tuple[Status, bytes]) -> Any:
