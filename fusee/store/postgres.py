@@ -453,10 +453,10 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
                 self._stop = True
                 self._wake.set()
                 await writer
-            await self._stop_listening()
             if self._queries:
                 # Queries whose callers were cancelled, still on their way.
                 await asyncio.wait(self._queries, timeout=self._connect_timeout_s)
+            await self._stop_listening()
             await self._close_pool()
         finally:
             self._state = "closed"
@@ -708,7 +708,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         if listener is None or listener.is_closed():
             self._listener = None
             with contextlib.suppress(Exception):
-                await self._listen()
+                # Not cut short by a cancelled caller either (see `_query`).
+                await self._finished_alone(self._listen())
                 return
             await asyncio.sleep(min(timeout_s, 0.1))  # polling, until it can listen again
             return
@@ -1161,7 +1162,10 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         its own and gives its connection back (`close` waits for it), as
         asyncpg cleans up badly after a query cancelled mid-flight.
         """
-        task = asyncio.ensure_future(self._query_now(fn, doing))
+        return await self._finished_alone(self._query_now(fn, doing))
+
+    async def _finished_alone(self, call: Awaitable[_T]) -> _T:
+        task = asyncio.ensure_future(call)
         self._queries.add(task)
         task.add_done_callback(self._query_done)
         return await asyncio.shield(task)
