@@ -122,7 +122,6 @@ class Leases:
         # leaves asyncpg a connection to clean up after the store closed.
         self._stopping = asyncio.Event()
         self._failing = False
-        self.rounds = 0
 
     def owns(self, id: str) -> bool:
         """Whether this engine serves run ``id`` (it holds the run's shard)."""
@@ -164,7 +163,6 @@ class Leases:
 
     async def _round(self, *, first: bool = False) -> None:
         store, engine = self._store, self._engine
-        self.rounds += 1
         if self.held:
             asked = dict(self.held)
             kept = await store.renew_shards(self.owner, asked, self.lease_s)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 
 import fusee
 
@@ -30,11 +29,17 @@ def note(id: str, step: str, what: str) -> None:
         os.close(fd)
 
 
-def logged(id: str, step: str, value: int, seconds: float = 0.0) -> int:
+def logged(id: str, step: str, value: int) -> int:
     note(id, step, "begin")
-    if seconds:
-        time.sleep(seconds)
     note(id, step, "end")
+    return value
+
+
+async def slow_work(id: str, value: int) -> int:
+    """A step that takes a second (in flight when the test stops its worker)."""
+    note(id, "work", "begin")
+    await asyncio.sleep(1.0)
+    note(id, "work", "end")
     return value
 
 
@@ -51,7 +56,7 @@ async def job(ctx: fusee.Ctx, n: int) -> int:
 @fusee.workflow("slow")
 async def slow(ctx: fusee.Ctx, n: int) -> int:
     id = ctx.info.id
-    return await ctx.step("work", lambda: logged(id, "work", n, 1.0))
+    return await ctx.step("work", lambda: slow_work(id, n))
 
 
 async def main(url: str, lease: str) -> None:
