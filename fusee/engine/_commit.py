@@ -31,10 +31,10 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fusee.errors import CorruptRecord, FuseeError, StaleLease, StoreError
-from fusee.store import Entry, RunRow
+from fusee.store import Command, Entry, RunRow
 
 if TYPE_CHECKING:
     from fusee.engine._clock import Clock
@@ -120,6 +120,9 @@ class Committer:
         self.durable_lsn = store.last_lsn
         self._entries: list[Entry] = []
         self._rows: dict[str, RunRow] = {}
+        # Commands to post with the next batch, each with the run whose
+        # shard's part of the batch carries it.
+        self._commands: list[tuple[str, Command]] = []
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._callbacks: list[tuple[int, int, Callable[[], object]]] = []
         self._order = itertools.count()
@@ -196,6 +199,18 @@ class Committer:
         if not self._woken and self._idle:
             self._wake()
 
+    def post(self, id: str, command: Command) -> None:
+        """Posts ``command`` to the store's inbox with the next batch's records of run ``id``.
+
+        It is stored exactly when they are (in the same transaction), and
+        lost with them when their shard's lease is. Only a store shared by
+        several workers takes commands this way.
+        """
+        assert self._fence is not None, "commands are posted with records on shared stores only"
+        self._commands.append((id, command))
+        if not self._woken and self._idle:
+            self._wake()
+
     def is_durable(self, lsn: int) -> bool:
         """Whether the log is durable through ``lsn``."""
         return lsn <= self.durable_lsn
@@ -231,7 +246,7 @@ class Committer:
     @property
     def idle(self) -> bool:
         """Nothing is waiting to be written, and no write is in flight."""
-        return not self._entries and not self._rows and not self._flights
+        return not self._entries and not self._rows and not self._commands and not self._flights
 
     async def flush(self) -> None:
         """Returns once everything appended so far is durable (or lost with its shard's lease)."""
@@ -262,7 +277,7 @@ class Committer:
                 # retry: the journal would have a hole.
                 await self._outage_over()
                 continue
-            if not self._entries and not self._rows:
+            if not self._entries and not self._rows and not self._commands:
                 idle = self._loop.create_future()
                 self._idle.append(idle)
                 try:
@@ -272,14 +287,15 @@ class Committer:
                 continue
             entries, self._entries = self._entries, []
             rows, self._rows = list(self._rows.values()), {}
+            commands, self._commands = self._commands, []
             flight = _Flight(entries[-1].lsn if entries else 0)
             flights.append(flight)
             on_write = self.on_write
             began = time.perf_counter() if on_write is not None else 0.0
             try:
-                await self._append(entries, rows)
+                await self._append(entries, rows, commands)
             except StoreError as e:
-                final = await self._retry(entries, rows, e) if retries(e) else e
+                final = await self._retry(entries, rows, commands, e) if retries(e) else e
                 if final is not None:
                     flights.clear()
                     if self.failed is None:  # the writes behind it fail too: report the first
@@ -288,7 +304,7 @@ class Committer:
             if on_write is not None:
                 on_write(len(entries), time.perf_counter() - began)
             # Not kept while this writer waits for the next batch.
-            del entries, rows
+            del entries, rows, commands
             self.writes += 1
             flight.done = True
             while flights and flights[0].done:
@@ -301,35 +317,43 @@ class Committer:
             self._release()
             self._woken = woken
 
-    async def _append(self, entries: list[Entry], rows: list[RunRow]) -> None:
+    async def _append(
+        self, entries: list[Entry], rows: list[RunRow], commands: list[tuple[str, Command]]
+    ) -> None:
         if self._fence is None:
             await self.store.append(entries, rows)
         else:
-            await self._append_fenced(entries, rows)
+            await self._append_fenced(entries, rows, commands)
 
-    async def _append_fenced(self, entries: list[Entry], rows: list[RunRow]) -> None:
+    async def _append_fenced(
+        self, entries: list[Entry], rows: list[RunRow], commands: list[tuple[str, Command]]
+    ) -> None:
         """One append per shard, each under its lease; a lost shard's part is lost alone."""
         fence, shard_of = self._fence, self._shard_of
         assert fence is not None
-        parts: dict[int, tuple[list[Entry], list[RunRow]]] = {}
+        parts: dict[int, tuple[list[Entry], list[RunRow], list[Command]]] = {}
         for e in entries:
-            parts.setdefault(shard_of(e.id), ([], []))[0].append(e)
+            parts.setdefault(shard_of(e.id), ([], [], []))[0].append(e)
         for r in rows:
-            parts.setdefault(shard_of(r.id), ([], []))[1].append(r)
+            parts.setdefault(shard_of(r.id), ([], [], []))[1].append(r)
+        for id, c in commands:
+            parts.setdefault(shard_of(id), ([], [], []))[2].append(c)
         lost: list[int] = []
         sent: list[tuple[int, int, list[Entry]]] = []
         appends = []
-        for shard, (es, rs) in parts.items():
+        for shard, (es, rs, cs) in parts.items():
             epoch = fence(shard)
             if epoch is None:
                 self._lose(es, StaleLease([shard]))
                 lost.append(shard)
                 continue
             sent.append((shard, epoch, es))
-            appends.append(self.store.append(es, rs, fence={shard: epoch}))  # type: ignore[call-arg]
+            more: dict[str, Any] = {"commands": cs} if cs else {}
+            appends.append(self.store.append(es, rs, fence={shard: epoch}, **more))  # type: ignore[call-arg]
         # Queued together, the store commits them in one transaction.
         results = await asyncio.gather(*appends, return_exceptions=True)
         error: BaseException | None = None
+        failed: set[int] = set()
         for (shard, epoch, es), result in zip(sent, results, strict=True):
             if isinstance(result, StaleLease):
                 self._lose(es, result)
@@ -337,11 +361,18 @@ class Committer:
                 # then taken again): the runs of that life are gone already.
                 if fence(shard) in (epoch, None):
                     lost.append(shard)
-            elif isinstance(result, BaseException) and error is None:
-                error = result
+            elif isinstance(result, BaseException):
+                failed.add(shard)
+                if error is None:
+                    error = result
         if lost and self._on_stale is not None:
             self._on_stale(lost)
         if error is not None:
+            # What is retried is the failed shards' parts only: the others
+            # are stored (or refused) already.
+            entries[:] = [e for e in entries if shard_of(e.id) in failed]
+            rows[:] = [r for r in rows if shard_of(r.id) in failed]
+            commands[:] = [(id, c) for id, c in commands if shard_of(id) in failed]
             raise error
 
     def _lose(self, entries: list[Entry], why: StaleLease) -> None:
@@ -361,12 +392,17 @@ class Committer:
         return self._backing_off
 
     async def _retry(
-        self, entries: list[Entry], rows: list[RunRow], error: StoreError
+        self,
+        entries: list[Entry],
+        rows: list[RunRow],
+        commands: list[tuple[str, Command]],
+        error: StoreError,
     ) -> StoreError | None:
         """Writes a failed batch again until the store takes it; returns None, or why not.
 
-        A store's append is all or nothing, so the whole batch goes again; a
-        store that kept part of it is refused, never written to twice.
+        A store's append is all or nothing, so the whole batch goes again (on
+        a shared store, the parts of the shards whose append failed); a store
+        that kept part of it is refused, never written to twice.
         """
         if self.outage is None:
             self.outage = error
@@ -387,17 +423,18 @@ class Committer:
                     self._backing_off = False
                 if self._closing or self.failed is not None:
                     return error
-                if entries and entries[0].lsn <= self.store.last_lsn:
+                if self._fence is None and entries and entries[0].lsn <= self.store.last_lsn:
                     # The store holds records past this batch's start (it
                     # broke its all-or-nothing rule): written again, the
-                    # batch would repeat them or leave a hole.
+                    # batch would repeat them or leave a hole. (A shared
+                    # store numbers by shard, and checks that itself.)
                     return StoreError(
                         f"the store holds records from LSN {entries[0].lsn} on, which a "
                         f"failed write was to store ({error}); reopen the engine to recover "
                         "from what the store holds"
                     )
                 try:
-                    await self._append(entries, rows)
+                    await self._append(entries, rows, commands)
                 except StoreError as e:
                     if not retries(e):
                         return e
@@ -487,6 +524,7 @@ class Committer:
         self._flights.clear()
         self._entries.clear()
         self._rows.clear()
+        self._commands.clear()
         for _, _, fut in self._waiters:
             fut.cancel()
         self._waiters.clear()

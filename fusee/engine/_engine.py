@@ -32,7 +32,7 @@ from fusee.engine._events import Events
 from fusee.engine._fork import fork
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
-from fusee.engine._inbox import Inbox
+from fusee.engine._inbox import Inbox, deliver_command
 from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._leases import Leases, default_worker, is_shared
 from fusee.engine._messages import Messages
@@ -655,16 +655,11 @@ class Engine:
         waiters: list[asyncio.Future[None]] = []
         self._starting[id] = waiters
         try:
+            # A load under way (a message to the id) may yet find no run.
+            await self.runs.loading_settled(id)
             loaded = self.runs.loaded(id)
-            existing = loaded is not None or self.runs.is_loading(id)
+            existing = loaded is not None
             row = None if existing else await self.store.get(id)
-            if row is not None and not existing and self.leases is not None:
-                # A row can come from a write still in flight, which a lost lease
-                # may yet refuse: the answer waits for it to settle.
-                await self.committer.flush()
-                row = await self.store.get(id)
-                loaded = self.runs.loaded(id)
-                existing = loaded is not None or self.runs.is_loading(id)
             if existing or row is not None:
                 status = row.status if row is not None else RunStatus.RUNNING
                 if id_policy is IdPolicy.ATTACH:
@@ -982,6 +977,20 @@ class Engine:
         if state.park_handle is not None:
             state.park_handle.cancel()
         self.timers.disarm_waits(state)
+        parent = state.parent
+        delivers = parent is not None and not state.policy & DETACHED
+        delivers = delivers and done.status is not Status.CONTINUED
+        if delivers and parent is not None and not self.owns(parent.id):
+            # Its parent is another worker's: the delivery is posted with
+            # the `Done`, in its transaction, so that no crash between the
+            # two loses it.
+            self.committer.post(
+                state.id,
+                deliver_command(
+                    parent.id, parent.run, parent.seq, ChildCompleted(done.status, done.payload)
+                ),
+            )
+            delivers = False
         unconsumed = [s for i, s in enumerate(state.signals) if i not in state.consumed]
         if unconsumed and done.status is not Status.CONTINUED:
             log.warning(
@@ -1027,8 +1036,7 @@ class Engine:
             for fut in self._results.pop(state.id, []):
                 if not fut.done():
                     fut.set_result(None)
-            parent = state.parent
-            if parent is not None and not state.policy & DETACHED:
+            if delivers and parent is not None:
                 self.spawn(
                     self.runs.deliver(
                         parent.id, parent.run, parent.seq, ChildCompleted(done.status, done.payload)

@@ -32,7 +32,7 @@ from fusee import _codec
 from fusee import errors as _errors
 from fusee.engine._journal import decode_journal
 from fusee.engine._run import IdPolicy, dedup_key
-from fusee.errors import AlreadyExists, FuseeError, NotFound, PayloadError
+from fusee.errors import AlreadyExists, FuseeError, NotFound, PayloadError, StaleLease
 from fusee.machine import ChildCompleted
 from fusee.record import Child, Parent, Signal, Status
 from fusee.store import Command
@@ -44,6 +44,7 @@ __all__ = [
     "Inbox",
     "decode_error",
     "decode_payload",
+    "deliver_command",
     "encode_error",
     "encode_payload",
 ]
@@ -79,6 +80,26 @@ def encode_payload(values: Mapping[str, Any]) -> bytes:
         {'name': 'go', 'payload': b'\\xc3'}
     """
     return msgpack.packb(dict(values), use_bin_type=True)
+
+
+def deliver_command(id: str, run: int, seq: int, completion: ChildCompleted) -> Command:
+    """The ``deliver`` command taking a child's end to parent ``id`` (run ``run``, op ``seq``).
+
+    Its id is the parent's position, so posting it again stores it once.
+
+    Example:
+        >>> from fusee.record import Status
+        >>> deliver_command("p", 1, 3, ChildCompleted(Status.OK, b"")).id
+        'deliver/p/1/3'
+    """
+    fields = {
+        "run": run,
+        "seq": seq,
+        "status": int(completion.status),
+        "payload": completion.payload,
+    }
+    new = Command.new("deliver", id, encode_payload(fields))
+    return Command(f"deliver/{id}/{run}/{seq}", "deliver", id, new.payload, None, new.created_ms)
 
 
 def decode_payload(data: bytes) -> dict[str, Any]:
@@ -251,10 +272,19 @@ class Inbox:
         if command.kind != "stop" and not self._engine.owns(id):
             # Its shard moved to another worker since it was taken: that
             # worker takes it (unanswered) and applies it.
+            self._untake(command)
             return
         fields: dict[str, Any]
         try:
-            fields = await self._apply(command)
+            try:
+                fields = await self._apply(command)
+            except StaleLease:
+                if self._engine.owns(id):
+                    raise
+                # Its run moved to another worker while it was applied, and
+                # nothing of it was written: that worker takes it and applies it.
+                self._untake(command)
+                return
             ok = True
         except asyncio.CancelledError:
             if self._task is None:
@@ -285,6 +315,12 @@ class Inbox:
             except Exception:
                 log.exception("the inbox's on_answer hook failed")
 
+    def _untake(self, command: Command) -> None:
+        # Taken again by this engine too, should its shard come back.
+        untake = getattr(self._engine.store, "untake_command", None)
+        if untake is not None:
+            untake(command.id)
+
     async def _apply(self, command: Command) -> dict[str, Any]:
         engine = self._engine
         p = decode_payload(command.payload)
@@ -313,7 +349,7 @@ class Inbox:
             return {"message": f"started child run {id!r} of {link.id!r}"}
         if kind == "deliver":
             completion = ChildCompleted(Status(int(p["status"])), bytes(p["payload"]))
-            await engine.runs.deliver(id, int(p["run"]), int(p["seq"]), completion)
+            await engine.runs.deliver(id, int(p["run"]), int(p["seq"]), completion, settle=True)
             return {"message": f"delivered a child's end to run {id!r}"}
         if kind == "start":
             wf = engine.workflow(str(p["workflow"]))

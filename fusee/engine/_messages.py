@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from fusee import _codec
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
@@ -49,6 +49,7 @@ from fusee.record import (
 if TYPE_CHECKING:
     from fusee.engine._engine import Engine
     from fusee.engine._state import RunState
+    from fusee.store import RunRow
 
 __all__ = ["Messages"]
 
@@ -298,6 +299,17 @@ class Messages:
             }
             command_id = f"child/{link.id}/{link.run}/{link.seq}"
             await engine.remote._call("start", rec.id, fields, command_id=command_id)
+            if not rec.flags & DETACHED:
+                # Asked again by a later life of the parent (its recovery):
+                # the command, answered then, is not applied again, so the
+                # end of a child that ended meanwhile is read here. (An end
+                # delivered to an earlier life that did not record it is
+                # delivered again; a second delivery changes nothing.)
+                found = await engine.store.get(rec.id)
+                if found is not None and found.status in _ENDED:
+                    journal = await engine.store.load(rec.id, found.run)
+                    if _parent_of(journal) == link:
+                        self._child_ended(link, rec, found, journal)
             return
         runs = engine.runs
         row = await engine.store.get(rec.id) if runs.loaded(rec.id) is None else None
@@ -313,8 +325,7 @@ class Messages:
             else:
                 assert row is not None
                 entries = await engine.store.load(rec.id, row.run)
-                first = decode(entries[0][1]) if entries else None
-                parent_of = first.parent if isinstance(first, Start) else None
+                parent_of = _parent_of(entries)
             if parent_of != link:
                 runs.fire(
                     link.id,
@@ -328,10 +339,8 @@ class Messages:
                     ),
                 )
                 return
-            if row is not None and row.status in FINISHED_STATUSES and not rec.flags & DETACHED:
-                done = end_record(rec.id, row.run, entries)
-                if done is not None:
-                    runs.fire(link.id, link.run, rec.seq, ChildCompleted(done.status, done.payload))
+            if row is not None and row.status in _ENDED and not rec.flags & DETACHED:
+                self._child_ended(link, rec, row, entries)
             return
         if dropped:
             # Cancelled before its start was durable: it never starts.
@@ -365,6 +374,15 @@ class Messages:
             wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1, trace=trace
         )
         await engine.committer.durable(lsn)
+
+    def _child_ended(
+        self, link: Parent, rec: Child, row: RunRow, entries: list[tuple[int, bytes]]
+    ) -> None:
+        done = end_record(rec.id, row.run, entries)
+        if done is not None:
+            self._engine.runs.fire(
+                link.id, link.run, rec.seq, ChildCompleted(done.status, done.payload)
+            )
 
     async def cancel_child(self, parent: RunState, child: str) -> None:
         """Cancels attached child ``child`` of ``parent``, whose wait the code dropped."""
@@ -553,6 +571,16 @@ class Messages:
         for fut in list(state.updates):
             if not fut.done():
                 fut.set_exception(StaleLease([shard]))
+
+
+# A child's row in these says it has ended (a continue-as-new is not its end).
+_ENDED: Final = FINISHED_STATUSES - {RunStatus.CONTINUED}
+
+
+def _parent_of(entries: list[tuple[int, bytes]]) -> Parent | None:
+    """The parent a run's `Start` (its first record) names."""
+    first = decode(entries[0][1]) if entries else None
+    return first.parent if isinstance(first, Start) else None
 
 
 def _update_result(name: str, id: str, outcome: tuple[Status, bytes]) -> Any:

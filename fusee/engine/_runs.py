@@ -20,6 +20,7 @@ from fusee import _codec
 from fusee._driver import ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import seed
+from fusee.engine._inbox import deliver_command
 from fusee.engine._journal import decode_journal, no_run
 from fusee.engine._queues import RunQueued
 from fusee.engine._state import RunState, Shard, shard_index
@@ -92,6 +93,11 @@ class Runs:
     def is_loading(self, id: str) -> bool:
         """Whether run ``id`` is being loaded from its journal now."""
         return id in self._loading
+
+    async def loading_settled(self, id: str) -> None:
+        """Returns once no load of run ``id`` is under way (loaded, or found missing)."""
+        while (pending := self._loading.get(id)) is not None:
+            await asyncio.wait((pending,))
 
     def all(self) -> list[RunState]:
         """Every loaded run (a snapshot)."""
@@ -322,19 +328,25 @@ class Runs:
             return
         self._engine.spawn(self.deliver(id, run, seq, completion))
 
-    async def deliver(self, id: str, run: int, seq: int, completion: Completion) -> None:
-        """`fire` for a run that may have to be woken first (or that another worker serves)."""
+    async def deliver(
+        self, id: str, run: int, seq: int, completion: Completion, *, settle: bool = False
+    ) -> None:
+        """`fire` for a run that may have to be woken first (or that another worker serves).
+
+        With ``settle`` it returns once what the completion made the run
+        record is durable (an inbox's ``deliver`` is answered then, never
+        before: a crash before would lose it).
+        """
         engine = self._engine
         if not engine.owns(id):
             # Only a child's end reaches a run from another shard.
             assert isinstance(completion, ChildCompleted)
-            fields: dict[str, Any] = {"run": run, "seq": seq, "status": int(completion.status)}
-            fields["payload"] = completion.payload
-            await engine.remote._post("deliver", id, fields, command_id=f"deliver/{id}/{run}/{seq}")
+            await engine.store.post_command(deliver_command(id, run, seq, completion))
             return
         state = await self.wake(id)
-        if state is not None and state.run == run:
-            state.driver.complete(seq, completion)
+        taken = state is not None and state.run == run and state.driver.complete(seq, completion)
+        if taken and settle and state is not None:
+            await engine.committer.durable(state.driver.machine.gate)
 
     def wake_soon(self, id: str) -> None:
         """Wakes parked run ``id`` (its wake-up time came)."""

@@ -224,6 +224,15 @@ class _Sql:
             " VALUES ($1, $2, $3, $4, $5, $6, 0, $8) ON CONFLICT (id) DO NOTHING RETURNING id)"
             " SELECT pg_notify($7, '') FROM posted"
         )
+        # Commands a group commit posts with the records that cause them
+        # (a child's end for its parent on another shard): one NOTIFY.
+        self.post_commands = (
+            f"WITH posted AS (INSERT INTO {q}.commands ({_POSTED_COLUMNS})"
+            " SELECT i, k, r, p, d, c, 0, s FROM unnest($1::text[], $2::text[], $3::text[],"
+            " $4::bytea[], $5::text[], $6::bigint[], $7::int[]) AS t(i, k, r, p, d, c, s)"
+            " ON CONFLICT (id) DO NOTHING RETURNING id)"
+            " SELECT pg_notify($8, '') WHERE EXISTS (SELECT FROM posted)"
+        )
         self.take_commands = (
             f"UPDATE {q}.commands SET attempts = attempts + 1 WHERE id IN"
             f" (SELECT id FROM {q}.commands WHERE answered_ms IS NULL"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from fusee.errors import StaleLease, StoreError
-from fusee.store._base import Entry, RunRow
+from fusee.store._base import Command, Entry, RunRow
 from fusee.store._postgres_errors import _fails_every_write, _is_connection_lost, _PostgresErrors
 from fusee.store._postgres_sql import _Sql, shard_of
 
@@ -37,6 +37,7 @@ class _Write:
     fence: tuple[tuple[int, int], ...]  # (shard, epoch), sorted
     fail: BaseException | None  # test hook: raised inside the transaction
     tops: dict[int, int]  # shard -> the write's highest LSN in it
+    commands: tuple[Command, ...]  # posted in the same transaction
     # The failures the caller had seen reported when it called (see `_serve`).
     epoch: int
     # Resolves with None or the error; never cancelled, so reads wait on it.
@@ -73,6 +74,10 @@ class _PostgresWriter(_PostgresErrors):
     _pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]]
     _transactions: int
 
+    @property
+    def channel(self) -> str:
+        raise NotImplementedError  # `PostgresStore.channel`
+
     def _submit(
         self,
         entries: tuple[Entry, ...],
@@ -80,6 +85,7 @@ class _PostgresWriter(_PostgresErrors):
         fence: tuple[tuple[int, int], ...],
         fail: BaseException | None,
         tops: dict[int, int],
+        commands: tuple[Command, ...] = (),
     ) -> _Write:
         loop = self._loop
         assert loop is not None
@@ -87,7 +93,9 @@ class _PostgresWriter(_PostgresErrors):
         self._accepted.update(tops)
         self._inflight += 1
         self._tail = done
-        write = _Write(entries, rows, fence, fail, tops, self._failures, done, loop.create_future())
+        write = _Write(
+            entries, rows, fence, fail, tops, commands, self._failures, done, loop.create_future()
+        )
         self._queue.append(write)
         self._wake.set()
         return write
@@ -206,6 +214,7 @@ class _PostgresWriter(_PostgresErrors):
         entries = [e for w in writes for e in w.entries]
         # The last row of an id wins; one INSERT may not update a row twice.
         rows = list({row[0]: row for w in writes for row in w.rows}.values())
+        commands = [c for w in writes for c in w.commands]
         assert self._pool is not None
         async with self._pool.acquire() as conn, conn.transaction():
             if fence:
@@ -226,6 +235,18 @@ class _PostgresWriter(_PostgresErrors):
             if rows:
                 await conn.execute(
                     sql.upsert_rows, *(list(column) for column in zip(*rows, strict=True))
+                )
+            if commands:
+                await conn.execute(
+                    sql.post_commands,
+                    [c.id for c in commands],
+                    [c.kind for c in commands],
+                    [c.run_id for c in commands],
+                    [c.payload for c in commands],
+                    [c.dedup for c in commands],
+                    [c.created_ms for c in commands],
+                    [shard_of(c.run_id, self._shards) for c in commands],
+                    self.channel,
                 )
             for w in writes:
                 if w.fail is not None:

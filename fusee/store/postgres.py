@@ -479,6 +479,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         runs: Sequence[RunRow] = (),
         *,
         fence: Mapping[int, int] | None = None,
+        commands: Sequence[Command] = (),
     ) -> None:
         """Stores ``entries`` and ``runs`` in one transaction, or nothing when it raises.
 
@@ -495,6 +496,9 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
             fence: Shard to lease epoch (from `acquire_shards`): the write
                 commits only while every one of those shards still has that
                 epoch.
+            commands: Commands posted to the inbox in the same transaction
+                (as `post_command`), so that they are stored exactly when
+                the records that cause them are.
 
         Raises:
             ValueError: LSNs that do not increase past those appended before.
@@ -514,7 +518,10 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         self._check_writable()
         entries = tuple(entries)
         _, packed = _check_batch(entries, runs, self._floor_lsn)
-        if not entries and not runs:
+        commands = tuple(commands)
+        for command in commands:
+            _check_command(command)
+        if not entries and not runs and not commands:
             return
         shards = self._shards
         accepted = self._accepted
@@ -546,7 +553,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         ]
         fenced = tuple(sorted(fence.items())) if fence else ()
         fail, self._fail_next = self._fail_next, None
-        write = self._submit(entries, rows, fenced, fail, tops)
+        write = self._submit(entries, rows, fenced, fail, tops, commands)
         pending = self._pending
         for r in runs:
             pending[r.id] = (r, write.done)
@@ -689,6 +696,14 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
             Command(id, kind, run_id, bytes(payload), dedup, created_ms, attempts)
             for _, id, kind, run_id, payload, dedup, created_ms, attempts in rows
         ]
+
+    def untake_command(self, id: str) -> None:
+        """Lets `take_commands` take command ``id`` again (its taker left it unanswered).
+
+        Example:
+            >>> PostgresStore("postgresql://h/db").untake_command("c")
+        """
+        self._taken.discard(id)
 
     async def wait_commands(self, timeout_s: float) -> None:
         """Returns when a ``NOTIFY`` announces a command, or after ``timeout_s``.
@@ -1013,8 +1028,13 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         """
         latest = self._pending.get(id)
         if latest is not None:
-            # Written, or being written: what a read after the write would see.
-            return latest[0]
+            # Being written: what a read after the write sees once it commits.
+            # Not before: a write may yet fail (its shard's lease lost), and
+            # a row read then would say what the journal never held.
+            row, done = latest
+            await asyncio.wait((done,))
+            if done.result() is None:
+                return row
         self._check_open()
         found = await self._query(lambda conn: conn.fetchrow(self._sql.get, id), "reading")
         return None if found is None else _row(found)

@@ -190,6 +190,39 @@ async def test_a_send_and_a_child_reach_runs_another_engine_serves(shared: Clust
         await eventually(functools.partial(_completed, engine, id))
 
 
+async def test_a_childs_end_reaches_its_parent_though_the_childs_worker_dies_at_its_end(
+    shared: Cluster2,
+) -> None:
+    a = await shared.open("a")
+    b = await shared.open("b")
+    await eventually(lambda: balanced(shared, "a", "b"))
+    assert a.leases is not None
+    pinger_id = next(
+        p for p in ids_on(a, 40, "q") if shard_of(f"{p}-kid", SHARDS) not in a.leases.held
+    )
+    (target_id,) = ids_on(a, 1, "u")
+    await a.start(waiter, target_id, 1)
+    run = await a.start(pinger, pinger_id, target_id)
+    kid = f"{pinger_id}-kid"
+    await eventually(lambda: b.runs.loaded(kid) is not None)
+    # b dies the moment the child's end is durable: nothing it would do
+    # after that (posting the delivery, say) happens.
+    ended = b.ended
+
+    def end_then_die(state: Any, done: Any, lsn: int) -> None:
+        ended(state, done, lsn)
+        if state.id == kid:
+            b.committer.on_durable(lsn, b.abandon)
+
+    b.ended = end_then_die  # type: ignore[method-assign]
+    await b.get(kid).signal(go, 1)
+    await eventually(lambda: b.closed)
+    shared.engines.remove(b)
+    await b.store.close()
+
+    assert await asyncio.wait_for(run.result(), 30) == 101
+
+
 async def _completed(engine: Engine, id: str) -> bool:
     return (await engine.get(id).describe()).status == "completed"
 

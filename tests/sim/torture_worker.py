@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Coroutine
@@ -35,8 +36,14 @@ import fusee
 
 from . import workload
 
+# FUSEE_TORTURE_TRACE=1: the engine's debug log, and every line said, on stderr.
+TRACE = bool(os.environ.get("FUSEE_TORTURE_TRACE"))
+log = logging.getLogger("fusee")
+
 
 def say(**line: Any) -> None:
+    if TRACE:
+        log.debug("SAY %s", json.dumps(line))
     sys.stdout.write(json.dumps(line) + "\n")
     sys.stdout.flush()
 
@@ -104,6 +111,13 @@ class Worker:
 
 
 async def main(target: str, step_log: str, life: int) -> None:
+    if TRACE:
+        logging.basicConfig(
+            level=logging.DEBUG,
+            format=f"%(asctime)s.%(msecs)03d L{life} %(message)s",
+            datefmt="%H:%M:%S",
+        )
+        logging.getLogger("asyncio").setLevel(logging.WARNING)
     fd = os.open(step_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     # One write per line, with O_APPEND: a SIGKILL keeps every line written

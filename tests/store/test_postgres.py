@@ -23,7 +23,7 @@ from _postgres import Cluster
 import fusee
 from fusee import Engine
 from fusee.errors import StaleLease, StoreError
-from fusee.store import Entry, RunRow, open_store
+from fusee.store import Command, Entry, RunRow, open_store
 from fusee.store.postgres import DEFAULT_SHARDS, FORMAT, PostgresStore, shard_of
 
 NewStore = Callable[..., PostgresStore]
@@ -167,6 +167,54 @@ async def test_a_stale_lease_fails_only_the_appends_it_fences(store: PostgresSto
     assert results[0].shards == (a,)
     assert results[1] is None
     assert await store.load("b") == [(2, b"b/2")]
+
+
+async def test_commands_posted_with_an_append_are_stored_with_it(store: PostgresStore) -> None:
+    held = await store.acquire_shards("w1", 8, lease_s=30)
+    command = Command("deliver/p/1/2", "deliver", "p", b"\x80")
+
+    await store.append([entry(1)], [run_row()], fence=held, commands=[command])
+    # Posted again (a retried batch), it is stored once.
+    await store.append([entry(2)], fence=held, commands=[command])
+
+    taken = await store.take_commands()
+    assert [(c.id, c.kind, c.run_id, c.payload) for c in taken] == [
+        ("deliver/p/1/2", "deliver", "p", b"\x80")
+    ]
+    # For the worker that holds the run it names, not the appending run's.
+    assert await store.take_commands(shards=[s for s in range(8) if s != shard_of("p", 8)]) == []
+
+
+async def test_a_refused_append_posts_none_of_its_commands(store: PostgresStore) -> None:
+    held = await store.acquire_shards("w1", 8, lease_s=30)
+    await store.release_shards("w1", [shard_of("a", 8)])
+
+    with pytest.raises(StaleLease):
+        await store.append(
+            [entry(1)], fence=held, commands=[Command("deliver/p/1/2", "deliver", "p")]
+        )
+
+    assert await store.take_commands() == []
+    assert await store.get_answer("deliver/p/1/2") is None
+
+
+async def test_a_row_being_written_is_read_only_once_its_write_commits(
+    store: PostgresStore,
+) -> None:
+    held = await store.acquire_shards("w1", 8, lease_s=30)
+    await store.release_shards("w1", [shard_of("a", 8)])
+    # A write its lease will refuse: a read meanwhile must not see its row.
+    write = asyncio.ensure_future(store.append([entry(1)], [run_row()], fence=held))
+    await asyncio.sleep(0)
+
+    assert await store.get("a") is None
+    with pytest.raises(StaleLease):
+        await write
+    ok = asyncio.ensure_future(store.append([entry(1, "b")], [run_row("b")]))
+    await asyncio.sleep(0)
+    row = await store.get("b")
+    assert row is not None
+    assert ok.done()
 
 
 async def test_a_takeover_skips_a_shard_whose_fenced_commit_is_in_flight(
