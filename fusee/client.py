@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
     from fusee._events import EventDef
 
-__all__ = ["Client", "ClientSchedules", "SyncClient", "SyncRun"]
+__all__ = ["Client", "ClientSchedules", "SyncClient", "SyncRun", "SyncSchedules"]
 
 T = TypeVar("T")
 
@@ -507,3 +507,46 @@ class SyncClient:
     def complete(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``."""
         _blocking(self._portal, lambda: self._client.complete(token, value))
+
+    @property
+    def schedules(self) -> SyncSchedules:
+        """The store's schedules, blocking (`Client.schedules`).
+
+        Example:
+            >>> def main(client: SyncClient) -> None:
+            ...     client.schedules.pause("nightly")
+        """
+        return SyncSchedules(self._portal, self._client.schedules)
+
+
+class SyncSchedules:
+    """`SyncClient.schedules`: `ClientSchedules` with blocking calls.
+
+    Example:
+        >>> def main(client: SyncClient) -> None:
+        ...     run = client.schedules.trigger("nightly")
+        ...     print([row.name for row in client.schedules.list()], run.result())
+    """
+
+    __slots__ = ("_portal", "_schedules")
+
+    def __init__(self, portal: BlockingPortal, schedules: ClientSchedules) -> None:
+        self._portal = portal
+        self._schedules = schedules
+
+    def pause(self, name: str) -> None:
+        """Pauses schedule ``name`` (its ticks are skipped until `resume`)."""
+        _blocking(self._portal, lambda: self._schedules.pause(name))
+
+    def resume(self, name: str) -> None:
+        """Resumes schedule ``name``."""
+        _blocking(self._portal, lambda: self._schedules.resume(name))
+
+    def trigger(self, name: str) -> SyncRun[Any]:
+        """Starts a run of schedule ``name`` now; returns its handle."""
+        run = _blocking(self._portal, lambda: self._schedules.trigger(name))
+        return SyncRun(self._portal, run)
+
+    def list(self) -> builtins.list[ScheduleRow]:
+        """Every schedule row of the store, by name (read from the store)."""
+        return _blocking(self._portal, self._schedules.list)

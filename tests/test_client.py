@@ -201,6 +201,31 @@ async def test_a_sync_client_reads_events_and_waits_for_them(tmp_path: Path) -> 
         assert await asyncio.to_thread(script) == ("waiting", "done")
 
 
+@fusee.workflow("chime")
+async def chime(ctx: fusee.Ctx) -> str:
+    return "chimed"
+
+
+async def test_a_sync_client_lists_pauses_resumes_and_triggers_schedules(tmp_path: Path) -> None:
+    hourly = fusee.Schedule("hourly", chime, every="1h")
+    async with await fusee.Engine.open(
+        tmp_path, workflows=[chime], schedules=[hourly], durability="none"
+    ):
+
+        def script() -> tuple[list[bool], str, str]:
+            with fusee.SyncClient.connect(tmp_path, durability="none") as sync:
+                sync.schedules.pause("hourly")
+                paused = [row.paused for row in sync.schedules.list()]
+                sync.schedules.resume("hourly")
+                paused += [row.paused for row in sync.schedules.list()]
+                run = sync.schedules.trigger("hourly")
+                with pytest.raises(fusee.NotFound, match="no schedule 'nope'"):
+                    sync.schedules.pause("nope")
+                return paused, run.id.split("-")[0], run.result()
+
+        assert await asyncio.to_thread(script) == ([True, False], "hourly", "chimed")
+
+
 # --- a worker in another process ------------------------------------------------------------------
 
 
