@@ -163,7 +163,14 @@ class Runs:
             raise stuck
         pending = self._loading.get(id)
         if pending is not None:
-            return await asyncio.shield(pending)
+            state = await asyncio.shield(pending)
+            # Woken after the load, this caller may find the run unloaded
+            # meanwhile (parked, dropped, the engine closed): its state is
+            # then closed, and the caller needs the run's current one.
+            engine.check_open()
+            if state is not None and self.loaded(id) is not state:
+                return await self.wake(id, row, recovering=recovering)
+            return state
         fut: asyncio.Future[RunState | None] = engine.loop.create_future()
         self._loading[id] = fut
         try:

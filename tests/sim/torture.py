@@ -475,6 +475,7 @@ async def torture(
                         "epoch": e,
                         "kills": epoch.kills,
                         "violations": len(epoch.ledger.violations),
+                        **({"found": epoch.ledger.violations} if epoch.ledger.violations else {}),
                     }
                 ),
                 flush=True,
