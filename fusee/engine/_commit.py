@@ -30,7 +30,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from fusee.errors import CorruptRecord, FuseeError, StaleLease, StoreError
@@ -211,6 +211,25 @@ class Committer:
         if not self._woken and self._idle:
             self._wake()
 
+    def drop(self, shards: Collection[int]) -> None:
+        """Loses what is queued and not yet handed to the store for runs of ``shards``.
+
+        Their runs are dropped (the shards moved to another worker, or are
+        given back): queued records of theirs must not be written, not even
+        should this worker take the shard again (under a new epoch), where
+        they would follow records its lost lease refused.
+        """
+        shard_of = self._shard_of
+        dropped = set(shards)
+        # Left in the queue, lost: the batch that takes them skips them, and
+        # its end releases their waiters (with `StaleLease`) in LSN order.
+        gone = [e for e in self._entries if shard_of(e.id) in dropped]
+        if gone:
+            self._lose(gone, StaleLease(sorted(dropped)))
+        for id in [id for id in self._rows if shard_of(id) in dropped]:
+            del self._rows[id]
+        self._commands = [(id, c) for id, c in self._commands if shard_of(id) not in dropped]
+
     def is_durable(self, lsn: int) -> bool:
         """Whether the log is durable through ``lsn``."""
         return lsn <= self.durable_lsn
@@ -332,7 +351,10 @@ class Committer:
         fence, shard_of = self._fence, self._shard_of
         assert fence is not None
         parts: dict[int, tuple[list[Entry], list[RunRow], list[Command]]] = {}
+        lost_before = self._lost
         for e in entries:
+            if lost_before and e.lsn in lost_before:
+                continue  # dropped with its shard's runs (`drop`)
             parts.setdefault(shard_of(e.id), ([], [], []))[0].append(e)
         for r in rows:
             parts.setdefault(shard_of(r.id), ([], [], []))[1].append(r)

@@ -354,9 +354,11 @@ class Engine:
         """Unloads the runs of ``shards`` (this engine no longer serves them).
 
         Their steps in flight are abandoned (the next holder runs them again),
-        and whoever waits here for their results goes on waiting through the
+        their records not yet handed to the store are never written, and
+        whoever waits here for their results goes on waiting through the
         store.
         """
+        self.committer.drop(shards)
         for index in shards:
             shard = self.runs.shards[index]
             for state in list(shard.runs.values()):
@@ -468,9 +470,12 @@ class Engine:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             error = task.exception()
-            if error is not None and (error is self.committer.failed or self.closed):
-                # The store's failure, reported once already; or a task the
-                # engine's stop cut short (a caller's call still in it).
+            if error is not None and (
+                error is self.committer.failed or self.closed or isinstance(error, StaleLease)
+            ):
+                # The store's failure, reported once already; a task the
+                # engine's stop cut short (a caller's call still in it); or
+                # one whose run moved to another worker (it goes on there).
                 return
             log.error("fusee engine task failed", exc_info=error)
 
@@ -894,9 +899,12 @@ class Engine:
                     # given): loading it here gives the caller that error.
                     # The dev profile loads a parked one too, so that a
                     # journal its code no longer replays is reported at once.
-                    if await self.runs.wake(id) is None:
-                        # It had ended after all; its row is on its way.
-                        await self.committer.flush()
+                    try:
+                        if await self.runs.wake(id) is None:
+                            # It had ended after all; its row is on its way.
+                            await self.committer.flush()
+                    except StaleLease:
+                        pass  # it moved to another worker while it loaded: waited for there
                     continue
             fut: asyncio.Future[None] = self.loop.create_future()
             self._results.setdefault(id, []).append(fut)

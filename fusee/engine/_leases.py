@@ -6,9 +6,11 @@ lease, each with an epoch, timed by the database's clock. Every
 `Leases.interval` a worker renews its leases and its membership, reckons
 its fair share from the live workers (the shard count divided by them,
 rounded up), takes free or expired shards up to it and gives back those
-above it. A shard it takes it recovers from the journals; a shard it gives
-back it first makes durable; a shard it loses (a renewal that finds it
-taken over, a write refused with `fusee.StaleLease`) it drops at once.
+above it (once it has been above for a few rounds in a row). A shard it
+takes it recovers from the journals; a shard it gives back it first makes
+durable; a shard it loses (a renewal that finds it taken over, a write
+refused with `fusee.StaleLease`) it drops at once, with its records not
+yet written (`Committer.drop`).
 
 The rule: the engine writes a shard's records only under its lease (the
 committer fences every append with the shard's epoch, see `Leases.fence`),
@@ -41,6 +43,10 @@ log = logging.getLogger("fusee")
 # A round at least this often: a dead worker's shards are taken over at
 # most this long after its lease ran out.
 _MAX_INTERVAL_S: Final = 1.0
+# Rounds in a row a worker must find itself above its fair share before it
+# gives shards back: a worker whose renewal came late once (a busy loop)
+# counts as gone for a round, and the shards would go back and forth.
+_OVER_ROUNDS: Final = 3
 
 
 class LeasedStore(Protocol):
@@ -122,6 +128,7 @@ class Leases:
         # leaves asyncpg a connection to clean up after the store closed.
         self._stopping = asyncio.Event()
         self._failing = False
+        self._over = 0  # rounds in a row above the fair share
 
     def owns(self, id: str) -> bool:
         """Whether this engine serves run ``id`` (it holds the run's shard)."""
@@ -171,13 +178,15 @@ class Leases:
                 engine.lost_shards(lost)
         live = await store.join(self.owner, self.lease_s)
         fair = -(-self.count // max(live, 1))
+        self._over = self._over + 1 if len(self.held) > fair else 0
         if len(self.held) < fair:
             got = await store.acquire_shards(
                 self.owner, fair - len(self.held), self.lease_s, reclaim=first
             )
             if got:
                 await self._adopt(got)
-        elif len(self.held) > fair:
+        elif self._over >= _OVER_ROUNDS:
+            self._over = 0
             await self.give_back(sorted(self.held)[fair:])
 
     async def _adopt(self, got: dict[int, int]) -> None:

@@ -19,6 +19,7 @@ from _postgres import Cluster
 
 import fusee
 from fusee.engine import Engine
+from fusee.record import Signal, encode
 from fusee.store.postgres import PostgresStore, shard_of
 
 from .conftest import eventually
@@ -283,6 +284,26 @@ async def test_a_write_under_a_taken_over_lease_is_refused_and_its_runs_dropped(
     # Nothing of the refused write is stored.
     assert len(await a.store.load(id)) == before
     assert (await run.describe()).status in ("running", "suspended")
+
+
+async def test_records_queued_for_runs_of_a_dropped_shard_are_never_written(
+    shared: Cluster2,
+) -> None:
+    a = await shared.open("a", lease="30s")
+    (id,) = ids_on(a, 1, "h")
+    await a.start(waiter, id, 1)
+    await eventually(lambda: f"{id}/first" in ran)
+    before = await a.store.load(id)
+    # Queued in the turn its runs are dropped (the shard lost, say): were it
+    # written later, under this lease or a new one of the same worker, it
+    # would follow records the lost lease refused.
+    lsn = a.committer.append(id, 1, encode(Signal(1, "go", 0, b"\x05", None)))
+    a.drop_shards([shard_of(id, SHARDS)])
+
+    with pytest.raises(fusee.StaleLease):
+        await asyncio.wait_for(a.committer.durable(lsn), 10)
+    await a.committer.flush()
+    assert await a.store.load(id) == before
 
 
 async def _posted(cluster: Cluster, schema: str, id: str) -> bool:

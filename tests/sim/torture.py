@@ -231,6 +231,11 @@ class Epoch:
             await asyncio.sleep(self.rng.uniform(0.002, 0.02))
 
     async def resend_all(self, w: Life, bound_s: float = 10) -> None:
+        """Sends ``w`` every command not acknowledged yet, once: a live worker answers each.
+
+        (Sent again and again, as a caller that timed out would, they would
+        only pile up duplicates in the inbox behind the ones in flight.)
+        """
         end = time.monotonic() + bound_s
         sent: set[int] = set()
         while time.monotonic() < end:
@@ -242,8 +247,6 @@ class Epoch:
                     sent.add(id(op))
                     w.send(op)
             await asyncio.sleep(0.05)
-            if int(time.monotonic() * 4) % 8 == 0:
-                sent.clear()  # resend what is still not acknowledged every 2 s
 
     async def wait_ends(self, ids: list[str], bound_s: float) -> None:
         end = time.monotonic() + bound_s
