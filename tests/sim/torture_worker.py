@@ -28,6 +28,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Coroutine
 from typing import Any
@@ -46,6 +47,13 @@ def say(**line: Any) -> None:
         log.debug("SAY %s", json.dumps(line))
     sys.stdout.write(json.dumps(line) + "\n")
     sys.stdout.flush()
+
+
+def dump_tasks() -> None:
+    for task in asyncio.all_tasks():
+        sys.stderr.write(f"TASK {task.get_name()}\n")
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
 
 
 def outcome_of(value: Any = None, error: BaseException | None = None) -> Any:
@@ -127,6 +135,8 @@ async def main(target: str, step_log: str, life: int) -> None:
 
     workload.step_log = log_step
     loop = asyncio.get_running_loop()
+    # SIGUSR1: every task's stack on stderr (the harness asks when runs did not end).
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     # On Postgres, a short lease: a killed worker's runs move to the others
