@@ -373,7 +373,14 @@ class Messages:
         lsn = engine.create_run(
             wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1, trace=trace
         )
-        await engine.committer.durable(lsn)
+        try:
+            await engine.committer.durable(lsn)
+        except StaleLease:
+            if engine.owns(rec.id):
+                raise
+            # Its shard moved to another worker meanwhile, and nothing of the
+            # start was written: that worker starts it.
+            await self.start_child_of(link, rec, dropped=dropped, queued=queued, trace=trace)
 
     def _child_ended(
         self, link: Parent, rec: Child, row: RunRow, entries: list[tuple[int, bytes]]

@@ -46,7 +46,12 @@ async def pinger(ctx: fusee.Ctx, target: str) -> int:
     return await ctx.child(waiter, f"{ctx.info.id}-kid", 100)
 
 
-WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [waiter, pinger]
+@fusee.workflow("nester")
+async def nester(ctx: fusee.Ctx, kid: str) -> int:
+    return await ctx.child(waiter, kid, 7)
+
+
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [waiter, pinger, nester]
 
 
 class Cluster2:
@@ -260,16 +265,7 @@ async def test_a_write_under_a_taken_over_lease_is_refused_and_its_runs_dropped(
     await eventually(lambda: f"{id}/first" in ran)
     shard = shard_of(id, SHARDS)
     # Another worker takes the shard over (its lease ran out, say).
-    conn = await asyncpg.connect(postgres_cluster.dsn)
-    try:
-        await conn.execute(
-            f'UPDATE "{shared.schema}".shard_leases SET owner = $1, epoch = epoch + 1'
-            " WHERE shard = $2",
-            "thief",
-            shard,
-        )
-    finally:
-        await conn.close()
+    await _steal(postgres_cluster, shared.schema, shard)
     before = len(await a.store.load(id))
     # The signal's record is refused; the signal goes on to the shard's new
     # owner, as a command in the inbox (the thief serves none: it waits).
@@ -306,13 +302,43 @@ async def test_records_queued_for_runs_of_a_dropped_shard_are_never_written(
     assert await a.store.load(id) == before
 
 
-async def _posted(cluster: Cluster, schema: str, id: str) -> bool:
+async def test_a_child_whose_shard_moves_as_it_starts_is_started_by_the_new_owner(
+    shared: Cluster2, postgres_cluster: Cluster
+) -> None:
+    a = await shared.open("a", lease="30s")
+    parent_id, kid = next(
+        (p, f"{p}-kid")
+        for p in ids_on(a, 40, "n")
+        if shard_of(f"{p}-kid", SHARDS) != shard_of(p, SHARDS)
+    )
+    # The child's shard is taken over, and a does not know yet: its start's
+    # record is refused, and the start goes to the shard's new owner.
+    await _steal(postgres_cluster, shared.schema, shard_of(kid, SHARDS))
+    await a.start(nester, parent_id, kid)
+
+    await eventually(lambda: _posted(postgres_cluster, shared.schema, kid, "start"))
+    assert await a.store.get(kid) is None
+
+
+async def _steal(cluster: Cluster, schema: str, shard: int) -> None:
+    conn = await asyncpg.connect(cluster.dsn)
+    try:
+        await conn.execute(
+            f'UPDATE "{schema}".shard_leases SET owner = $1, epoch = epoch + 1 WHERE shard = $2',
+            "thief",
+            shard,
+        )
+    finally:
+        await conn.close()
+
+
+async def _posted(cluster: Cluster, schema: str, id: str, kind: str = "signal") -> bool:
     conn = await asyncpg.connect(cluster.dsn)
     try:
         found = await conn.fetchval(
             f'SELECT count(*) FROM "{schema}".commands WHERE run_id = $1 AND kind = $2',
             id,
-            "signal",
+            kind,
         )
     finally:
         await conn.close()
