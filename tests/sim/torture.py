@@ -395,9 +395,9 @@ class Epoch:
         await self.resend_all(w)
         await self.wait_ends([o.id for o in starts], 20)
         if any(o.id not in self.ledger.ends for o in starts):
-            for life in lives:  # what they wait for, in the log
+            for each in lives:  # what they wait for, in the log
                 with contextlib.suppress(ProcessLookupError):
-                    life.proc.send_signal(signal.SIGUSR1)
+                    each.proc.send_signal(signal.SIGUSR1)
             await asyncio.sleep(1)
         for w in lives:
             code = await w.finish()
