@@ -906,6 +906,10 @@ class Engine:
                     except StaleLease:
                         pass  # it moved to another worker while it loaded: waited for there
                     continue
+            if not self.owns(id):
+                # It moved while the store was read (`drop_shards` released
+                # the waiters it had then, not this one): waited for there.
+                continue
             fut: asyncio.Future[None] = self.loop.create_future()
             self._results.setdefault(id, []).append(fut)
             wait = self.hooks.wait_result

@@ -142,10 +142,14 @@ class _Sql:
             f"INSERT INTO {q}.journal (shard, lsn, id, run, data) SELECT * FROM"
             " unnest($1::int[], $2::bigint[], $3::text[], $4::bigint[], $5::bytea[])"
         )
+        # A record counts as this write's only if it is the same record: on a
+        # store several workers share, the next holder of a shard may have
+        # used the same LSNs for records of its own.
         self.count_entries = (
             f"SELECT count(*) FROM {q}.journal AS j"
-            " JOIN unnest($1::int[], $2::bigint[]) AS k(shard, lsn)"
-            " ON j.shard = k.shard AND j.lsn = k.lsn"
+            " JOIN unnest($1::int[], $2::bigint[], $3::text[], $4::bytea[])"
+            " AS k(shard, lsn, id, data)"
+            " ON j.shard = k.shard AND j.lsn = k.lsn AND j.id = k.id AND j.data = k.data"
         )
         self.upsert_rows = (
             f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, finished_ms,"

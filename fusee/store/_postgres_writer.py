@@ -198,10 +198,15 @@ class _PostgresWriter(_PostgresErrors):
                 self._sql.count_entries,
                 [shard_of(e.id, shards) for e in entries],
                 [e.lsn for e in entries],
+                [e.id for e in entries],
+                [e.data for e in entries],
             )
         if found == len(entries):
             return True
-        if found == 0:
+        if found == 0 or any(w.fence for w in writes):
+            # Not stored (fenced: some records, or all, may be another
+            # worker's, written under a lease taken over meanwhile; sent
+            # again, the fence check refuses the write with `StaleLease`).
             return False
         raise StoreError(
             f"a commit lost with its connection stored {found} of its {len(entries)} records; "

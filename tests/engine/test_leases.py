@@ -65,10 +65,10 @@ class Cluster2:
     def store(self) -> PostgresStore:
         return PostgresStore(self.cluster.dsn, schema=self.schema, shards=SHARDS, durability="none")
 
-    async def open(self, name: str, *, lease: str = LEASE) -> Engine:
+    async def open(self, name: str, *, lease: str = LEASE, **kw: Any) -> Engine:
         store = self.store()
         await store.open()
-        engine = Engine(store, WORKFLOWS, lease=lease, worker=name, watchdog=None)
+        engine = Engine(store, WORKFLOWS, lease=lease, worker=name, watchdog=None, **kw)
         await engine.recover()
         self.engines.append(engine)
         return engine
@@ -318,6 +318,34 @@ async def test_a_child_whose_shard_moves_as_it_starts_is_started_by_the_new_owne
 
     await eventually(lambda: _posted(postgres_cluster, shared.schema, kid, "start"))
     assert await a.store.get(kid) is None
+
+
+async def test_a_result_waited_for_as_its_run_moves_is_waited_for_where_it_went(
+    shared: Cluster2,
+) -> None:
+    a = await shared.open("a", lease="30s", park_after="10ms")
+    (id,) = ids_on(a, 1, "m")
+    run = await a.start(waiter, id, 1)
+    await eventually(lambda: f"{id}/first" in ran and a.runs.loaded(id) is None)  # parked
+    shard = shard_of(id, SHARDS)
+    read = a.store.get
+
+    async def read_as_it_moves(run_id: str) -> Any:
+        found = await read(run_id)
+        if run_id == id:
+            a.lost_shards([shard])  # taken over while the row was read
+        return found
+
+    a.store.get = read_as_it_moves  # type: ignore[method-assign,assignment]
+    waiting = asyncio.ensure_future(run.result())
+    await eventually(lambda: a.runs.shard_index(id) not in held(a))
+    await asyncio.sleep(0.2)
+    # Not waited for here, where nothing would ever end it: through the store.
+    assert id not in a._results
+    assert not waiting.done()
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
 
 
 async def _steal(cluster: Cluster, schema: str, shard: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import types
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -215,6 +216,22 @@ async def test_a_row_being_written_is_read_only_once_its_write_commits(
     row = await store.get("b")
     assert row is not None
     assert ok.done()
+
+
+async def test_a_commit_whose_answer_was_lost_is_not_taken_for_another_workers_records(
+    store: PostgresStore, new_store: NewStore
+) -> None:
+    # The next holder of the shard wrote its own records at the LSNs of a
+    # commit whose connection was lost: that commit did not land.
+    held = await store.acquire_shards("w1", 8, lease_s=30)
+    other = new_store(schema=store.schema)
+    await other.open()
+    await other.append([entry(1)], fence=held)
+    mine = types.SimpleNamespace(entries=(Entry(1, "a", 1, b"mine"),), fence=tuple(held.items()))
+    theirs = types.SimpleNamespace(entries=(entry(1),), fence=tuple(held.items()))
+
+    assert await store._landed([mine]) is False  # type: ignore[list-item]
+    assert await store._landed([theirs]) is True  # type: ignore[list-item]
 
 
 async def test_a_takeover_skips_a_shard_whose_fenced_commit_is_in_flight(
