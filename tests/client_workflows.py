@@ -12,7 +12,7 @@ bump = fusee.update("bump", int)
 @fusee.workflow("tally")
 async def tally(ctx: fusee.Ctx, start: int) -> int:
     """Adds each ``add`` signal's number to ``start`` until one is 0; ``bump`` adds too."""
-    state = {"total": await ctx.step("first", lambda: start)}
+    state = {"total": start}
 
     def bumped(by: int) -> int:
         if by < 0:
@@ -20,8 +20,11 @@ async def tally(ctx: fusee.Ctx, start: int) -> int:
         state["total"] += by
         return state["total"]
 
+    # Before the first await: an update sent as soon as the start returns
+    # finds its handler (one sent earlier than that is refused as unknown).
     ctx.on_query(total, lambda _: state["total"])
     ctx.on_update(bump, bumped)
+    await ctx.step("first", lambda: start)
     while n := await ctx.wait_for(add):
         state["total"] += n
     async with ctx.stream("log") as out:
