@@ -31,7 +31,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fusee.errors import CorruptRecord, FuseeError, StaleLease, StoreError
 from fusee.store import Command, Entry, RunRow
@@ -370,8 +370,9 @@ class Committer:
                 lost.append(shard)
                 continue
             sent.append((shard, epoch, es))
-            more: dict[str, Any] = {"commands": cs} if cs else {}
-            appends.append(self.store.append(es, rs, fence={shard: epoch}, **more))  # type: ignore[call-arg]
+            # A shared store's append (`PostgresStore.append`) takes both.
+            append = self.store.append(es, rs, fence={shard: epoch}, commands=cs)  # type: ignore[call-arg]
+            appends.append(append)
         # Queued together, the store commits them in one transaction.
         results = await asyncio.gather(*appends, return_exceptions=True)
         error: BaseException | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import collections
+import contextlib
 import logging
 import os
 import sys
@@ -899,12 +900,12 @@ class Engine:
                     # given): loading it here gives the caller that error.
                     # The dev profile loads a parked one too, so that a
                     # journal its code no longer replays is reported at once.
-                    try:
+                    # StaleLease: it moved to another worker while it loaded
+                    # (the loop then waits for it there).
+                    with contextlib.suppress(StaleLease):
                         if await self.runs.wake(id) is None:
                             # It had ended after all; its row is on its way.
                             await self.committer.flush()
-                    except StaleLease:
-                        pass  # it moved to another worker while it loaded: waited for there
                     continue
             if not self.owns(id):
                 # It moved while the store was read (`drop_shards` released
@@ -989,20 +990,19 @@ class Engine:
         if state.park_handle is not None:
             state.park_handle.cancel()
         self.timers.disarm_waits(state)
-        parent = state.parent
-        delivers = parent is not None and not state.policy & DETACHED
-        delivers = delivers and done.status is not Status.CONTINUED
-        if delivers and parent is not None and not self.owns(parent.id):
-            # Its parent is another worker's: the delivery is posted with
-            # the `Done`, in its transaction, so that no crash between the
-            # two loses it.
+        # The parent this end goes to once it is durable (None: none, or
+        # another worker's, which the delivery is posted to with the `Done`,
+        # in its transaction, so that no crash between the two loses it).
+        deliver_to = state.parent
+        if state.policy & DETACHED or done.status is Status.CONTINUED:
+            deliver_to = None
+        elif deliver_to is not None and not self.owns(deliver_to.id):
+            completion = ChildCompleted(done.status, done.payload)
             self.committer.post(
                 state.id,
-                deliver_command(
-                    parent.id, parent.run, parent.seq, ChildCompleted(done.status, done.payload)
-                ),
+                deliver_command(deliver_to.id, deliver_to.run, deliver_to.seq, completion),
             )
-            delivers = False
+            deliver_to = None
         unconsumed = [s for i, s in enumerate(state.signals) if i not in state.consumed]
         if unconsumed and done.status is not Status.CONTINUED:
             log.warning(
@@ -1048,10 +1048,13 @@ class Engine:
             for fut in self._results.pop(state.id, []):
                 if not fut.done():
                     fut.set_result(None)
-            if delivers and parent is not None:
+            if deliver_to is not None:
                 self.spawn(
                     self.runs.deliver(
-                        parent.id, parent.run, parent.seq, ChildCompleted(done.status, done.payload)
+                        deliver_to.id,
+                        deliver_to.run,
+                        deliver_to.seq,
+                        ChildCompleted(done.status, done.payload),
                     )
                 )
 

@@ -98,8 +98,8 @@ def deliver_command(id: str, run: int, seq: int, completion: ChildCompleted) -> 
         "status": int(completion.status),
         "payload": completion.payload,
     }
-    new = Command.new("deliver", id, encode_payload(fields))
-    return Command(f"deliver/{id}/{run}/{seq}", "deliver", id, new.payload, None, new.created_ms)
+    payload = encode_payload(fields)
+    return Command(f"deliver/{id}/{run}/{seq}", "deliver", id, payload, None, _now_ms())
 
 
 def decode_payload(data: bytes) -> dict[str, Any]:

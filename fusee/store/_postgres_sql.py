@@ -40,6 +40,11 @@ def shard_of(id: str, shards: int) -> int:
     return zlib.crc32(id.encode()) % shards
 
 
+def _channel(schema: str) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel of a store's commands (63 bytes at most)."""
+    return f"fusee_commands_{schema}"[:63]
+
+
 def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
     unfinished = ", ".join(f"'{status}'" for status in sorted(UNFINISHED_STATUSES))
     return (

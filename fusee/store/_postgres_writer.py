@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from fusee.errors import StaleLease, StoreError
 from fusee.store._base import Command, Entry, RunRow
 from fusee.store._postgres_errors import _fails_every_write, _is_connection_lost, _PostgresErrors
-from fusee.store._postgres_sql import _Sql, shard_of
+from fusee.store._postgres_sql import _channel, _Sql, shard_of
 
 if TYPE_CHECKING:
     import asyncpg
@@ -74,9 +74,7 @@ class _PostgresWriter(_PostgresErrors):
     _pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]]
     _transactions: int
 
-    @property
-    def channel(self) -> str:
-        raise NotImplementedError  # `PostgresStore.channel`
+    _schema: str
 
     def _submit(
         self,
@@ -251,7 +249,7 @@ class _PostgresWriter(_PostgresErrors):
                     [c.dedup for c in commands],
                     [c.created_ms for c in commands],
                     [shard_of(c.run_id, self._shards) for c in commands],
-                    self.channel,
+                    _channel(self._schema),
                 )
             for w in writes:
                 if w.fail is not None:

@@ -84,6 +84,7 @@ from fusee.store._postgres_sql import (
     _ROW_COLUMNS,
     _SCHEMA_NAME,
     FORMAT,
+    _channel,
     _row,
     _schema_sql,
     _Sql,
@@ -627,7 +628,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
             >>> PostgresStore("postgresql://h/db", schema="billing").channel
             'fusee_commands_billing'
         """
-        return f"fusee_commands_{self._schema}"[:63]
+        return _channel(self._schema)
 
     async def post_command(self, command: Command) -> str:
         """Stores ``command`` in the inbox and announces it (``NOTIFY``); returns its id.

@@ -120,6 +120,23 @@ def ids_on(engine: Engine, count: int, prefix: str, *, owned: bool = True) -> li
     return found
 
 
+def with_kid_elsewhere(engine: Engine, prefix: str) -> str:
+    """A run id whose shard ``engine`` holds and whose ``-kid``'s shard it does not."""
+    assert engine.leases is not None
+    held_now = engine.leases.held
+    return next(
+        p for p in ids_on(engine, 64, prefix) if shard_of(f"{p}-kid", SHARDS) not in held_now
+    )
+
+
+async def two(shared: Cluster2) -> tuple[Engine, Engine]:
+    """Engines "a" and "b", once they share the shards fairly."""
+    a = await shared.open("a")
+    b = await shared.open("b")
+    await eventually(lambda: balanced(shared, "a", "b"))
+    return a, b
+
+
 async def balanced(shared: Cluster2, *names: str) -> bool:
     held = await shared.held()
     fair = -(-SHARDS // len(names))
@@ -140,9 +157,7 @@ async def test_one_engine_holds_every_shard_and_a_second_takes_half(shared: Clus
 
 
 async def test_a_stopping_engine_gives_its_shards_back_at_once(shared: Cluster2) -> None:
-    a = await shared.open("a")
-    b = await shared.open("b")
-    await eventually(lambda: balanced(shared, "a", "b"))
+    a, b = await two(shared)
     await b.close()
     shared.engines.remove(b)
     # Released, not left to run out: the other takes them within a round or two.
@@ -153,9 +168,7 @@ async def test_a_stopping_engine_gives_its_shards_back_at_once(shared: Cluster2)
 async def test_runs_started_anywhere_run_on_their_shards_owner_with_signals_across(
     shared: Cluster2,
 ) -> None:
-    a = await shared.open("a")
-    b = await shared.open("b")
-    await eventually(lambda: balanced(shared, "a", "b"))
+    a, b = await two(shared)
     mine, theirs = ids_on(a, 5, "w"), ids_on(a, 5, "w", owned=False)
     runs = [await a.start(waiter, id, i) for i, id in enumerate(mine + theirs)]
     # Signals sent through the other engine, and from a run on each side.
@@ -174,14 +187,9 @@ async def test_runs_started_anywhere_run_on_their_shards_owner_with_signals_acro
 
 
 async def test_a_send_and_a_child_reach_runs_another_engine_serves(shared: Cluster2) -> None:
-    a = await shared.open("a")
-    b = await shared.open("b")
-    await eventually(lambda: balanced(shared, "a", "b"))
+    a, b = await two(shared)
     # A pinger on a's shards, its target and its child on b's.
-    for p in ids_on(a, 20, "p"):
-        if shard_of(f"{p}-kid", SHARDS) not in a.leases.held:  # type: ignore[union-attr]
-            pinger_id = p
-            break
+    pinger_id = with_kid_elsewhere(a, "p")
     (target_id,) = ids_on(a, 1, "t", owned=False)
     target = await b.start(waiter, target_id, 1)
     run = await a.start(pinger, pinger_id, target_id)
@@ -199,13 +207,8 @@ async def test_a_send_and_a_child_reach_runs_another_engine_serves(shared: Clust
 async def test_a_childs_end_reaches_its_parent_though_the_childs_worker_dies_at_its_end(
     shared: Cluster2,
 ) -> None:
-    a = await shared.open("a")
-    b = await shared.open("b")
-    await eventually(lambda: balanced(shared, "a", "b"))
-    assert a.leases is not None
-    pinger_id = next(
-        p for p in ids_on(a, 40, "q") if shard_of(f"{p}-kid", SHARDS) not in a.leases.held
-    )
+    a, b = await two(shared)
+    pinger_id = with_kid_elsewhere(a, "q")
     (target_id,) = ids_on(a, 1, "u")
     await a.start(waiter, target_id, 1)
     run = await a.start(pinger, pinger_id, target_id)
@@ -234,9 +237,7 @@ async def _completed(engine: Engine, id: str) -> bool:
 
 
 async def test_a_crashed_engines_runs_move_once_its_lease_runs_out(shared: Cluster2) -> None:
-    a = await shared.open("a")
-    b = await shared.open("b")
-    await eventually(lambda: balanced(shared, "a", "b"))
+    a, b = await two(shared)
     ids = ids_on(a, 6, "c")
     runs = [await a.start(waiter, id, i) for i, id in enumerate(ids)]
     await eventually(lambda: sum(r.endswith("/first") for r in ran) == len(ids))
