@@ -58,6 +58,7 @@ from fusee.errors import (
 )
 from fusee.record import Start, Step, decode
 from fusee.store import Entry, RunRow, Store
+from fusee.store._queues import QueueItem
 from fusee.store.memory import MemoryStore
 from fusee.store.sqlite import SqliteStore
 
@@ -736,8 +737,15 @@ class _LoggingStore(MemoryStore):
         super().__init__()
         self.log: list[Entry] = []
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
-        await super().append(entries, runs)
+    async def append(
+        self,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow] = (),
+        *,
+        items: Sequence[QueueItem] = (),
+        forget: Sequence[int] = (),
+    ) -> None:
+        await super().append(entries, runs, items=items, forget=forget)
         self.log.extend(entries)
 
     def record_count(self) -> int:
@@ -752,16 +760,32 @@ class _CrashingStore(_LoggingStore):
         self.keep = keep
         self.armed = True
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+    async def append(
+        self,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow] = (),
+        *,
+        items: Sequence[QueueItem] = (),
+        forget: Sequence[int] = (),
+    ) -> None:
         if self.armed:
             room = self.keep - self.record_count()
             if room < len(entries):
                 self.armed = False
                 if room > 0:
-                    kept = entries[:room]
-                    await super().append(kept, _rows_of_prefix(kept, entries[room:], runs))
+                    kept, lost = entries[:room], entries[room:]
+                    # A queue item's change goes with its run's records (an
+                    # admission with its `Start`, a freed slot with its
+                    # `Done`): kept where they are all kept, as rows are.
+                    lost_ids = {e.id for e in lost}
+                    await super().append(
+                        kept,
+                        _rows_of_prefix(kept, lost, runs),
+                        items=[i for i in items if i.id not in lost_ids],
+                        forget=forget,
+                    )
                 raise _CrashAfter(f"simulated crash after record {self.keep}")
-        await super().append(entries, runs)
+        await super().append(entries, runs, items=items, forget=forget)
 
 
 def _rows_of_prefix(

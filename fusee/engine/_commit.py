@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from fusee.errors import CorruptRecord, FuseeError, StaleLease, StoreError
 from fusee.store import Command, Entry, RunRow
+from fusee.store._queues import QueueItem
 
 if TYPE_CHECKING:
     from fusee.engine._clock import Clock
@@ -80,11 +81,32 @@ def retries(error: StoreError) -> bool:
 class _Flight:
     """One batch handed to the store and not yet back."""
 
-    __slots__ = ("done", "last_lsn")
+    __slots__ = ("done", "last_lsn", "number")
 
-    def __init__(self, last_lsn: int) -> None:
+    def __init__(self, last_lsn: int, number: int) -> None:
         self.last_lsn = last_lsn  # 0: rows only
+        self.number = number  # batches count from 1, in the order writers take them
         self.done = False
+
+
+class _Batch:
+    """What one write hands the store: records, rows, commands and queue item changes."""
+
+    __slots__ = ("commands", "entries", "forget", "items", "rows")
+
+    def __init__(
+        self,
+        entries: list[Entry],
+        rows: list[RunRow],
+        commands: list[tuple[str, Command]],
+        items: list[QueueItem],
+        forget: list[int],
+    ) -> None:
+        self.entries = entries
+        self.rows = rows
+        self.commands = commands
+        self.items = items
+        self.forget = forget
 
 
 class Committer:
@@ -123,7 +145,14 @@ class Committer:
         # Commands to post with the next batch, each with the run whose
         # shard's part of the batch carries it.
         self._commands: list[tuple[str, Command]] = []
+        # Queue item changes of an engine alone on its store (`put_item`).
+        self._items: dict[int, QueueItem] = {}
+        self._forget: list[int] = []
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        # Batches taken by writers, and stored (in order): `stored` waits on them.
+        self._taken = 0
+        self._stored = 0
+        self._batch_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._callbacks: list[tuple[int, int, Callable[[], object]]] = []
         self._order = itertools.count()
         self._loop = asyncio.get_running_loop()
@@ -211,6 +240,39 @@ class Committer:
         if not self._woken and self._idle:
             self._wake()
 
+    def put_item(self, item: QueueItem) -> None:
+        """Writes queue item ``item`` with the next batch (the latest per seq wins)."""
+        self._items[item.seq] = item
+        if not self._woken and self._idle:
+            self._wake()
+
+    def forget_item(self, seq: int) -> None:
+        """Deletes queue item ``seq`` with the next batch."""
+        self._items.pop(seq, None)
+        self._forget.append(seq)
+        if not self._woken and self._idle:
+            self._wake()
+
+    async def stored(self) -> None:
+        """Returns once everything handed over so far (records, rows, items) is durable.
+
+        Raises:
+            StoreError: The store failed; nothing after its last good write is durable.
+        """
+        number = self._taken + 1 if self._pending() else self._taken
+        if number <= self._stored:
+            return
+        if self.failed is not None:
+            raise self.failed
+        if self._stopped:
+            raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
+        fut = self._loop.create_future()
+        heapq.heappush(self._batch_waiters, (number, next(self._order), fut))
+        await fut
+
+    def _pending(self) -> bool:
+        return bool(self._entries or self._rows or self._commands or self._items or self._forget)
+
     def drop(self, shards: Collection[int]) -> None:
         """Loses what is queued and not yet handed to the store for runs of ``shards``.
 
@@ -265,19 +327,13 @@ class Committer:
     @property
     def idle(self) -> bool:
         """Nothing is waiting to be written, and no write is in flight."""
-        return not self._entries and not self._rows and not self._commands and not self._flights
+        return not self._pending() and not self._flights
 
     async def flush(self) -> None:
         """Returns once everything appended so far is durable (or lost with its shard's lease)."""
-        await self._settled(self.lsn)
-        while self._rows and self.failed is None:
-            await self._settled(self.lsn)
-            await asyncio.sleep(0)
-
-    async def _settled(self, lsn: int) -> None:
-        # What a lost lease refused is settled too: its run is dropped.
-        with contextlib.suppress(StaleLease):
-            await self.durable(lsn)
+        # What a lost lease refused is settled too (its run is dropped): its
+        # batch was stored without it.
+        await self.stored()
 
     def _wake(self) -> None:
         idle = self._idle
@@ -296,7 +352,7 @@ class Committer:
                 # retry: the journal would have a hole.
                 await self._outage_over()
                 continue
-            if not self._entries and not self._rows and not self._commands:
+            if not self._pending():
                 idle = self._loop.create_future()
                 self._idle.append(idle)
                 try:
@@ -305,16 +361,19 @@ class Committer:
                     self._woken = False
                 continue
             entries, self._entries = self._entries, []
-            rows, self._rows = list(self._rows.values()), {}
-            commands, self._commands = self._commands, []
-            flight = _Flight(entries[-1].lsn if entries else 0)
+            batch = _Batch(entries, list(self._rows.values()), self._commands, [], self._forget)
+            self._rows, self._commands, self._forget = {}, [], []
+            if self._items:
+                batch.items, self._items = list(self._items.values()), {}
+            self._taken += 1
+            flight = _Flight(entries[-1].lsn if entries else 0, self._taken)
             flights.append(flight)
             on_write = self.on_write
             began = time.perf_counter() if on_write is not None else 0.0
             try:
-                await self._append(entries, rows, commands)
+                await self._append(batch)
             except StoreError as e:
-                final = await self._retry(entries, rows, commands, e) if retries(e) else e
+                final = await self._retry(batch, e) if retries(e) else e
                 if final is not None:
                     flights.clear()
                     if self.failed is None:  # the writes behind it fail too: report the first
@@ -323,33 +382,38 @@ class Committer:
             if on_write is not None:
                 on_write(len(entries), time.perf_counter() - began)
             # Not kept while this writer waits for the next batch.
-            del entries, rows, commands
+            del entries, batch
             self.writes += 1
             flight.done = True
             while flights and flights[0].done:
-                last = flights.popleft().last_lsn
-                if last:
-                    self.durable_lsn = last
+                landed = flights.popleft()
+                self._stored = landed.number
+                if landed.last_lsn:
+                    self.durable_lsn = landed.last_lsn
             # This writer looks for more right after: what the released code
             # appends needs no other writer woken.
             woken, self._woken = self._woken, True
             self._release()
             self._woken = woken
 
-    async def _append(
-        self, entries: list[Entry], rows: list[RunRow], commands: list[tuple[str, Command]]
-    ) -> None:
-        if self._fence is None:
-            await self.store.append(entries, rows)
+    async def _append(self, batch: _Batch) -> None:
+        if self._fence is not None:
+            await self._append_fenced(batch)
+        elif batch.items or batch.forget:
+            await self.store.append(
+                batch.entries, batch.rows, items=batch.items, forget=batch.forget
+            )
         else:
-            await self._append_fenced(entries, rows, commands)
+            await self.store.append(batch.entries, batch.rows)
 
-    async def _append_fenced(
-        self, entries: list[Entry], rows: list[RunRow], commands: list[tuple[str, Command]]
-    ) -> None:
+    async def _append_fenced(self, batch: _Batch) -> None:
         """One append per shard, each under its lease; a lost shard's part is lost alone."""
         fence, shard_of = self._fence, self._shard_of
         assert fence is not None
+        # A shared store admits queued runs itself: no engine writes items.
+        assert not batch.items
+        assert not batch.forget
+        entries, rows, commands = batch.entries, batch.rows, batch.commands
         parts: dict[int, tuple[list[Entry], list[RunRow], list[Command]]] = {}
         lost_before = self._lost
         for e in entries:
@@ -414,13 +478,7 @@ class Committer:
         """A failed write waits on the clock for its next attempt (none is in flight)."""
         return self._backing_off
 
-    async def _retry(
-        self,
-        entries: list[Entry],
-        rows: list[RunRow],
-        commands: list[tuple[str, Command]],
-        error: StoreError,
-    ) -> StoreError | None:
+    async def _retry(self, batch: _Batch, error: StoreError) -> StoreError | None:
         """Writes a failed batch again until the store takes it; returns None, or why not.
 
         A store's append is all or nothing, so the whole batch goes again (on
@@ -446,6 +504,7 @@ class Committer:
                     self._backing_off = False
                 if self._closing or self.failed is not None:
                     return error
+                entries = batch.entries
                 if self._fence is None and entries and entries[0].lsn <= self.store.last_lsn:
                     # The store holds records past this batch's start (it
                     # broke its all-or-nothing rule): written again, the
@@ -457,7 +516,7 @@ class Committer:
                         "from what the store holds"
                     )
                 try:
-                    await self._append(entries, rows, commands)
+                    await self._append(batch)
                 except StoreError as e:
                     if not retries(e):
                         return e
@@ -507,13 +566,19 @@ class Committer:
             lsn, _, callback = heapq.heappop(callbacks)
             if not (lost and lsn in lost):
                 callback()
+        batches = self._batch_waiters
+        while batches and batches[0][0] <= self._stored:
+            fut = heapq.heappop(batches)[2]
+            if not fut.done():
+                fut.set_result(None)
 
     def _fail(self, error: StoreError) -> None:
         self.failed = error
-        for _, _, fut in self._waiters:
+        for _, _, fut in self._waiters + self._batch_waiters:
             if not fut.done():
                 fut.set_exception(error)
         self._waiters.clear()
+        self._batch_waiters.clear()
         self._callbacks.clear()
         if self._on_fail is not None:
             self._on_fail(error)
@@ -524,7 +589,7 @@ class Committer:
             return
         # During an outage nothing more is written: what is not durable is
         # left to the next open's replay, as after a crash.
-        if self.failed is None and self.outage is None and (self._entries or self._rows):
+        if self.failed is None and self.outage is None and self._pending():
             with contextlib.suppress(StoreError):
                 await self.flush()
         self._closing = True
@@ -548,9 +613,12 @@ class Committer:
         self._entries.clear()
         self._rows.clear()
         self._commands.clear()
-        for _, _, fut in self._waiters:
+        self._items.clear()
+        self._forget.clear()
+        for _, _, fut in self._waiters + self._batch_waiters:
             fut.cancel()
         self._waiters.clear()
+        self._batch_waiters.clear()
         self._callbacks.clear()
 
 

@@ -300,6 +300,8 @@ class Engine:
             # Recovers the shards it takes, now and whenever it takes more.
             await self.leases.start()
         else:
+            # Before any run loads: a recovered run's end frees its slot there.
+            await self.queues.load()
             await self.recover_shards(None)
         # In the background, as the runs above load: admitting queued runs
         # needs no unfinished run loaded first.
@@ -990,6 +992,7 @@ class Engine:
         if state.park_handle is not None:
             state.park_handle.cancel()
         self.timers.disarm_waits(state)
+        self.queues.ending(state.id, done.status)
         # The parent this end goes to once it is durable (None: none, or
         # another worker's, which the delivery is posted to with the `Done`,
         # in its transaction, so that no crash between the two loses it).

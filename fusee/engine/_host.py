@@ -175,13 +175,16 @@ class EngineHost:
 
     def turned(self, driver: RunDriver) -> None:
         state: RunState | None = driver.host_data
+        engine = self._engine
         if state is not None and state.steps:
             # A turn may drop a running step (a lost race, a cancel) or end
             # the run: the step hears it and its task is cancelled.
-            self._engine.steps.drop_unwanted(state)
+            engine.steps.drop_unwanted(state)
+        if driver.end is not None and engine.queues.book is not None:
+            # The runs its end admitted: their `Start`s join its `Done`'s write.
+            engine.queues.start_admitted()
         if state is None or not state.loaded or driver.end is not None:
             return
-        engine = self._engine
         m = driver.machine
         idle = not state.steps and driver.error is None and m.is_suspended()
         # The row says what describe says (`status_of`): every surface shows

@@ -1,24 +1,35 @@
 """Queued starts: `Queues` enqueues runs, admits them when their queue allows, and frees slots.
 
 A start with ``queue=`` stores a queue item and a ``queued`` row (no journal
-yet); an admission (`Store.admit`, atomic in the store, so the limits hold
-across every engine on it) turns items into runs through
-`Engine.create_run`. Admission is tried on a queued start, on the end of a
-run the queue admitted, when the engine's clock reaches the time a rate
-window or a debounce frees (`Admission.wake_ms`), on recovery and, on a
-store several engines share, every `_POLL_S` while items wait (another
-worker's run may have ended).
+yet); an admission turns items into runs through `Engine.create_run`.
+Admission is tried on a queued start, on the end of a run the queue
+admitted, when the engine's clock reaches the time a rate window or a
+debounce frees (`Admission.wake_ms`), on recovery and, on a store several
+engines share, every `_POLL_S` while items wait (another worker's run may
+have ended).
 
-The rule: an item is admitted only by the store, and its slot is freed only
-once its run's end is durable (`Queues.ended`), so a crash never frees a
-slot whose run goes on.
+Where admission is decided depends on the store:
+
+- On a store several engines share (Postgres), in the store (`Store.admit`,
+  atomic, so the limits hold across every engine on it); a slot is freed
+  once its run's end is durable (`Queues.ended`).
+- On a store this engine writes alone (memory, SQLite), in memory
+  (`_Book`, loaded at open): each change is written with the committer's
+  next batch. A run's end frees its slot and admits the next run in the
+  batch of its `Done`, with the new run's `Start`, so a queue costs no
+  write of its own.
+
+The rule: an item is admitted by one decider (the store, or the book of
+the one engine writing it), and its slot is freed in the same durable
+write as its run's end or after it, so a crash never frees a slot whose
+run goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,11 +42,12 @@ from fusee.errors import AlreadyExists, FuseeError, UnknownQueue
 from fusee.machine import ChildCompleted
 from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, encode
 from fusee.store import RunRow
-from fusee.store._queues import QueueItem
+from fusee.store._queues import ItemBook, QueueItem
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
     from fusee.engine._clock import TimerHandle
+    from fusee.engine._commit import Committer
     from fusee.engine._engine import Engine
 
 __all__ = ["Queues", "RunQueued"]
@@ -57,6 +69,37 @@ class RunQueued(FuseeError):
         >>> issubclass(RunQueued, FuseeError)
         True
     """
+
+
+class _Book(ItemBook):
+    """The queue items of an engine alone on its store: decided here, written with its batches.
+
+    Example:
+        >>> import asyncio
+        >>> from fusee.engine._commit import Committer
+        >>> from fusee.store import MemoryStore
+        >>> async def demo() -> int:
+        ...     store = MemoryStore()
+        ...     await store.open()
+        ...     committer = Committer(store)
+        ...     committer.start()
+        ...     _Book(committer).add(QueueItem("q", "a", 1, "wf", b""))
+        ...     await committer.stored()
+        ...     await committer.close()
+        ...     return len(await store.queue_items())
+        >>> asyncio.run(demo())
+        1
+    """
+
+    def __init__(self, committer: Committer) -> None:
+        super().__init__()
+        self._committer = committer
+
+    def _put(self, item: QueueItem) -> None:
+        self._committer.put_item(item)
+
+    def _drop(self, seq: int) -> None:
+        self._committer.forget_item(seq)
 
 
 class Queues:
@@ -98,7 +141,14 @@ class Queues:
         # Ended runs whose slots the next admission of their queue frees.
         self._released: dict[str, set[str]] = {}
         self._polls: set[str] = set()
-        self.shared = "postgres" in type(engine.store).__module__
+        self.shared = engine.leases is not None
+        # Alone on its store, the engine decides admissions itself (None: the store does).
+        self.book = None if self.shared else _Book(engine.committer)
+        # Items the book admitted whose runs are not started yet, and whether
+        # they are being started (a run that ends at once admits the next
+        # one: started by the loop below, not by recursion).
+        self._admitted_now: deque[QueueItem] = deque()
+        self._starting = False
 
     def resolve(self, queue: Queue | str | None, debounce: bool) -> Queue:
         """The engine's queue ``queue`` names (the debounce queue for None).
@@ -154,9 +204,17 @@ class Queues:
         debounce_ms = duration_ms(debounce) if debounce is not None else 0
         q = self.resolve(queue, debounce is not None)
         now = engine.clock.now_ms()
-        if debounce is not None and await engine.store.debounce_queued(id, data, now + debounce_ms):
-            self.kick(q.name)
-            return
+        book = self.book
+        if debounce is not None:
+            if book is not None:
+                debounced = book.debounce(id, data, now + debounce_ms)
+                if debounced:
+                    await engine.committer.stored()
+            else:
+                debounced = await engine.store.debounce_queued(id, data, now + debounce_ms)
+            if debounced:
+                self.kick(q.name)
+                return
         loaded = engine.runs.loaded(id)
         existing = loaded is not None or engine.runs.is_loading(id)
         row = None if existing else await engine.store.get(id)
@@ -170,25 +228,93 @@ class Queues:
         item = QueueItem(
             q.name, id, run, wf.name, data, key, priority, not_before_ms=now + debounce_ms
         )
-        stored = await engine.store.enqueue(item, RunRow(id, run, wf.name, RunStatus.QUEUED, now))
+        row = RunRow(id, run, wf.name, RunStatus.QUEUED, now)
+        stored = await self._enqueue(item, row)
         if stored is None:
             if id_policy is IdPolicy.ATTACH:
                 return
             raise AlreadyExists(f"run '{id}' exists (queued); {_policy_hint()}")
-        self.kick(q.name)
+
+    async def _enqueue(self, item: QueueItem, row: RunRow) -> QueueItem | None:
+        """Stores ``item`` with ``row`` and tries its queue; returns once durable (None: taken)."""
+        engine = self._engine
+        book = self.book
+        if book is None:
+            stored = await engine.store.enqueue(item, row)
+            if stored is not None:
+                self.kick(item.queue)
+            return stored
+        stored = book.add(item)
+        if stored is None:
+            return None
+        engine.committer.put_row(row)
+        # Admitted at once when the queue allows: its `Start` goes in the
+        # same write as its item, and a queue costs a start no write of its own.
+        self.kick(item.queue)
+        await engine.committer.stored()
+        return stored
 
     # --- admission ----------------------------------------------------------------------
 
     def kick(self, name: str) -> None:
-        """Tries an admission of queue ``name`` soon (one at a time per queue)."""
+        """Tries an admission of queue ``name``: now in a book; soon in a store (one at a time)."""
         engine = self._engine
         if engine.closed:
+            return
+        if self.book is not None:
+            self._admit_now(name)
+            self.start_admitted()
             return
         if name in self._admitting:
             self._again.add(name)
             return
         self._admitting.add(name)
         self._rounds[name] = engine.spawn(self._admit(name))
+
+    def _admit_now(self, name: str) -> None:
+        """Admits what queue ``name`` allows, in the book; their runs start in `start_admitted`."""
+        q = self.queues.get(name)
+        assert self.book is not None
+        if q is None:
+            return
+        admission = self.book.admit_now(
+            q.limits, self._engine.clock.now_ms(), self._runnable, count_left=False
+        )
+        self._admitted_now.extend(admission.items)
+        if admission.wake_ms is not None:
+            self._wake_at(name, admission.wake_ms)
+
+    def start_admitted(self) -> None:
+        """Starts the runs the book admitted and has not started yet."""
+        if self._starting:
+            return  # the loop further up the stack starts them
+        self._starting = True
+        try:
+            pending = self._admitted_now
+            while pending and not self._engine.closed:
+                self._run(pending.popleft())
+        finally:
+            self._starting = False
+
+    def ending(self, id: str, status: Status) -> None:
+        """Run ``id`` appended its `Done` (not yet durable): in the book, its slot goes with it.
+
+        The slot is freed, and the next runs admitted, in the write that
+        holds the `Done`; their runs start once the ending run's turn is
+        over (`start_admitted`, from the host), so their `Start`s go in that
+        write too.
+        """
+        book = self.book
+        if book is None or status is Status.CONTINUED:
+            return  # a continued run keeps its slot for its next run
+        name = book.release(id)
+        if name is None:
+            return
+        self._admit_now(name)
+        if self._admitted_now:
+            # Ended outside a run's turn (found ended in its journal): nobody
+            # else starts them soon.
+            self._engine.loop.call_soon(self.start_admitted)
 
     async def _admit(self, name: str) -> None:
         engine = self._engine
@@ -233,8 +359,8 @@ class Queues:
         origin = _codec.encode([link.id, link.run, link.seq, rec.flags])
         item = QueueItem(q.name, rec.id, 1, wf.name, rec.input, key, origin=origin)
         row = RunRow(rec.id, 1, wf.name, RunStatus.QUEUED, now, parent=link.id)
-        await engine.store.enqueue(item, row)
-        self.kick(q.name)
+        # Already there (a start delivered again after a crash): nothing new.
+        await self._enqueue(item, row)
 
     def _runnable(self, item: QueueItem) -> bool:
         # Its workflow is here, and so is its shard (on a store workers share).
@@ -244,7 +370,8 @@ class Queues:
     def _run(self, item: QueueItem) -> None:
         engine = self._engine
         wf = engine.workflows[item.workflow]
-        self.admitted[item.id] = item.queue
+        if self.book is None:
+            self.admitted[item.id] = item.queue
         parent, policy = _origin(item.origin)
         signals: list[Signal] = []
         seen: set[int] = set()
@@ -266,7 +393,13 @@ class Queues:
         Called when loading ``id`` raised `RunQueued`.
         """
         engine = self._engine
-        if await engine.store.signal_queued(id, _codec.encode([name, dedup, payload, by])):
+        signal = _codec.encode([name, dedup, payload, by])
+        if self.book is not None:
+            if not self.book.add_signal(id, signal):
+                return False  # admitted already: started here at once
+            await engine.committer.stored()
+            return True
+        if await engine.store.signal_queued(id, signal):
             return True
         # Admitted meanwhile: once its admission has started it here, the
         # signal goes to it as to any loaded run.
@@ -303,6 +436,8 @@ class Queues:
 
     def ended(self, id: str) -> None:
         """Run ``id``'s end is durable: the slot it held (if any) is freed."""
+        if self.book is not None:
+            return  # freed with its `Done` (`ending`)
         name = self.admitted.pop(id, None)
         if name is not None:
             # In the admission it makes possible: one write for both.
@@ -323,6 +458,12 @@ class Queues:
         Called when loading ``id`` raised `RunQueued`.
         """
         engine = self._engine
+        if self.book is not None:
+            item = self.book.remove(id)
+            if item is None:
+                return False  # admitted already: started here at once
+            await self._finish_cancelled(item, reason)
+            return True
         item = await engine.store.unqueue(id)
         if item is None:
             # Admitted meanwhile: once its admission has started it here,
@@ -353,10 +494,19 @@ class Queues:
                 parent.id, parent.run, parent.seq, ChildCompleted(Status.CANCELLED, done.payload)
             )
 
+    async def load(self) -> None:
+        """Reads the store's items into the book (an engine alone on its store), before any run.
+
+        Done items count too: a rate window remembers them.
+        """
+        if self.book is not None:
+            self.book.take_stored(await self._engine.store.queue_items(done=True))
+
     async def recover(self) -> None:
         """Picks up the store's items: admitted ones go on or free their slot; queues are tried."""
         engine = self._engine
-        items = await engine.store.queue_items()
+        book = self.book
+        items = book.items() if book is not None else await engine.store.queue_items()
         names: set[str] = set()
         for item in items:
             names.add(item.queue)
@@ -370,8 +520,11 @@ class Queues:
                 self._run(item)
             elif row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
                 # Ended, then a crash before its slot was freed.
-                await engine.store.release_queued(item.id)
-            else:
+                if book is not None:
+                    book.release(item.id)
+                else:
+                    await engine.store.release_queued(item.id)
+            elif book is None:
                 self.admitted[item.id] = item.queue
         for name in sorted(names):
             if name in self.queues:
@@ -381,7 +534,8 @@ class Queues:
 
     async def stats(self) -> list[QueueStats]:
         """Queued and running runs per queue and per key, by queue name."""
-        items = await self._engine.store.queue_items()
+        book = self.book
+        items = book.items() if book is not None else await self._engine.store.queue_items()
         return queue_stats(items, [n for n in self.queues if n != _DEBOUNCE_QUEUE])
 
 

@@ -252,7 +252,14 @@ class Store(ScheduleStore, Protocol):
         """The highest LSN stored (0 for an empty store); valid after `open`."""
         ...
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+    async def append(
+        self,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow] = (),
+        *,
+        items: Sequence[QueueItem] = (),
+        forget: Sequence[int] = (),
+    ) -> None:
         """Stores ``entries`` and ``runs`` in one durable write, or none of them.
 
         ``entries`` may belong to many runs; each row in ``runs`` replaces the
@@ -262,9 +269,17 @@ class Store(ScheduleStore, Protocol):
         called before an earlier one's failure was reported fails too, so a
         journal never has a hole.
 
+        ``items`` and ``forget`` are an engine's own queue admissions, made
+        in memory on a store it writes alone and stored with the records
+        they go with (a run's `Done` and the slot it frees): each item
+        replaces the item of its `QueueItem.seq` (deleted ones first). A
+        store several workers share admits inside the database (`admit`)
+        and takes none.
+
         Raises:
             ValueError: LSNs do not increase, or do not exceed every LSN
-                appended before (a bug in the caller); nothing is stored.
+                appended before (a bug in the caller); queue items given to
+                a store workers share; nothing is stored.
             StoreError: The write failed (disk full, locked, read-only);
                 nothing of the batch is stored.
         """
@@ -416,8 +431,12 @@ class Store(ScheduleStore, Protocol):
         """Removes ``id``'s item if it is still queued (not admitted); returns it, or None."""
         ...
 
-    async def queue_items(self) -> builtins.list[QueueItem]:
-        """Every queued or admitted item of every queue, in arrival order."""
+    async def queue_items(self, *, done: bool = False) -> builtins.list[QueueItem]:
+        """Every queued or admitted item of every queue, in arrival order.
+
+        ``done``: every done item the store keeps too (those a rate window
+        still counts).
+        """
         ...
 
 

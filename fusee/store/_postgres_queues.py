@@ -250,15 +250,14 @@ class PostgresQueues:
 
         return await self._in_transaction(write, "cancelling a queued run in")
 
-    async def queue_items(self) -> builtins.list[QueueItem]:
-        """Every queued or admitted item, in arrival order."""
+    async def queue_items(self, *, done: bool = False) -> builtins.list[QueueItem]:
+        """Every queued or admitted item (``done``: and every done one kept), by arrival."""
         self._check_open()
         q = self._q
+        where = "" if done else " WHERE state <> 'done'"
 
         async def read(conn: asyncpg.Connection) -> builtins.list[QueueItem]:
-            rows = await conn.fetch(
-                f"SELECT {_COLUMNS} FROM {q}.queue_items WHERE state <> 'done' ORDER BY seq"
-            )
+            rows = await conn.fetch(f"SELECT {_COLUMNS} FROM {q}.queue_items{where} ORDER BY seq")
             return [_item(r) for r in rows]
 
         items: builtins.list[QueueItem] = await self._query(read, "reading queue items in")

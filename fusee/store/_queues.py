@@ -16,7 +16,8 @@ the rate window) read inside the write that applies its answer.
 from __future__ import annotations
 
 import builtins
-from collections import Counter
+from bisect import bisect_left, insort
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final
@@ -28,6 +29,8 @@ __all__ = [
     "ACTIVE_STATES",
     "QUEUE_STATES",
     "Admission",
+    "Budget",
+    "ItemBook",
     "QueueItem",
     "QueueLimits",
     "plan_admission",
@@ -137,6 +140,118 @@ class Admission:
     left: int = 0
 
 
+class Budget:
+    """One queue's counts at an admission, and the one rule that admits against them.
+
+    What holds a slot (admitted items, per key too) and the admissions a
+    rate window still counts. `plan_admission` builds one from a store's
+    items for each admission; an `ItemBook` keeps one per queue up to date
+    between admissions.
+
+    Example:
+        >>> budget = Budget(QueueLimits("q", concurrency=1))
+        >>> items, wake = budget.admit([QueueItem("q", "a", 1, "wf", b""),
+        ...                             QueueItem("q", "b", 1, "wf", b"", seq=1)], 0)
+        >>> [i.id for i in items], budget.running
+        (['a'], 1)
+    """
+
+    __slots__ = ("by_key", "limits", "recent", "running")
+
+    def __init__(self, limits: QueueLimits) -> None:
+        self.limits = limits
+        self.running = 0
+        self.by_key: Counter[str | None] = Counter()
+        # Admission times a rate window may still count, oldest first.
+        self.recent: deque[int] = deque()
+
+    @classmethod
+    def of(cls, limits: QueueLimits, items: Iterable[QueueItem]) -> Budget:
+        """The counts of ``items`` (a queue's stored items; queued ones hold nothing).
+
+        Example:
+            >>> Budget.of(QueueLimits("q"), [QueueItem("q", "a", 1, "wf", b"",
+            ...                                        state="admitted")]).running
+            1
+        """
+        budget = cls(limits)
+        recent: builtins.list[int] = []
+        for item in items:
+            if item.state == "admitted":
+                budget.running += 1
+                budget.by_key[item.key] += 1
+            if item.admitted_ms is not None and limits.rate_n is not None:
+                recent.append(item.admitted_ms)
+        budget.recent.extend(sorted(recent))
+        return budget
+
+    def release(self, item: QueueItem) -> None:
+        """``item``'s run ended: its slot is free (its admission still counts for the rate)."""
+        self.running -= 1
+        left = self.by_key[item.key] - 1
+        if left:
+            self.by_key[item.key] = left
+        else:
+            del self.by_key[item.key]
+
+    def admit(
+        self,
+        waiting: Iterable[QueueItem],
+        now_ms: int,
+        runnable: Callable[[QueueItem], bool] | None = None,
+    ) -> tuple[builtins.list[QueueItem], int | None]:
+        """Admits from ``waiting`` (queued items, in admission order) what the limits allow.
+
+        Lower priority number first, then arrival order (the caller's
+        order); an item whose key is at its ``per_key`` bound is passed over
+        for the next one, while a full queue (concurrency or rate) admits
+        nothing more. ``runnable``, when given, says which items the
+        admitting engine can run (its workflows, its shards): others wait
+        for an engine that can. The admitted items are counted here.
+
+        Returns:
+            The admitted items (state ``"admitted"``), and the earliest time
+            a rate window or a debounce lets more in (None: only a run's end
+            or a new start can).
+        """
+        limits = self.limits
+        recent = self.recent
+        window_from = now_ms - limits.rate_ms
+        while recent and recent[0] <= window_from:
+            recent.popleft()
+        rate_n = limits.rate_n
+        concurrency = limits.concurrency
+        per_key = limits.per_key
+        by_key = self.by_key
+        wake: int | None = None
+        admitted: builtins.list[QueueItem] = []
+        for item in waiting:
+            if runnable is not None and not runnable(item):
+                continue
+            if item.not_before_ms > now_ms:
+                wake = item.not_before_ms if wake is None else min(wake, item.not_before_ms)
+                continue
+            if concurrency is not None and self.running >= concurrency:
+                break
+            if rate_n is not None and len(recent) >= rate_n:
+                # Free again once the window's oldest admission leaves it.
+                free_at = recent[len(recent) - rate_n] + limits.rate_ms
+                wake = free_at if wake is None else min(wake, free_at)
+                break
+            if per_key is not None and item.key is not None and by_key[item.key] >= per_key:
+                continue
+            self.running += 1
+            by_key[item.key] += 1
+            if rate_n is not None:
+                recent.append(now_ms)
+            admitted.append(replace(item, state="admitted", admitted_ms=now_ms))
+        return admitted, wake
+
+
+def _admission_order(item: QueueItem) -> tuple[int, int]:
+    return item.priority, item.seq
+
+
 def plan_admission(
     limits: QueueLimits,
     items: Iterable[QueueItem],
@@ -145,11 +260,7 @@ def plan_admission(
 ) -> Admission:
     """Which of ``items`` (every counted item of one queue) to admit at ``now_ms``.
 
-    Lower priority number first, then arrival order; an item whose key is
-    at its ``per_key`` bound is passed over for the next one, while a full
-    queue (concurrency or rate) admits nothing more. ``runnable``, when
-    given, says which items the admitting engine can run (its workflows, its
-    shards): others wait for an engine that can.
+    The rule is `Budget.admit`'s, against the counts of ``items``.
 
     Example:
         >>> q = QueueLimits("q", concurrency=1)
@@ -158,44 +269,10 @@ def plan_admission(
         >>> [i.id for i in a.items]
         ['a']
     """
-    running = 0
-    by_key: Counter[str | None] = Counter()
-    recent: list[int] = []
-    waiting: list[QueueItem] = []
-    window_from = now_ms - limits.rate_ms
-    for item in items:
-        if item.state == "queued":
-            waiting.append(item)
-            continue
-        if item.state == "admitted":
-            running += 1
-            by_key[item.key] += 1
-        if item.admitted_ms is not None and item.admitted_ms > window_from:
-            recent.append(item.admitted_ms)
-    recent.sort()
-    waiting.sort(key=lambda i: (i.priority, i.seq))
-    wake: int | None = None
-    admitted: list[QueueItem] = []
-    for item in waiting:
-        if runnable is not None and not runnable(item):
-            continue
-        if item.not_before_ms > now_ms:
-            wake = item.not_before_ms if wake is None else min(wake, item.not_before_ms)
-            continue
-        if limits.concurrency is not None and running >= limits.concurrency:
-            break
-        if limits.rate_n is not None and len(recent) >= limits.rate_n:
-            # Free again once the window's oldest admission leaves it.
-            free_at = recent[len(recent) - limits.rate_n] + limits.rate_ms
-            wake = free_at if wake is None else min(wake, free_at)
-            break
-        per_key = limits.per_key
-        if per_key is not None and item.key is not None and by_key[item.key] >= per_key:
-            continue
-        running += 1
-        by_key[item.key] += 1
-        recent.append(now_ms)
-        admitted.append(replace(item, state="admitted", admitted_ms=now_ms))
+    items = builtins.list(items)
+    budget = Budget.of(limits, items)
+    waiting = sorted((i for i in items if i.state == "queued"), key=_admission_order)
+    admitted, wake = budget.admit(waiting, now_ms, runnable)
     left = sum(1 for i in waiting if runnable is None or runnable(i))
     return Admission(admitted, wake, left - len(admitted))
 
@@ -212,7 +289,191 @@ def forgettable(item: QueueItem, now_ms: int, window_ms: int) -> bool:
     return item.admitted_ms is None or item.admitted_ms <= now_ms - window_ms
 
 
-class MemoryQueues:
+class ItemBook:
+    """Queue items held in memory, indexed for admissions that cost little.
+
+    `MemoryQueues` (the memory store) keeps its items in one; so does an
+    engine alone on its store (`fusee.engine._queues`), which decides
+    admissions in memory and writes each change with its next batch of
+    records (`_put` and `_drop` say what changed). Each queue's queued items
+    are kept in admission order and its counts in a `Budget`, so that an
+    admission reads only the items it admits or passes over. The rule: every
+    change goes through these methods, so the indexes and the hooks see it.
+
+    Example:
+        >>> book = ItemBook()
+        >>> item = book.add(QueueItem("q", "a", 1, "wf", b""))
+        >>> [i.id for i in book.admit_now(QueueLimits("q", concurrency=1), 0).items]
+        ['a']
+    """
+
+    def __init__(self) -> None:
+        # Every item by seq (dicts keep arrival order), and each active
+        # item's seq by run id.
+        self._queue_items: dict[int, QueueItem] = {}
+        self._active_seq: dict[str, int] = {}
+        self._queue_seq = 0
+        # Per queue: its queued items' (priority, seq) in admission order,
+        # its done items' seqs as they ended, and its counts (made at its
+        # first admission, or again when its limits change).
+        self._waiting: dict[str, builtins.list[tuple[int, int]]] = {}
+        self._done: dict[str, deque[int]] = {}
+        self._budgets: dict[str, Budget] = {}
+
+    def _put(self, item: QueueItem) -> None:
+        """Hook: ``item`` was stored or changed."""
+
+    def _drop(self, seq: int) -> None:
+        """Hook: the item ``seq`` was deleted."""
+
+    def _index(self, item: QueueItem, old: QueueItem | None) -> None:
+        was = old.state if old is not None else None
+        if was == item.state:
+            return
+        if was == "queued":
+            waiting = self._waiting[item.queue]
+            del waiting[bisect_left(waiting, (item.priority, item.seq))]
+        if item.state == "queued":
+            insort(self._waiting.setdefault(item.queue, []), (item.priority, item.seq))
+        elif item.state == "done":
+            self._done.setdefault(item.queue, deque()).append(item.seq)
+        if item.state in ACTIVE_STATES:
+            self._active_seq[item.id] = item.seq
+        elif self._active_seq.get(item.id) == item.seq:
+            del self._active_seq[item.id]
+
+    def _set(self, item: QueueItem) -> None:
+        self._index(item, self._queue_items.get(item.seq))
+        self._queue_items[item.seq] = item
+        if item.seq > self._queue_seq:
+            self._queue_seq = item.seq
+        self._put(item)
+
+    def _delete(self, seq: int) -> None:
+        item = self._queue_items.pop(seq, None)
+        if item is not None:
+            if item.state == "queued":
+                waiting = self._waiting[item.queue]
+                del waiting[bisect_left(waiting, (item.priority, item.seq))]
+            if self._active_seq.get(item.id) == seq:
+                del self._active_seq[item.id]
+            if item.state != "queued":
+                # Its budget counted it: counted again from the items left.
+                self._budgets.pop(item.queue, None)
+        self._drop(seq)
+
+    def take_stored(self, items: Iterable[QueueItem]) -> None:
+        """Takes ``items`` as they are stored (no hook is told)."""
+        for item in items:
+            self._index(item, self._queue_items.get(item.seq))
+            self._queue_items[item.seq] = item
+            self._queue_seq = max(self._queue_seq, item.seq)
+        self._budgets.clear()
+
+    def active(self, id: str) -> QueueItem | None:
+        """``id``'s queued or admitted item, or None."""
+        seq = self._active_seq.get(id)
+        return None if seq is None else self._queue_items[seq]
+
+    def add(self, item: QueueItem) -> QueueItem | None:
+        """Stores ``item`` as queued (its seq the next); None if ``id`` has an active item."""
+        if item.id in self._active_seq:
+            return None
+        stored = replace(
+            item, seq=self._queue_seq + 1, state="queued", admitted_ms=None, signals=()
+        )
+        self._set(stored)
+        return stored
+
+    def debounce(self, id: str, input: bytes, not_before_ms: int) -> bool:
+        """Replaces queued ``id``'s input and admission time; False if it is not queued."""
+        item = self.active(id)
+        if item is None or item.state != "queued":
+            return False
+        self._set(replace(item, input=input, not_before_ms=not_before_ms))
+        return True
+
+    def add_signal(self, id: str, signal: bytes) -> bool:
+        """Adds ``signal`` to queued ``id``'s signals; False, changing nothing, if not queued."""
+        item = self.active(id)
+        if item is None or item.state != "queued":
+            return False
+        self._set(replace(item, signals=(*item.signals, signal)))
+        return True
+
+    def admit_now(
+        self,
+        limits: QueueLimits,
+        now_ms: int,
+        runnable: Callable[[QueueItem], bool] | None = None,
+        released: Collection[str] = (),
+        *,
+        count_left: bool = True,
+    ) -> Admission:
+        """Frees ``released``'s slots, then admits what ``limits`` allow at ``now_ms``.
+
+        ``count_left``: count the items left (`Admission.left`), which reads
+        every queued item; an admission that does not look at it skips that.
+        """
+        for id in released:
+            self.release(id)
+        name = limits.name
+        done = self._done.get(name)
+        items = self._queue_items
+        while done:
+            first = items.get(done[0])
+            if first is not None and not forgettable(first, now_ms, limits.rate_ms):
+                break
+            done.popleft()
+            if first is not None:  # else deleted already
+                self._forget_done(first.seq)
+        budget = self._budgets.get(name)
+        if budget is None or budget.limits != limits:
+            budget = self._budgets[name] = Budget.of(
+                limits, [i for i in items.values() if i.queue == name]
+            )
+        waiting = self._waiting.get(name, [])
+        admitted, wake = budget.admit((items[seq] for _, seq in waiting), now_ms, runnable)
+        for item in admitted:
+            self._set(item)
+        if not count_left:
+            return Admission(admitted, wake)
+        left = sum(1 for _, seq in waiting if runnable is None or runnable(items[seq]))
+        return Admission(admitted, wake, left)
+
+    def _forget_done(self, seq: int) -> None:
+        # Not `_delete`: a done item holds no slot, and its admission has left
+        # the rate window, so the queue's budget stays as it is.
+        item = self._queue_items.pop(seq)
+        if self._active_seq.get(item.id) == seq:
+            del self._active_seq[item.id]
+        self._drop(seq)
+
+    def release(self, id: str) -> str | None:
+        """Run ``id`` ended: its admitted item frees its slot; returns its queue, or None."""
+        item = self.active(id)
+        if item is None or item.state != "admitted":
+            return None
+        budget = self._budgets.get(item.queue)
+        if budget is not None:
+            budget.release(item)
+        self._set(replace(item, state="done"))
+        return item.queue
+
+    def remove(self, id: str) -> QueueItem | None:
+        """Removes ``id``'s item if it is still queued (not admitted); returns it, or None."""
+        item = self.active(id)
+        if item is None or item.state != "queued":
+            return None
+        self._delete(item.seq)
+        return item
+
+    def items(self, *, done: bool = False) -> builtins.list[QueueItem]:
+        """Every queued or admitted item (``done``: and every done one kept), by arrival."""
+        return [i for i in self._queue_items.values() if done or i.state in ACTIVE_STATES]
+
+
+class MemoryQueues(ItemBook):
     """The memory store's queue items (`fusee.store.MemoryStore` inherits it).
 
     Example:
@@ -232,45 +493,32 @@ class MemoryQueues:
     _rows: dict[str, RunRow]
     _check_open: Callable[[], None]
 
-    def __init__(self) -> None:
-        # Every item by seq: dicts keep arrival order.
-        self._queue_items: dict[int, QueueItem] = {}
-        self._queue_seq = 0
-
-    def _active_item(self, id: str) -> QueueItem | None:
-        for item in self._queue_items.values():
-            if item.id == id and item.state in ACTIVE_STATES:
-                return item
-        return None
+    def _write_items(self, items: Iterable[QueueItem], forget: Iterable[int]) -> None:
+        # An engine's own book's changes, stored with its batch (`append`):
+        # counted again at this store's next admission.
+        for seq in forget:
+            self._delete(seq)
+        for item in items:
+            self._set(item)
+        self._budgets.clear()
 
     async def enqueue(self, item: QueueItem, row: RunRow) -> QueueItem | None:
         """Stores ``item`` (state ``"queued"``) and ``row`` together; None if ``id`` has one."""
         self._check_open()
-        if self._active_item(item.id) is not None:
-            return None
-        self._queue_seq += 1
-        stored = replace(item, seq=self._queue_seq, state="queued", admitted_ms=None, signals=())
-        self._queue_items[stored.seq] = stored
-        self._rows[row.id] = row
+        stored = self.add(item)
+        if stored is not None:
+            self._rows[row.id] = row
         return stored
 
     async def debounce_queued(self, id: str, input: bytes, not_before_ms: int) -> bool:
         """Replaces queued ``id``'s input and admission time; False if it is not queued."""
         self._check_open()
-        item = self._active_item(id)
-        if item is None or item.state != "queued":
-            return False
-        self._queue_items[item.seq] = replace(item, input=input, not_before_ms=not_before_ms)
-        return True
+        return self.debounce(id, input, not_before_ms)
 
     async def signal_queued(self, id: str, signal: bytes) -> bool:
         """Adds ``signal`` to queued ``id``'s signals; False, changing nothing, if not queued."""
         self._check_open()
-        item = self._active_item(id)
-        if item is None or item.state != "queued":
-            return False
-        self._queue_items[item.seq] = replace(item, signals=(*item.signals, signal))
-        return True
+        return self.add_signal(id, signal)
 
     async def admit(
         self,
@@ -281,36 +529,19 @@ class MemoryQueues:
     ) -> Admission:
         """Frees ``released``'s slots, then admits what ``limits`` allow at ``now_ms``."""
         self._check_open()
-        for id in released:
-            await self.release_queued(id)
-        items = [i for i in self._queue_items.values() if i.queue == limits.name]
-        for item in items:
-            if forgettable(item, now_ms, limits.rate_ms):
-                del self._queue_items[item.seq]
-        admission = plan_admission(limits, items, now_ms, runnable)
-        for item in admission.items:
-            self._queue_items[item.seq] = item
-        return admission
+        return self.admit_now(limits, now_ms, runnable, released)
 
     async def release_queued(self, id: str) -> str | None:
         """Run ``id`` ended: its admitted item frees its slot; returns its queue, or None."""
         self._check_open()
-        item = self._active_item(id)
-        if item is None or item.state != "admitted":
-            return None
-        self._queue_items[item.seq] = replace(item, state="done")
-        return item.queue
+        return self.release(id)
 
     async def unqueue(self, id: str) -> QueueItem | None:
         """Removes ``id``'s item if it is still queued (not admitted); returns it, or None."""
         self._check_open()
-        item = self._active_item(id)
-        if item is None or item.state != "queued":
-            return None
-        del self._queue_items[item.seq]
-        return item
+        return self.remove(id)
 
-    async def queue_items(self) -> builtins.list[QueueItem]:
-        """Every queued or admitted item, in arrival order."""
+    async def queue_items(self, *, done: bool = False) -> builtins.list[QueueItem]:
+        """Every queued or admitted item (``done``: and every done one kept), by arrival."""
         self._check_open()
-        return [i for i in self._queue_items.values() if i.state in ACTIVE_STATES]
+        return self.items(done=done)

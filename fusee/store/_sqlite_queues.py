@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final, TypeVar
 
 import msgpack
@@ -25,10 +25,11 @@ from fusee.store._queues import (
     forgettable,
     plan_admission,
 )
+from fusee.store._sqlite_rows import _ROWS_PER_INSERT, _insert_all
 from fusee.store._sqlite_schema import _UPSERT_ROWS
 from fusee.store._sqlite_writer import _Write
 
-__all__ = ["SqliteQueues"]
+__all__ = ["SqliteQueues", "write_items"]
 
 _T = TypeVar("_T")
 
@@ -37,6 +38,53 @@ _COLUMNS: Final = (
     " origin, signals"
 )
 _ACTIVE: Final = f"SELECT {_COLUMNS} FROM queue_items WHERE id = ? AND state != 'done'"
+
+
+_WRITE_ITEMS: Final = f"INSERT INTO queue_items ({_COLUMNS}) VALUES"
+_ON_SEQ: Final = (
+    " ON CONFLICT (seq) DO UPDATE SET queue = excluded.queue, id = excluded.id,"
+    " run = excluded.run, workflow = excluded.workflow, input = excluded.input,"
+    " key = excluded.key, priority = excluded.priority, not_before_ms = excluded.not_before_ms,"
+    " state = excluded.state, admitted_ms = excluded.admitted_ms, origin = excluded.origin,"
+    " signals = excluded.signals"
+)
+
+
+def write_items(
+    conn: sqlite3.Connection, items: Sequence[QueueItem], forget: Sequence[int]
+) -> None:
+    """Stores an engine's queue item changes (`Store.append`'s ``items``) in its transaction.
+
+    Deletions first, then the items in seq order: an older item of an id
+    leaves the active states before a newer one of the same id enters them
+    (the unique index allows one active item per id).
+    """
+    for start in range(0, len(forget), _ROWS_PER_INSERT):
+        chunk = forget[start : start + _ROWS_PER_INSERT]
+        conn.execute(f"DELETE FROM queue_items WHERE seq IN ({', '.join('?' * len(chunk))})", chunk)
+    rows = [
+        (
+            i.queue,
+            i.id,
+            i.run,
+            i.workflow,
+            i.input,
+            i.key,
+            i.priority,
+            i.seq,
+            i.not_before_ms,
+            i.state,
+            i.admitted_ms,
+            i.origin,
+            msgpack.packb(list(i.signals), use_bin_type=True) if i.signals else None,
+        )
+        for i in sorted(items, key=_seq_of)
+    ]
+    _insert_all(conn, _WRITE_ITEMS, rows, _ON_SEQ)
+
+
+def _seq_of(item: QueueItem) -> int:
+    return item.seq
 
 
 def _item(values: tuple[Any, ...]) -> QueueItem:
@@ -243,13 +291,14 @@ class SqliteQueues:
 
         return await self._in_writer(write)
 
-    async def queue_items(self) -> builtins.list[QueueItem]:
-        """Every queued or admitted item, in arrival order."""
+    async def queue_items(self, *, done: bool = False) -> builtins.list[QueueItem]:
+        """Every queued or admitted item (``done``: and every done one kept), by arrival."""
+        where = "" if done else " WHERE state != 'done'"
 
         def read(conn: sqlite3.Connection) -> builtins.list[QueueItem]:
             try:
                 rows = conn.execute(
-                    f"SELECT {_COLUMNS} FROM queue_items WHERE state != 'done' ORDER BY seq"
+                    f"SELECT {_COLUMNS} FROM queue_items{where} ORDER BY seq"
                 ).fetchall()
             except sqlite3.Error as e:
                 raise StoreError(f"reading the queue items failed: {e}") from e

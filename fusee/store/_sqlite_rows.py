@@ -35,13 +35,17 @@ log = logging.getLogger("fusee")
 _SqlRow: TypeAlias = tuple[Any, ...]
 _Loaded: TypeAlias = builtins.list[tuple[int, bytes]]
 
-# Rows per multi-row INSERT: 4 or 9 parameters each, under SQLite's limit of
-# 32,766 parameters per statement.
+# Rows per multi-row INSERT: 4, 9 or 13 parameters each, under SQLite's limit
+# of 32,766 parameters per statement.
 _ROWS_PER_INSERT: Final = 2048
 
 
-def _insert_all(conn: sqlite3.Connection, insert: str, rows: Sequence[_SqlRow]) -> None:
+def _insert_all(
+    conn: sqlite3.Connection, insert: str, rows: Sequence[_SqlRow], tail: str = ""
+) -> None:
     """Inserts ``rows`` with ``insert`` (a statement up to its VALUES), a few statements in all.
+
+    ``tail`` ends each statement (an upsert's ``ON CONFLICT`` clause).
 
     Why not executemany: the writer thread takes the GIL back after every
     row's statement, and while the event loop's thread runs workflow code it
@@ -54,7 +58,9 @@ def _insert_all(conn: sqlite3.Connection, insert: str, rows: Sequence[_SqlRow]) 
     values = f"({', '.join('?' * len(rows[0]))})"
     for start in range(0, len(rows), _ROWS_PER_INSERT):
         chunk = rows[start : start + _ROWS_PER_INSERT]
-        conn.execute(f"{insert} {', '.join([values] * len(chunk))}", [v for r in chunk for v in r])
+        conn.execute(
+            f"{insert} {', '.join([values] * len(chunk))}{tail}", [v for r in chunk for v in r]
+        )
 
 
 def _no_journal(id: str, run: int, path: Path) -> CorruptRecord:

@@ -34,7 +34,7 @@ from fusee.store._base import (
     _now_ms,
     _unpack_attributes,
 )
-from fusee.store._queues import MemoryQueues
+from fusee.store._queues import MemoryQueues, QueueItem
 from fusee.store._schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
@@ -133,12 +133,22 @@ class MemoryStore(MemoryQueues, MemorySchedules):
         """
         self._fail_next = exc
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
-        """Stores ``entries`` and ``runs`` together, or nothing when it raises.
+    async def append(
+        self,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow] = (),
+        *,
+        items: Sequence[QueueItem] = (),
+        forget: Sequence[int] = (),
+    ) -> None:
+        """Stores ``entries``, ``runs`` and queue item changes together, or nothing when it raises.
 
         Args:
             entries: Records with increasing LSNs above `last_lsn`.
             runs: Rows that replace the rows of their ids, in order.
+            items: Queue items that replace those of their seqs (an engine's
+                own admissions, see `fusee.store.Store.append`).
+            forget: Seqs of queue items deleted.
 
         Raises:
             ValueError: LSNs that do not increase past `last_lsn`.
@@ -188,6 +198,8 @@ class MemoryStore(MemoryQueues, MemorySchedules):
                     row.parent,
                 )
             self._rows[row.id] = row
+        if items or forget:
+            self._write_items(items, forget)
 
     async def load(
         self, id: str, run: int | None = None, *, after_lsn: int = 0

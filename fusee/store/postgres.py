@@ -91,6 +91,7 @@ from fusee.store._postgres_sql import (
     shard_of,
 )
 from fusee.store._postgres_writer import _PostgresWriter, _Write
+from fusee.store._queues import QueueItem
 
 if TYPE_CHECKING:
     import asyncpg
@@ -481,6 +482,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         *,
         fence: Mapping[int, int] | None = None,
         commands: Sequence[Command] = (),
+        items: Sequence[QueueItem] = (),
+        forget: Sequence[int] = (),
     ) -> None:
         """Stores ``entries`` and ``runs`` in one transaction, or nothing when it raises.
 
@@ -500,9 +503,14 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
             commands: Commands posted to the inbox in the same transaction
                 (as `post_command`), so that they are stored exactly when
                 the records that cause them are.
+            items: Never any: queue items are admitted inside the database
+                (`admit`), where every worker's limits meet.
+            forget: Never any, as ``items``.
 
         Raises:
-            ValueError: LSNs that do not increase past those appended before.
+            ValueError: LSNs that do not increase past those appended before;
+                queue items (an engine's own admissions, which would not
+                hold across workers).
             TypeError: Record data that is not bytes, or attributes msgpack
                 cannot encode.
             StaleLease: A fenced shard's lease was taken over; nothing is stored.
@@ -517,6 +525,11 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
             fusee.errors.StoreError: the store ... is closed; await store.open() first
         """
         self._check_writable()
+        if items or forget:
+            raise ValueError(
+                "a Postgres store admits queued runs inside the database (Store.admit), so that "
+                "limits hold across workers; an engine does not write queue items with its records"
+            )
         entries = tuple(entries)
         _, packed = _check_batch(entries, runs, self._floor_lsn)
         commands = tuple(commands)

@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -73,6 +74,7 @@ from fusee.store._base import (
     _now_ms,
 )
 from fusee.store._lock import try_lock, unlock
+from fusee.store._queues import QueueItem
 from fusee.store._sqlite_open import (
     _check_format,
     _check_pages,
@@ -83,7 +85,7 @@ from fusee.store._sqlite_open import (
     _inspect,
     _store_error,
 )
-from fusee.store._sqlite_queues import SqliteQueues
+from fusee.store._sqlite_queues import SqliteQueues, write_items
 from fusee.store._sqlite_rows import (
     _get,
     _list,
@@ -345,7 +347,14 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
             self._closing = None
             closing.set_result(None)
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+    async def append(
+        self,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow] = (),
+        *,
+        items: Sequence[QueueItem] = (),
+        forget: Sequence[int] = (),
+    ) -> None:
         """Stores ``entries`` and ``runs`` in one transaction, or nothing when it raises.
 
         Appends queued while the writer commits go to disk together in its
@@ -357,6 +366,9 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         Args:
             entries: Records with increasing LSNs above every LSN appended before.
             runs: Rows that replace the rows of their ids, in order.
+            items: Queue items that replace those of their seqs, in the same
+                transaction (the engine's own admissions).
+            forget: Seqs of queue items deleted in it.
 
         Raises:
             ValueError: LSNs that do not increase past those appended before.
@@ -387,7 +399,7 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         self._check_writable()
         entries = tuple(entries)
         last, packed = _check_batch(entries, runs, self._accepted_lsn)
-        if not entries and not runs:
+        if not entries and not runs and not items and not forget:
             return
         rows = [
             (
@@ -405,7 +417,10 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         ]
         fail, self._fail_next = self._fail_next, None
         setup, self._setup_next = self._setup_next, None
-        write = self._submit(entries, rows, None, fail, last if entries else 0, setup)
+        calls = (
+            (functools.partial(write_items, items=items, forget=forget),) if items or forget else ()
+        )
+        write = self._submit(entries, rows, None, fail, last if entries else 0, setup, calls=calls)
         pending = self._pending
         for r in runs:
             pending[r.id] = (r, write.done)

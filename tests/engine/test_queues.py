@@ -12,14 +12,16 @@ import asyncio
 import contextlib
 import datetime
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 from _postgres import Cluster
 
 import fusee
 from fusee.engine._engine import Engine
-from fusee.store import PostgresStore, SqliteStore, Store
+from fusee.record import decode
+from fusee.store import Entry, PostgresStore, RunRow, SqliteStore, Store
 from fusee.testing import TestEngine
 
 from .conftest import Host, Stores, assert_steps_ran_once
@@ -253,6 +255,48 @@ async def test_a_run_admitted_before_its_start_was_written_starts_after_a_crash(
         await t.crash()
         assert await t.get("lost").result() == "lost done"
         assert gauge.order == ["lost"]
+
+
+@pytest.mark.parametrize(
+    "store_kind", [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
+)
+@pytest.mark.parametrize("crash", CRASH)
+async def test_a_runs_end_frees_its_slot_and_starts_the_next_run_in_the_write_of_its_done(
+    host: Host, crash: bool
+) -> None:
+    # An engine alone on its store admits in memory: a queue costs no write
+    # of its own, and no crash frees a slot whose run goes on.
+    @fusee.workflow("quick")
+    async def quick(ctx: fusee.Ctx, n: int) -> int:
+        await ctx.sleep("hold", "1s")  # on the virtual clock: b is queued before a ends
+        return await ctx.step("s", lambda: n)
+
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[quick], queues=[q]) as t:
+        writes: list[tuple[list[str], list[tuple[str, str]], int]] = []
+        inner = t.store.append
+
+        async def append(entries: Sequence[Entry], runs: Sequence[RunRow] = (), **kw: Any) -> None:
+            names = [f"{type(decode(e.data)).__name__} {e.id}" for e in entries]
+            items = [(i.id, i.state) for i in kw.get("items", ())]
+            writes.append((names, items, len(kw.get("forget", ()))))
+            await inner(entries, runs, **kw)
+
+        t.store.append = append  # type: ignore[method-assign]
+        a = await t.start(quick, "a", 1, queue=q)
+        b = await t.start(quick, "b", 2, queue=q)
+        # Queued and admitted in the write of its start: one write, not three.
+        assert writes[0] == (["Start a", "Timer a"], [("a", "admitted")], 0)
+        await settle_or_crash(t, crash)
+        assert (await a.result(), await b.result()) == (1, 2)
+        ends = [w for w in writes if "Done a" in w[0]]
+        if not crash:
+            (end,) = ends
+            assert "Start b" in end[0]
+            # a's item is done, and forgotten at once (no rate window counts it).
+            assert (end[1], end[2]) == ([("b", "admitted")], 1)
+        assert [(s.queued, s.running) for s in await t.queue_stats()] == [(0, 0)]
+        assert_steps_ran_once(t)
 
 
 async def test_two_engines_on_one_postgres_database_share_a_queue_s_concurrency(

@@ -110,7 +110,14 @@ class FaultyStore:
     def last_lsn(self) -> int:
         return self.inner.last_lsn
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
+    async def append(
+        self,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow] = (),
+        *,
+        items: Sequence[QueueItem] = (),
+        forget: Sequence[int] = (),
+    ) -> None:
         order, flowing = self._events()
         async with order:
             if not flowing.is_set():
@@ -129,7 +136,7 @@ class FaultyStore:
                     await self.inner.append(entries[:keep], ())
                     self._stored(entries[:keep])
                 raise self._failing
-            await self.inner.append(entries, runs)
+            await self.inner.append(entries, runs, items=items, forget=forget)
             self._stored(entries)
 
     def _stored(self, entries: Sequence[Entry]) -> None:
@@ -220,8 +227,8 @@ class FaultyStore:
     async def unqueue(self, id: str) -> QueueItem | None:
         return await self.inner.unqueue(id)
 
-    async def queue_items(self) -> builtins.list[QueueItem]:
-        return await self.inner.queue_items()
+    async def queue_items(self, *, done: bool = False) -> builtins.list[QueueItem]:
+        return await self.inner.queue_items(done=done)
 
     async def schedules(self) -> builtins.list[ScheduleRow]:
         return await self.inner.schedules()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fusee.store import Entry, MemoryStore, RunRow, Store
+from fusee.store._queues import QueueItem
 
 from . import simulator
 from .simulator import Report, reproduce_command, simulate
@@ -70,8 +71,15 @@ class _ForgetfulMemory(MemoryStore):
         super().__init__()
         self.last: tuple[list[Entry], list[RunRow]] | None = None
 
-    async def append(self, entries: Sequence[Entry], runs: Sequence[RunRow] = ()) -> None:
-        await super().append(entries, runs)
+    async def append(
+        self,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow] = (),
+        *,
+        items: Sequence[QueueItem] = (),
+        forget: Sequence[int] = (),
+    ) -> None:
+        await super().append(entries, runs, items=items, forget=forget)
         self.last = (list(entries), list(runs))
 
     async def open(self) -> None:

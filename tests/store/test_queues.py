@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 from _postgres import Cluster
+from hypothesis import given
+from hypothesis import strategies as st
 
-from fusee.store import PostgresStore, RunRow, SqliteStore, Store
+from fusee.store import Entry, PostgresStore, RunRow, SqliteStore, Store
 from fusee.store import sqlite as sqlite_store
-from fusee.store._queues import QueueItem, QueueLimits, plan_admission
+from fusee.store._queues import ItemBook, QueueItem, QueueLimits, plan_admission
 
 from . import test_store
 from .test_store import Opener
@@ -120,6 +124,30 @@ async def test_debounce_and_signals_change_a_queued_item_and_unqueue_takes_it_ba
     assert gone is not None
     assert (gone.id, gone.signals) == ("e", (b"one", b"two"))
     assert [i.id for i in await store.queue_items()] == ["d"]
+
+
+@pytest.mark.asyncio
+async def test_items_appended_with_records_are_stored_in_their_write_and_forgotten_ones_deleted(
+    opener: Opener, store: Store
+) -> None:
+    admitted = item("a", seq=1, state="admitted", admitted_ms=5)
+    queued = item("b", seq=2, key="k", signals=(b"s",))
+    entry = Entry(1, "a", 1, b"start")
+    if opener.kind == "postgres":
+        # Workers that share a store admit inside it, never from memory.
+        with pytest.raises(ValueError, match="admits queued runs inside the database"):
+            await store.append([entry], items=[admitted])
+        assert store.last_lsn == 0
+        return
+    await store.append([entry], [RunRow("a", 1, "wf", "running", 0)], items=[admitted, queued])
+    store = await opener.reopen(store)
+    assert await store.queue_items() == [admitted, queued]
+    done = item("a", seq=1, state="done", admitted_ms=5)
+    again = replace(item("a", seq=3), run=2)  # the id's next run, queued as its last ends
+    await store.append([Entry(2, "a", 1, b"done")], items=[again, done], forget=[2])
+    store = await opener.reopen(store)
+    assert await store.queue_items() == [again]
+    assert await store.queue_items(done=True) == [done, again]
 
 
 def test_plan_admission_passes_over_a_full_key_but_stops_at_a_full_queue() -> None:
@@ -225,3 +253,63 @@ async def test_postgres_admissions_of_a_queue_without_limits_take_each_item_once
     finally:
         for s in stores:
             await s.close()
+
+
+# One operation on a book: (kind, argument).
+_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("add"),
+            st.tuples(
+                st.sampled_from(["q", "r"]),
+                st.sampled_from([None, "k1", "k2"]),
+                st.integers(-1, 1),
+                st.sampled_from([0, 0, 0, 2]),
+            ),
+        ),
+        st.tuples(st.just("admit"), st.integers(0, 3)),
+        st.tuples(st.just("release"), st.integers(0, 6)),
+        st.tuples(st.just("remove"), st.integers(0, 6)),
+    ),
+    max_size=40,
+)
+_limits = st.builds(
+    QueueLimits,
+    name=st.just("q"),
+    concurrency=st.one_of(st.none(), st.integers(1, 4)),
+    per_key=st.one_of(st.none(), st.integers(1, 2)),
+    rate_n=st.one_of(st.none(), st.integers(1, 3)),
+    rate_ms=st.integers(1, 20),
+)
+
+
+@given(ops=_ops, limits=_limits)
+def test_a_books_admissions_are_the_rule_s_over_its_items(
+    ops: list[tuple[str, Any]], limits: QueueLimits
+) -> None:
+    """An `ItemBook` keeps its counts between admissions; `plan_admission` counts afresh."""
+    book = ItemBook()
+    now = 0
+    n = 0
+    for kind, arg in ops:
+        if kind == "add":
+            queue, key, priority, not_before = arg
+            book.add(item(f"i{n}", queue, key=key, priority=priority, not_before_ms=not_before))
+            n += 1
+        elif kind == "admit":
+            now += arg
+            mine = [i for i in book.items(done=True) if i.queue == limits.name]
+            expected = plan_admission(limits, mine, now)
+            got = book.admit_now(limits, now)
+            assert (got.items, got.wake_ms, got.left) == (
+                expected.items,
+                expected.wake_ms,
+                expected.left,
+            )
+        else:
+            # The arg-th admitted (release) or queued (remove) item, if any.
+            state = "admitted" if kind == "release" else "queued"
+            ids = [i.id for i in book.items() if i.state == state]
+            if ids:
+                id = ids[arg % len(ids)]
+                assert (book.release if kind == "release" else book.remove)(id) is not None
