@@ -2,8 +2,8 @@
 
 It finds a record that does not decode, a journal that does not start with
 its Start, records after a run's Done, a finished row whose journal has no
-Done, a row whose journal is missing, and a row that cannot be read, each
-named by its run. It uses only the `fusee.store.Store` protocol and
+Done, a row whose journal is missing, a queued row no queue holds, and a
+row that cannot be read, each named by its run. It uses only the `fusee.store.Store` protocol and
 `fusee.record.decode`, so it checks any store the same way.
 
 The rule: it only reads (the store opened read-only), and one damaged run
@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from fusee._jsonview import iso
+from fusee._status import RunStatus
 from fusee.cli._output import Output
 from fusee.cli._reading import FINISHED, reading, store_target
 from fusee.errors import CorruptRecord, FuseeError, NotFound, StoreError
@@ -208,7 +209,17 @@ async def check_command(args: argparse.Namespace, out: Output) -> int:
     records = 0
     async with reading(args) as store:
         rows, findings = await _rows(store)
+        queued = {i.id for i in await store.queue_items() if i.state == "queued"}
         for row in rows:
+            if row.status == RunStatus.QUEUED:
+                # No journal until its queue admits it: its queue item stands for it.
+                if row.id not in queued:
+                    findings.append(
+                        Finding(
+                            row.id, row.run, row.status, "its row says queued but no queue holds it"
+                        )
+                    )
+                continue
             count, found = await _check_run(store, row)
             records += count
             findings.extend(found)

@@ -215,12 +215,16 @@ class Queues:
             if debounced:
                 self.kick(q.name)
                 return
+        # A load under way (a message to the id) may yet find no run.
+        await engine.runs.loading_settled(id)
         loaded = engine.runs.loaded(id)
-        existing = loaded is not None or engine.runs.is_loading(id)
-        row = None if existing else await engine.store.get(id)
-        if existing or row is not None:
+        row = None if loaded is not None else await engine.store.get(id)
+        if loaded is not None or row is not None:
             status = row.status if row is not None else RunStatus.RUNNING
             if id_policy is IdPolicy.ATTACH:
+                if loaded is not None:
+                    # Started here, maybe just now: its start must be durable.
+                    await engine.committer.durable(loaded.start_lsn)
                 return
             if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                 raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
@@ -246,6 +250,9 @@ class Queues:
             return stored
         stored = book.add(item)
         if stored is None:
+            # The id's item may be on its way to the store still: a caller
+            # told it exists (ATTACH) relies on it.
+            await engine.committer.stored()
             return None
         engine.committer.put_row(row)
         # Admitted at once when the queue allows: its `Start` goes in the

@@ -553,6 +553,14 @@ def _in_page(
     return started_to_ms is None or row.started_ms <= started_to_ms
 
 
+def _queued(id: str) -> NotFound:
+    """What reading the journal of a queued run raises: it has none until its queue admits it."""
+    return NotFound(
+        f"run {id!r} is queued: it has no journal until its queue admits it "
+        "(`fusee queues` shows the queues)"
+    )
+
+
 def _not_found(id: str, run: int | None = None) -> NotFound:
     if run is None:
         return NotFound(f"no run {id!r} in this store; `fusee list` shows the runs there are")

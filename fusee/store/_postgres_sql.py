@@ -222,7 +222,8 @@ class _Sql:
         )
         self.runs_of = (
             f"SELECT (SELECT run FROM {q}.runs WHERE id = $1),"
-            f" (SELECT max(run) FROM {q}.journal WHERE id = $1)"
+            f" (SELECT max(run) FROM {q}.journal WHERE id = $1),"
+            f" (SELECT status FROM {q}.runs WHERE id = $1)"
         )
         self.has_run = f"SELECT 1 FROM {q}.journal WHERE id = $1 AND run = $2 LIMIT 1"
         self.get = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = $1"

@@ -18,6 +18,7 @@ from typing import Any, Final, TypeAlias
 
 import msgpack
 
+from fusee._status import RunStatus
 from fusee.errors import CorruptRecord, FuseeError
 from fusee.store._base import (
     RUN_STATUSES,
@@ -25,6 +26,7 @@ from fusee.store._base import (
     RunRow,
     _matches,
     _not_found,
+    _queued,
     _unpack_attributes,
 )
 from fusee.store._sqlite_open import _store_error
@@ -92,7 +94,7 @@ def _read_many(
 def _load(
     conn: sqlite3.Connection, id: str, run: int | None, after_lsn: int, path: Path
 ) -> _Loaded:
-    found = conn.execute("SELECT run FROM runs WHERE id = ?", (id,)).fetchone()
+    found = conn.execute("SELECT run, status FROM runs WHERE id = ?", (id,)).fetchone()
     row_run: int | None = found[0] if found is not None else None
     if run is None:
         run = row_run
@@ -113,6 +115,8 @@ def _load(
             ).fetchone()
         )
         if not has_run:
+            if run == row_run and found[1] == RunStatus.QUEUED:
+                raise _queued(id)
             if run == row_run:
                 raise _no_journal(id, run, path)
             known = (

@@ -17,6 +17,7 @@ from dataclasses import replace
 from operator import itemgetter
 from typing import Any
 
+from fusee._status import RunStatus
 from fusee.errors import CorruptRecord, StoreError
 from fusee.store._base import (
     UNFINISHED_STATUSES,
@@ -32,6 +33,7 @@ from fusee.store._base import (
     _normalize_filter,
     _not_found,
     _now_ms,
+    _queued,
     _unpack_attributes,
 )
 from fusee.store._queues import MemoryQueues, QueueItem
@@ -212,7 +214,8 @@ class MemoryStore(MemoryQueues, MemorySchedules):
             after_lsn: Only records with a higher LSN are returned.
 
         Raises:
-            NotFound: No such id, or no records for that run of it.
+            NotFound: No such id, no records for that run of it, or a queued
+                run (it has no journal until its queue admits it).
             CorruptRecord: The run has a row but no records (a row appended
                 alone); the message names the run.
 
@@ -235,6 +238,8 @@ class MemoryStore(MemoryQueues, MemorySchedules):
                 raise _not_found(id)
         journal = self._journals.get((id, run))
         if journal is None:
+            if row is not None and row.run == run and row.status == RunStatus.QUEUED:
+                raise _queued(id)
             if row is not None and row.run == run:
                 # As in an SQLite store: a run is its journal, and a row
                 # without one is a run that cannot be replayed.

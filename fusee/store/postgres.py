@@ -55,6 +55,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 
+from fusee._status import RunStatus
 from fusee.errors import CorruptRecord, NotFound, StoreError
 from fusee.store._base import (
     UNFINISHED_STATUSES,
@@ -70,6 +71,7 @@ from fusee.store._base import (
     _normalize_filter,
     _not_found,
     _now_ms,
+    _queued,
 )
 from fusee.store._postgres_errors import (
     _import_asyncpg,
@@ -1016,13 +1018,15 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         # Nothing: an empty run, no such run, or no such id (the rare path).
         runs = await conn.fetchrow(sql.runs_of, id)
         assert runs is not None  # a SELECT without FROM returns one row
-        row_run, max_run = runs
+        row_run, max_run, status = runs
         target = run if run is not None else (row_run if row_run is not None else max_run)
         if target is None:
             raise _not_found(id)
         # Nothing after ``after_lsn`` is an answer; nothing at all is not.
         if after_lsn > 0 and await conn.fetchval(sql.has_run, id, target) is not None:
             return []
+        if target == row_run and status == RunStatus.QUEUED:
+            raise _queued(id)
         if target == row_run:
             raise CorruptRecord(
                 f"run {id!r} (run {target}) has a row in {self._where()} but no journal records: "

@@ -74,7 +74,7 @@ def one_line_error(err: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def engine_on(data: Path) -> AsyncIterator[fusee.Engine]:
+async def engine_on(data: Path, **kw: Any) -> AsyncIterator[fusee.Engine]:
     workflows: list[fusee.WorkflowDef[Any, Any]] = [
         wfs.greet,
         wfs.ship,
@@ -85,7 +85,9 @@ async def engine_on(data: Path) -> AsyncIterator[fusee.Engine]:
         wfs.download,
         wfs.deep_boom,
     ]
-    async with await fusee.Engine.open(data, workflows=workflows, durability="none") as engine:
+    async with await fusee.Engine.open(
+        data, workflows=workflows, durability="none", **kw
+    ) as engine:
         yield engine
 
 

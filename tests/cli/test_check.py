@@ -13,6 +13,7 @@ from pathlib import Path
 import cli_workflows as wfs
 import pytest
 
+import fusee
 from fusee.store import Entry, SqliteStore
 
 from .conftest import cli, engine_on
@@ -20,16 +21,21 @@ from .conftest import cli, engine_on
 GREETED = [f"g-{n}" for n in range(1, 8)]
 
 
+HOLD = fusee.Queue("hold", concurrency=1)
+
+
 def _healthy_store(data: Path) -> None:
-    """Seven completed runs g-1..g-7, and gated-1 waiting for its signal."""
+    """Seven completed runs g-1..g-7, gated-1 waiting for its signal, queued-1 queued behind it."""
 
     async def make() -> None:
-        async with engine_on(data) as engine:
+        async with engine_on(data, queues=[HOLD]) as engine:
             for id in GREETED:
                 await engine.execute(wfs.greet, id, id)
-            run = await engine.start(wfs.gated, "gated-1", wfs.Order("o1", 5))
+            run = await engine.start(wfs.gated, "gated-1", wfs.Order("o1", 5), queue=HOLD)
             while await run.query(wfs.phase) != "waiting":
                 await asyncio.sleep(0.01)
+            # No journal until its queue admits it: no damage either.
+            await engine.start(wfs.greet, "queued-1", "q", queue=HOLD)
 
     asyncio.run(make())
 
@@ -91,6 +97,11 @@ def missing_journal(data: Path) -> None:
         conn.execute("DELETE FROM journal WHERE id = 'g-4'")
 
 
+def queued_in_no_queue(data: Path) -> None:
+    with _sql(data) as conn:
+        conn.execute("DELETE FROM queue_items WHERE id = 'queued-1'")
+
+
 def unreadable_row(data: Path) -> None:
     with _sql(data) as conn:
         # 0xc1 is the one byte msgpack never uses.
@@ -108,6 +119,9 @@ DAMAGE = [
         id="finished-without-done",
     ),
     pytest.param(missing_journal, "g-4", "its journal is missing", id="missing-journal"),
+    pytest.param(
+        queued_in_no_queue, "queued-1", "says queued but no queue holds it", id="queue-item-lost"
+    ),
     pytest.param(unreadable_row, None, "cannot be read", id="unreadable-row"),
 ]
 
@@ -122,7 +136,7 @@ def test_check_of_a_healthy_store_prints_one_line_and_exits_0(tmp_path: Path) ->
     code, out, err = cli("check", "--data", str(tmp_path))
     assert (code, err) == (0, "")
     (line,) = out.splitlines()
-    assert line.startswith(f"{tmp_path}: 8 run(s) and ")
+    assert line.startswith(f"{tmp_path}: 9 run(s) and ")
     assert line.endswith("record(s) read: no damage")
     assert _digest(tmp_path) == before
 
@@ -168,6 +182,6 @@ def test_one_damaged_run_does_not_stop_the_check_of_the_others(tmp_path: Path) -
         assert any(fid == id and str(problem) in text for fid, text in found), param.id
     assert len(report["findings"]) == len(DAMAGE)
     # The rows that still read are all checked: every one but g-5's.
-    assert report["runs"] == 7
+    assert report["runs"] == 8
     named = {f["id"] for f in report["findings"]}
     assert {"g-6", "g-7"}.isdisjoint(named)

@@ -24,11 +24,14 @@ from fusee.record import decode
 from fusee.store import Entry, PostgresStore, RunRow, SqliteStore, Store
 from fusee.testing import TestEngine
 
-from .conftest import Host, Stores, assert_steps_ran_once
+from .conftest import HeldWrites, Host, Stores, assert_steps_ran_once
 
 pytestmark = pytest.mark.asyncio
 
 CRASH = [pytest.param(False, id="live"), pytest.param(True, id="crash")]
+# The stores an engine writes alone: it admits in memory (`_Book`), and a
+# queued start is one append.
+ALONE = [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
 
 
 class Gauge:
@@ -257,9 +260,7 @@ async def test_a_run_admitted_before_its_start_was_written_starts_after_a_crash(
         assert gauge.order == ["lost"]
 
 
-@pytest.mark.parametrize(
-    "store_kind", [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
-)
+@pytest.mark.parametrize("store_kind", ALONE)
 @pytest.mark.parametrize("crash", CRASH)
 async def test_a_runs_end_frees_its_slot_and_starts_the_next_run_in_the_write_of_its_done(
     host: Host, crash: bool
@@ -297,6 +298,45 @@ async def test_a_runs_end_frees_its_slot_and_starts_the_next_run_in_the_write_of
             assert (end[1], end[2]) == ([("b", "admitted")], 1)
         assert [(s.queued, s.running) for s in await t.queue_stats()] == [(0, 0)]
         assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("store_kind", ALONE)
+@pytest.mark.parametrize(
+    "admitted", [pytest.param(True, id="admitted"), pytest.param(False, id="queued")]
+)
+async def test_a_repeated_queued_start_is_acknowledged_only_once_the_first_is_durable(
+    host: Host, admitted: bool
+) -> None:
+    # A client that timed out sends its start again (ATTACH): the answer
+    # "it exists" must not come before the first start's write is durable,
+    # whether the run was admitted at once or waits; nor while a signal to
+    # the id is loading it.
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        if not admitted:
+            await t.start(wf, "first", "k", queue=q)
+            await t.settle()
+        with HeldWrites(t.engine.store) as held:
+            start = asyncio.ensure_future(t.start(wf, "r", "k", queue=q))
+            await held.waiting.wait()
+            signal = asyncio.ensure_future(t.get("r").signal(fusee.signal("poke", int), 1))
+            again = [
+                asyncio.ensure_future(
+                    t.start(wf, "r", "k", queue=q, id_policy=fusee.IdPolicy.ATTACH)
+                )
+                for _ in range(2)
+            ]
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not any(a.done() for a in [start, *again])
+            held.release()
+            await asyncio.gather(start, *again)
+            with contextlib.suppress(fusee.FuseeError):
+                await signal
+        await t.crash()
+        assert await t.get("r").result() == "r done"
 
 
 async def test_two_engines_on_one_postgres_database_share_a_queue_s_concurrency(

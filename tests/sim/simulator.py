@@ -28,7 +28,10 @@ The checkers (`Sim.check`, after every recovery, and at the end):
   a total its acknowledged updates account for; each other run returns what its
   input says it must;
 - ``caller_error``: a caller not interrupted by a crash gets only
-  `fusee.FuseeError` errors.
+  `fusee.FuseeError` errors;
+- ``queue_limits``: no queue's stored items exceed its concurrency,
+  per-key bound or rate (some starts, and some parents' children, go
+  through `workload.queues`).
 
 The rule: the simulator's only randomness is its `random.Random(seed)`, so a
 seed replays the same script; on the memory store the whole run is then the
@@ -43,6 +46,7 @@ import dataclasses
 import random
 import tempfile
 import traceback
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,10 +59,11 @@ from fusee.engine._runs import through_end
 from fusee.errors import NotFound
 from fusee.record import Done, Signal, Start, Update, decode
 from fusee.store import MemoryStore, SqliteStore, Store
+from fusee.store._queues import QueueItem
 from fusee.testing import TestEngine
 
 from .faults import FaultyStore
-from .workload import STOP, WORKFLOWS, add, expected_of_steps, msg
+from .workload import STOP, WORKFLOWS, add, expected_of_steps, msg, queues
 
 __all__ = [
     "Report",
@@ -108,6 +113,8 @@ class _Op:
     id: str
     key: str  # the dedup id (signals, updates); the workflow name (starts)
     value: Any
+    queue: str | None = None  # a start through this queue (`workload.queues`)
+    qkey: str | None = None  # its key there
     acked: bool = False
     refused: bool = False  # the run had finished (a signal or cancel)
     result: Any = None
@@ -144,18 +151,24 @@ class Workload:
         if kind == "sender" and not inboxes:
             kind = "inbox"
         p = self.prefix
+        # Some starts wait in a queue (a key for its per-key bound, or none).
+        queue = "simq" if rng.random() < 0.3 else None
+        qkey = rng.choice(["a", "b", "c", None]) if queue else None
         if kind == "steps":
-            return _Op("start", f"{p}steps-{n}", "sim_steps", self.steps_spec())
+            return _Op("start", f"{p}steps-{n}", "sim_steps", self.steps_spec(), queue, qkey)
         if kind == "parent":
             spec: dict[str, Any] = {
                 "before": self.step_spec(),
                 "child": self.steps_spec(),
                 "after": self.step_spec(),
             }
-            return _Op("start", f"{p}parent-{n}", "sim_parent", spec)
+            if rng.random() < 0.4:
+                spec["kid_queue"] = "kidq"
+            return _Op("start", f"{p}parent-{n}", "sim_parent", spec, queue, qkey)
         if kind == "inbox":
             state = {"got": [], "total": 0, "per": rng.randint(2, 5)}
-            return _Op("start", f"{p}inbox-{n}", "sim_inbox", state)
+            queue = "inboxq" if rng.random() < 0.3 else None
+            return _Op("start", f"{p}inbox-{n}", "sim_inbox", state, queue)
         if kind == "sender":
             spec = {
                 "before": self.step_spec(),
@@ -163,13 +176,13 @@ class Workload:
                 "item": 100_000 + n,
                 "after": self.step_spec(),
             }
-            return _Op("start", f"{p}sender-{n}", "sim_sender", spec)
+            return _Op("start", f"{p}sender-{n}", "sim_sender", spec, queue, qkey)
         spec = {
             "book": self.step_spec(),
             "hold": rng.choice(self.holds),
             "confirm": self.step_spec(),
         }
-        return _Op("start", f"{p}cancellable-{n}", "sim_cancellable", spec)
+        return _Op("start", f"{p}cancellable-{n}", "sim_cancellable", spec, queue, qkey)
 
     def step_spec(self) -> dict[str, int]:
         rng = self.rng
@@ -193,6 +206,7 @@ class Sim:
     """One seed's world: the engine, its store, the outside callers and the checkers."""
 
     def __init__(self, seed: int, t: TestEngine, store: FaultyStore) -> None:
+        self.queues = queues()
         self.rng = random.Random(seed)
         self.workload = Workload(self.rng)
         self.t = t
@@ -215,7 +229,14 @@ class Sim:
     def _call(self, op: _Op) -> Coroutine[Any, Any, Any]:
         t = self.t
         if op.kind == "start":
-            return t.start(op.key, op.id, op.value, id_policy=fusee.IdPolicy.ATTACH)
+            return t.start(
+                op.key,
+                op.id,
+                op.value,
+                id_policy=fusee.IdPolicy.ATTACH,
+                queue=op.queue,
+                key=op.qkey,
+            )
         run = t.get(op.id)
         if op.kind == "signal":
             return run.signal(msg, op.value, dedup=op.key)
@@ -477,13 +498,25 @@ class Sim:
         by_id: dict[str, list[list[Any]]] = {}
         for (id, _), records in journals.items():
             by_id.setdefault(id, []).append(records)
+        # A queued run holds the signals sent to it in its queue item.
+        held = {
+            i.id: [_codec.decode(data)[1] for data in i.signals]
+            for i in await self.store.queue_items()
+            if i.state == "queued"
+        }
         for op in self.ops:
             if op.kind == "start" and op.acked:
                 await self._check_start(op, by_id.get(op.id, []))
             elif op.kind in ("signal", "update"):
-                self._check_message(op, by_id.get(op.id, []))
+                self._check_message(op, by_id.get(op.id, []), held.get(op.id, []))
         await self._check_ends(journals)
         self._check_steps()
+        await self._check_queues()
+
+    async def _check_queues(self) -> None:
+        items = await self.store.queue_items(done=True)
+        for q in self.queues:
+            check_queue(q, [i for i in items if i.queue == q.name], self.violation)
 
     async def _journals(self) -> dict[tuple[str, int], list[Any]]:
         """Every journal as the engine reads it, by (id, run) in run order."""
@@ -507,8 +540,18 @@ class Sim:
         return journals
 
     async def _check_start(self, op: _Op, journals: list[list[Any]]) -> None:
-        if await self.store.get(op.id) is None:
+        row = await self.store.get(op.id)
+        if row is None:
             self.violation("acked_start", f"the acknowledged start of {op.id} has no row")
+        elif row.status == RunStatus.QUEUED:
+            # No journal until its queue admits it: its item stands for it.
+            items = [i for i in await self.store.queue_items() if i.id == op.id]
+            if len(items) != 1 or journals:
+                self.violation(
+                    "acked_start",
+                    f"queued {op.id} has {len(items)} queue items and {len(journals)} journals",
+                )
+            return
         if not journals:
             self.violation("acked_start", f"the acknowledged start of {op.id} has no journal")
         for records in journals:
@@ -516,12 +559,14 @@ class Sim:
             if len(starts) != 1 or not isinstance(records[0], Start):
                 self.violation("acked_start", f"a journal of {op.id} holds {len(starts)} starts")
 
-    def _check_message(self, op: _Op, journals: list[list[Any]]) -> None:
+    def _check_message(self, op: _Op, journals: list[list[Any]], held: list[int]) -> None:
         if op.kind == "signal":
             key = dedup_key(op.key)
             counts = [
                 sum(1 for r in rs if isinstance(r, Signal) and r.dedup == key) for rs in journals
             ]
+            # Held for a queued run (a repeat of one dedup id is recorded once).
+            counts.append(min(1, held.count(key)))
         else:
             counts = [
                 sum(1 for r in rs if isinstance(r, Update) and r.id == op.key) for rs in journals
@@ -550,6 +595,35 @@ class Sim:
                 self.violation(
                     "step_ran_again", f"step {key} ran in life {life} though its result was durable"
                 )
+
+
+def check_queue(
+    q: fusee.Queue, items: list[QueueItem], violation: Callable[[str, str], None]
+) -> None:
+    """The ``queue_limits`` checker: ``q``'s stored items never exceed its limits.
+
+    At most ``concurrency`` admitted and not ended (``per_key`` of one key),
+    and at most ``rate`` admissions in any window of its period (the store
+    keeps ended items while a window may count them).
+    """
+    limits = q.limits
+    admitted = [i for i in items if i.state == "admitted"]
+    if limits.concurrency is not None and len(admitted) > limits.concurrency:
+        ids = sorted(i.id for i in admitted)
+        violation("queue_limits", f"queue {q.name} has {len(ids)} runs admitted at once: {ids}")
+    keys = Counter(i.key for i in admitted if i.key is not None)
+    if limits.per_key is not None and keys and max(keys.values()) > limits.per_key:
+        violation("queue_limits", f"queue {q.name} admitted per key {dict(keys)}")
+    if limits.rate_n is not None:
+        times = sorted(i.admitted_ms for i in items if i.admitted_ms is not None)
+        for n, at in enumerate(times):
+            window = [t for t in times[: n + 1] if t > at - limits.rate_ms]
+            if len(window) > limits.rate_n:
+                violation(
+                    "queue_limits",
+                    f"queue {q.name} admitted {len(window)} runs within {limits.rate_ms} ms",
+                )
+                break
 
 
 def behind_stops(by_id: Mapping[str, list[list[Any]]]) -> dict[str, set[int]]:
@@ -693,7 +767,7 @@ async def simulate(seed: int, store: str = "memory", actions: int | None = None)
     report = Report(seed, store)
     with tempfile.TemporaryDirectory(prefix=f"fusee-sim-{seed}-") as tmp:
         faulty = FaultyStore(_make_store(store, Path(tmp) / "store"))
-        t = TestEngine(WORKFLOWS, faulty)
+        t = TestEngine(WORKFLOWS, faulty, queues=queues())
         sim = Sim(seed, t, faulty)
         async with t:
             try:

@@ -1,4 +1,4 @@
-"""The simulator's workflows: steps with retries, fan-out, timers, signals, children, updates.
+"""The simulator's workflows and queues: steps with retries, fan-out, timers, signals, children.
 
 Every knob (how often a step fails, how long it takes to finish, how long a
 timer sleeps) comes in the run's input, which the seed chose: the workflows
@@ -22,6 +22,7 @@ __all__ = [
     "add",
     "expected_of_steps",
     "msg",
+    "queues",
     "sim_cancellable",
     "sim_inbox",
     "sim_parent",
@@ -102,9 +103,14 @@ async def sim_steps(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
 
 @fusee.workflow("sim_parent")
 async def sim_parent(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
-    """A step, then a child `sim_steps`, then another step."""
+    """A step, then a child `sim_steps` (through the queue ``kid_queue`` names, if any), a step."""
     first = await _step(ctx, "before", spec["before"])
-    kid = await ctx.child(sim_steps, f"{ctx.info.id}-kid", spec["child"])
+    kid_id = f"{ctx.info.id}-kid"
+    queue = spec.get("kid_queue")
+    if queue is None:
+        kid = await ctx.child(sim_steps, kid_id, spec["child"])
+    else:
+        kid = await ctx.child(sim_steps, kid_id, spec["child"], queue=queue)
     return first + kid + await _step(ctx, "after", spec["after"])
 
 
@@ -156,3 +162,20 @@ async def sim_sender(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
 
 
 WORKFLOWS = [sim_steps, sim_parent, sim_inbox, sim_cancellable, sim_sender]
+
+
+def queues(*, real_time: bool = False) -> list[fusee.Queue]:
+    """The queues some starts go through (`Workload` picks them; the engine is given these).
+
+    ``simq`` bounds runs of any kind, two at a time and one per key, and its
+    admissions per minute (per second on the torture's wall clock);
+    ``kidq`` holds the children of parents that ``simq`` admitted (a child
+    waiting for its parent's own queue could wait forever); ``inboxq``
+    holds inboxes, which run until the simulator stops them.
+    """
+    rate = (20, "1s") if real_time else (4, "1m")
+    return [
+        fusee.Queue("simq", concurrency=2, per_key=1, rate=rate),
+        fusee.Queue("kidq", concurrency=2),
+        fusee.Queue("inboxq", concurrency=3),
+    ]

@@ -20,6 +20,7 @@ from _postgres import Cluster
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fusee.errors import NotFound
 from fusee.store import Entry, PostgresStore, RunRow, SqliteStore, Store
 from fusee.store import sqlite as sqlite_store
 from fusee.store._queues import ItemBook, QueueItem, QueueLimits, plan_admission
@@ -58,6 +59,9 @@ async def test_enqueue_stores_the_item_and_a_queued_row_and_refuses_a_second_of_
     store = await opener.reopen(store)
     assert await store.queue_items() == [first]
     assert [r.id for r in await store.unfinished()] == ["a"]
+    # No journal until admitted: not a damaged run.
+    with pytest.raises(NotFound, match="'a' is queued: it has no journal until its queue"):
+        await store.load("a")
 
 
 @pytest.mark.asyncio
