@@ -450,8 +450,12 @@ class Inbox:
         # Taken again after the engine's last life stopped before answering:
         # a run of that workflow under that id is this command's own start.
         engine = self._engine
-        if engine.runs.loaded(id) is not None or engine.runs.is_loading(id):
-            return True
+        await engine.runs.loading_settled(id)
+        loaded = engine.runs.loaded(id)
+        if loaded is not None:
+            # Answered only once its start is durable: a crash would lose it.
+            await engine.committer.durable(loaded.start_lsn)
+            return loaded.workflow.name == workflow
         row = await engine.store.get(id)
         return row is not None and row.workflow == workflow
 

@@ -312,6 +312,8 @@ class Messages:
                         self._child_ended(link, rec, found, journal)
             return
         runs = engine.runs
+        # A load under way (a message to the id) may yet find no run.
+        await runs.loading_settled(rec.id)
         row = await engine.store.get(rec.id) if runs.loaded(rec.id) is None else None
         loaded = runs.loaded(rec.id)
         if row is not None and row.status == RunStatus.QUEUED and queued is not None:
@@ -321,6 +323,10 @@ class Messages:
             if loaded is not None:
                 # Checked from memory: a child started a moment ago (by the
                 # parent's previous life, say) may not be in the store yet.
+                # Its start is acknowledged (a command answered, an outbox
+                # entry done) only once it is: a crash would lose it, and
+                # nothing would start it again.
+                await engine.committer.durable(loaded.start_lsn)
                 parent_of = loaded.parent
             else:
                 assert row is not None

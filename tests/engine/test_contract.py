@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 import fusee
-from fusee.record import Done, Signal, decode, encode
+from fusee import _codec
+from fusee.record import DETACHED, Child, Done, Parent, Signal, decode, encode
 from fusee.store import Entry
 from fusee.testing import crash_everywhere
 
-from .conftest import Host, assert_steps_ran_once
+from .conftest import HeldWrites, Host, assert_steps_ran_once
 
 pytestmark = pytest.mark.asyncio
 
@@ -93,6 +94,37 @@ async def ship(ctx: fusee.Ctx, n: int) -> int:
 async def spawner(ctx: fusee.Ctx) -> str:
     await ctx.child(ship, "ship-1", 4, detached=True)
     return "spawned"
+
+
+@fusee.workflow("idle_kid")
+async def idle_kid(ctx: fusee.Ctx) -> None:
+    await ctx.wait_for(fusee.signal("never", int))
+
+
+async def test_a_second_start_of_a_child_being_started_returns_only_once_it_is_durable(
+    host: Host,
+) -> None:
+    # Two starts of one child at once (a parent's outbox, and its command
+    # posted from another worker): the second finds it loaded, and must not
+    # answer before its start is durable, or a crash would lose a child that
+    # nothing starts again.
+    async with host(workflows=[idle_kid]) as t:
+        engine = t.engine
+        link = Parent("parent", 1, 0)
+        rec = Child(1, 0, idle_kid.name, "the-kid", DETACHED, 0, _codec.encode(None))
+        with HeldWrites(engine.store) as held:
+            first = asyncio.ensure_future(engine.messages.start_child_of(link, rec))
+            await held.waiting.wait()
+            second = asyncio.ensure_future(engine.messages.start_child_of(link, rec))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not first.done()
+            assert not second.done()
+            held.release()
+            await asyncio.gather(first, second)
+        row = await engine.store.get("the-kid")
+        assert row is not None
+        assert row.workflow == idle_kid.name
 
 
 async def test_a_detached_child_starts_though_its_parent_ended_before_a_crash() -> None:

@@ -97,7 +97,12 @@ class Worker:
             result: Any = None
             if op == "start":
                 await self.engine.start(
-                    cmd["workflow"], id, cmd["input"], id_policy=fusee.IdPolicy.ATTACH
+                    cmd["workflow"],
+                    id,
+                    cmd["input"],
+                    id_policy=fusee.IdPolicy.ATTACH,
+                    queue=cmd.get("queue"),
+                    key=cmd.get("qkey"),
                 )
                 self.watch(id)
             elif op == "signal":
@@ -144,6 +149,7 @@ async def main(target: str, step_log: str, life: int) -> None:
     engine = await fusee.Engine.open(
         target,
         workflows=workload.WORKFLOWS,
+        queues=workload.queues(real_time=True),
         durability="fsync",
         park_after="100ms",
         lease=os.environ.get("FUSEE_TORTURE_LEASE", "2s"),
