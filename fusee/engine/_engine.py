@@ -303,14 +303,11 @@ class Engine:
             # Before any run loads: a recovered run's end frees its slot there.
             await self.queues.load()
             await self.recover_shards(None)
-        # In the background, as the runs above load: admitting queued runs
-        # needs no unfinished run loaded first.
-        self.spawn(self.queues.recover())
         self.inbox.start()
         await self.schedules.open()
 
     async def recover_shards(self, shards: set[int] | None) -> None:
-        """Picks up the unfinished runs of ``shards`` (None: of the whole store)."""
+        """Picks up the unfinished runs and queue items of ``shards`` (None: the whole store)."""
         if shards is None:
             rows = await self.store.unfinished()
         else:
@@ -335,6 +332,9 @@ class Engine:
             # Before anything else is served: a message to the id goes to
             # that next run.
             await self._continue(row)
+        # In the background, as the runs above load: admitting queued runs
+        # needs no unfinished run loaded first.
+        self.spawn(self.queues.recover(shards))
 
     def owns(self, id: str) -> bool:
         """Whether this engine serves run ``id`` (always, on a store it is alone on)."""
@@ -365,6 +365,9 @@ class Engine:
         for index in shards:
             shard = self.runs.shards[index]
             for state in list(shard.runs.values()):
+                # An end not durable yet is lost with the shard: its row,
+                # held back for the outbox, must never be written.
+                state.final_row = None
                 for t in state.steps:
                     t.cancel()
                 if state.park_handle is not None:
@@ -619,20 +622,34 @@ class Engine:
         wf = self.workflow(check_workflow(workflow))
         check_id(id, "a run")
         data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
+        fields: dict[str, Any] = {"workflow": wf.name, "input": data, "id_policy": id_policy.value}
         if queue is not None or debounce is not None:
-            # Queued in the store, whoever serves the run's shard: its owner admits it.
-            await self.queues.start(
-                wf,
-                id,
-                data,
-                queue=queue,
+            q = self.queues.resolve(queue, debounce is not None)
+            if self.owns(id):
+                try:
+                    await self.queues.start(
+                        wf,
+                        id,
+                        data,
+                        queue=q,
+                        key=key,
+                        priority=priority,
+                        id_policy=IdPolicy(id_policy),
+                        debounce=debounce,
+                    )
+                    return Run(self, id)
+                except StaleLease:
+                    if self.owns(id):
+                        raise
+            # Queued by its shard's owner, who admits it: at once when the
+            # queue allows (a worker that queued it elsewhere would not tell it).
+            fields.update(
+                queue=q.name,
                 key=key,
                 priority=priority,
-                id_policy=IdPolicy(id_policy),
-                debounce=debounce,
+                debounce_ms=None if debounce is None else duration_ms(debounce),
             )
-            return Run(self, id)
-        if self.owns(id):
+        elif self.owns(id):
             try:
                 return await self._start_here(wf, id, data, id_policy)
             except StaleLease:
@@ -640,7 +657,6 @@ class Engine:
                 # start was written): its new owner starts it.
                 if self.owns(id):
                     raise
-        fields: dict[str, Any] = {"workflow": wf.name, "input": data, "id_policy": id_policy.value}
         trace = self.telemetry.caller_trace()
         if trace is not None:
             fields["trace"] = trace

@@ -60,6 +60,18 @@ T = TypeVar("T")
 _OK = Status.OK
 _FAILED = Status.FAILED
 
+# How often a message to a run admitted from its queue, and not started yet,
+# looks again (doubling up to the second figure).
+_ADMITTED_POLL_S: Final = 0.01
+_ADMITTED_POLL_MAX_S: Final = 0.2
+
+
+class _Held:
+    """A message its queued run holds (`Messages._target_or_queued`)."""
+
+
+_HELD: Final = _Held()
+
 
 class Messages:
     """Delivers messages to the runs of one engine.
@@ -184,12 +196,11 @@ class Messages:
         """
         engine = self._engine
         engine.check_open()
-        try:
-            state = await self._target(id)
-        except RunQueued:
-            if await engine.queues.signal_queued(id, name, payload, dedup, by):
-                return
-            state = await self._target(id)  # admitted meanwhile
+        state = await self._target_or_queued(
+            id, lambda: engine.queues.signal_queued(id, name, payload, dedup, by)
+        )
+        if isinstance(state, _Held):
+            return
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, f"signal '{name}'")
         if dedup and dedup in state.dedups:
@@ -220,6 +231,25 @@ class Messages:
                 return state
             await engine.committer.durable(state.driver.machine.gate)
             engine.check_open()
+
+    async def _target_or_queued(
+        self, id: str, to_queued: Callable[[], Awaitable[bool]]
+    ) -> RunState | _Held | None:
+        """`_target`, or `_HELD` once ``to_queued()`` applied the message to queued ``id``.
+
+        A run its queue admitted has no journal until its start is written:
+        the message waits for it (a moment on its owner; after a crash there,
+        until the shard's next owner starts it).
+        """
+        delay = _ADMITTED_POLL_S
+        while True:
+            try:
+                return await self._target(id)
+            except RunQueued:
+                if await to_queued():
+                    return _HELD
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _ADMITTED_POLL_MAX_S)
 
     async def _finished(self, id: str, state: RunState | None, what: str) -> RunFinished:
         """The error for ``what`` sent to run ``id``, which has ended."""
@@ -523,12 +553,9 @@ class Messages:
         """Cancels run ``id``; returns once the request is durable."""
         engine = self._engine
         engine.check_open()
-        try:
-            state = await self._target(id)
-        except RunQueued:
-            if await engine.queues.cancel_queued(id, reason):
-                return
-            state = await self._target(id)  # admitted meanwhile
+        state = await self._target_or_queued(id, lambda: engine.queues.cancel_queued(id, reason))
+        if isinstance(state, _Held):
+            return
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, "cancel")
         if state.cancelled:

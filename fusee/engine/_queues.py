@@ -149,6 +149,8 @@ class Queues:
         # one: started by the loop below, not by recursion).
         self._admitted_now: deque[QueueItem] = deque()
         self._starting = False
+        # Runs being cancelled while queued, on a store workers share.
+        self._cancelling: set[str] = set()
 
     def resolve(self, queue: Queue | str | None, debounce: bool) -> Queue:
         """The engine's queue ``queue`` names (the debounce queue for None).
@@ -340,7 +342,13 @@ class Queues:
                     # Freed by the next admission, or by recovery after a crash.
                     self._released.setdefault(name, set()).update(released)
                     raise
-                for item in admission.items:
+                rows = await asyncio.gather(*(engine.store.get(i.id) for i in admission.items))
+                for item, row in zip(admission.items, rows, strict=True):
+                    if row is not None and row.run == item.run and row.status != RunStatus.QUEUED:
+                        # Its run ended meanwhile (cancelled while queued, then a
+                        # crash before its item went): its slot is freed at once.
+                        await engine.store.release_queued(item.id)
+                        continue
                     self._run(item)
                 if admission.wake_ms is not None:
                     self._wake_at(name, admission.wake_ms)
@@ -370,9 +378,14 @@ class Queues:
         await self._enqueue(item, row)
 
     def _runnable(self, item: QueueItem) -> bool:
-        # Its workflow is here, and so is its shard (on a store workers share).
+        # Its workflow is here, and so is its shard (on a store workers
+        # share), and it is not being cancelled.
         engine = self._engine
-        return item.workflow in engine.workflows and engine.owns(item.id)
+        return (
+            item.workflow in engine.workflows
+            and engine.owns(item.id)
+            and item.id not in self._cancelling
+        )
 
     def _run(self, item: QueueItem) -> None:
         engine = self._engine
@@ -471,15 +484,26 @@ class Queues:
                 return False  # admitted already: started here at once
             await self._finish_cancelled(item, reason)
             return True
-        item = await engine.store.unqueue(id)
-        if item is None:
-            # Admitted meanwhile: once its admission has started it here,
-            # it is cancelled as any loaded run is.
-            rounds = list(self._rounds.values())
-            if rounds:
-                await asyncio.wait(rounds)
-            return False
-        await self._finish_cancelled(item, reason)
+        # On a store workers share, the cancelled run's journal is written
+        # first, then its item goes: a crash between leaves an item of an
+        # ended run, which recovery and admission drop, never a queued row
+        # that nothing ends. Meanwhile this engine, its shard's owner, does
+        # not admit it.
+        self._cancelling.add(id)
+        try:
+            items = await engine.store.queue_items()
+            item = next((i for i in items if i.id == id and i.state == "queued"), None)
+            if item is None:
+                # Admitted meanwhile: once its admission has started it here,
+                # it is cancelled as any loaded run is.
+                rounds = list(self._rounds.values())
+                if rounds:
+                    await asyncio.wait(rounds)
+                return False
+            await self._finish_cancelled(item, reason)
+            await engine.store.unqueue(id)
+        finally:
+            self._cancelling.discard(id)
         return True
 
     async def _finish_cancelled(self, item: QueueItem, reason: str) -> None:
@@ -509,22 +533,39 @@ class Queues:
         if self.book is not None:
             self.book.take_stored(await self._engine.store.queue_items(done=True))
 
-    async def recover(self) -> None:
-        """Picks up the store's items: admitted ones go on or free their slot; queues are tried."""
+    async def recover(self, shards: set[int] | None = None) -> None:
+        """Picks up the items of ``shards`` (None: all): admitted ones go on or free their slot.
+
+        Called as the engine takes shards (all of them, alone on its store):
+        an item admitted by a worker that died before it started the run is
+        started by the shard's next owner. Their queues are tried.
+        """
         engine = self._engine
         book = self.book
         items = book.items() if book is not None else await engine.store.queue_items()
         names: set[str] = set()
+        runs = engine.runs
         for item in items:
+            if shards is not None and runs.shard_index(item.id) not in shards:
+                continue
             names.add(item.queue)
-            if item.state != "admitted" or item.workflow not in engine.workflows:
+            if item.workflow not in engine.workflows:
+                continue
+            if item.state == "queued":
+                if book is None and item.id not in self._cancelling:
+                    row = await engine.store.get(item.id)
+                    if row is not None and row.run == item.run and row.status in FINISHED_STATUSES:
+                        # Cancelled while queued, then a crash before its item went.
+                        await engine.store.unqueue(item.id)
                 continue
             row = await engine.store.get(item.id)
             if row is None or row.run != item.run:
                 continue
             if row.status == RunStatus.QUEUED:
                 # Admitted, then a crash before its start was durable.
-                self._run(item)
+                idle = not runs.is_loading(item.id) and runs.loaded(item.id) is None
+                if engine.owns(item.id) and idle:
+                    self._run(item)
             elif row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
                 # Ended, then a crash before its slot was freed.
                 if book is not None:

@@ -178,10 +178,11 @@ class Runs:
         except BaseException as e:
             fut.set_exception(e)
             fut.exception()
-            if isinstance(e, FuseeError) and not isinstance(e, StaleLease):
+            if isinstance(e, FuseeError) and not isinstance(e, StaleLease | RunQueued):
                 # The run cannot be loaded: whoever waits for its result
                 # hears why instead of waiting forever (a run that moved to
-                # another worker is waited for there: `Engine.drop_shards`).
+                # another worker is waited for there: `Engine.drop_shards`;
+                # a queued one runs once its queue admits it).
                 engine.fail_waiters(id, e)
             raise
         else:

@@ -22,7 +22,7 @@ from fusee.engine import Engine
 from fusee.record import Signal, encode
 from fusee.store.postgres import PostgresStore, shard_of
 
-from .conftest import eventually
+from .conftest import HeldWrites, Host, eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -372,3 +372,36 @@ async def _posted(cluster: Cluster, schema: str, id: str, kind: str = "signal") 
     finally:
         await conn.close()
     return bool(found)
+
+
+@pytest.mark.parametrize("store_kind", [pytest.param("postgres", id="postgres")])
+async def test_an_ended_runs_row_held_for_its_outbox_is_never_written_once_its_shard_is_dropped(
+    host: Host,
+) -> None:
+    # The run ends while a send of its is unconfirmed: its final row waits
+    # for the outbox. Its shard is lost before the `Done` is durable, so the
+    # `Done` is never written; nor may the row be, once the send confirms.
+    @fusee.workflow("ender")
+    async def ender(ctx: fusee.Ctx) -> int:
+        return await ctx.wait_for(go) or 0
+
+    async with host(workflows=[ender]) as t:
+        engine = t.engine
+        run = await t.start(ender, "ends")
+        await t.settle()
+        state = engine.runs.loaded("ends")
+        assert state is not None
+        state.outbox.add(99)  # a send still on its way
+        with HeldWrites(engine.store) as held:
+            signal = asyncio.ensure_future(run.signal(go, 1))
+            await held.waiting.wait()
+            await eventually(lambda: state.final_row is not None)
+            engine.drop_shards([engine.runs.shard_index("ends")])
+            engine.outbox_done(state, 99)
+            held.release()
+            with contextlib.suppress(fusee.FuseeError):
+                await signal
+        await engine.committer.flush()
+        row = await engine.store.get("ends")
+        assert row is not None
+        assert row.status != "completed"

@@ -565,3 +565,84 @@ async def test_a_query_or_update_of_a_queued_run_says_it_is_queued(host: Host) -
         await t.crash()
         with pytest.raises(fusee.FuseeError, match="until its queue admits it"):
             await second.query(status)
+
+
+async def test_a_result_awaited_while_a_message_loads_a_queued_run_waits_for_its_end(
+    host: Host,
+) -> None:
+    # The message finds the run queued (and holds its signal there); the
+    # result's caller, waiting on the same load, waits for the run's end.
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[tally], queues=[q]) as t:
+        first = await t.start(tally, "first", queue=q)
+        second = await t.start(tally, "second", queue=q)
+        await t.settle()
+        result = asyncio.ensure_future(second.result())
+        await second.signal(go, 3)
+        await t.settle()
+        assert not result.done()
+        await first.signal(go, 1)
+        await first.signal(go, 2)
+        await second.signal(go, 4)
+        assert await result == [3, 4]
+
+
+@pytest.mark.parametrize("store_kind", [pytest.param("postgres", id="postgres")])
+async def test_a_message_to_a_run_admitted_but_not_started_waits_for_its_start(
+    host: Host,
+) -> None:
+    # On a store workers share, admitted by an owner that died before it
+    # wrote the run's start: the shard's next owner starts it (its queue
+    # items are recovered with the shard), and a signal or cancel sent
+    # meanwhile waits for that. (An engine alone on its store admits and
+    # starts in one write.)
+    from fusee.store._queues import QueueItem
+
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[tally], queues=[q]) as t:
+        await t.settle()
+        await t.store.enqueue(
+            QueueItem("one", "late", 1, tally.name, fusee._codec.encode(None)),
+            fusee.store.RunRow("late", 1, tally.name, "queued", t.clock.now_ms()),
+        )
+        (admitted,) = (await t.store.admit(q.limits, t.clock.now_ms())).items
+        assert admitted.id == "late"
+        signal = asyncio.ensure_future(t.get("late").signal(go, 5))
+        for _ in range(20):
+            await asyncio.sleep(0.002)
+        assert not signal.done()
+        await t.engine.queues.recover({t.engine.runs.shard_index("late")})
+        await signal
+        await t.get("late").signal(go, 6)
+        assert await t.get("late").result() == [5, 6]
+
+
+@pytest.mark.parametrize("store_kind", [pytest.param("postgres", id="postgres")])
+async def test_a_crash_between_a_queued_runs_cancel_and_its_items_removal_leaves_it_cancelled(
+    host: Host,
+) -> None:
+    # On a store workers share the cancelled journal is written first and
+    # the queue item goes after: a crash between leaves an item that
+    # recovery drops, never a queued row that nothing ends.
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        blocker = await t.start(wf, "blocker", "k", queue=q)
+        doomed = await t.start(wf, "doomed", "k", queue=q)
+        await t.settle()
+
+        async def crash_here(id: str) -> None:
+            raise fusee.StoreError("simulated crash before the item went")
+
+        unqueue = t.store.unqueue
+        t.store.unqueue = crash_here  # type: ignore[method-assign]
+        with pytest.raises(fusee.StoreError, match="simulated crash"):
+            await doomed.cancel("no longer wanted")
+        t.store.unqueue = unqueue  # type: ignore[method-assign]
+        await t.crash()
+        assert (await doomed.describe()).status == "cancelled"
+        assert await blocker.result() == "blocker done"
+        await t.settle()
+        assert [(s.queued, s.running) for s in await t.queue_stats()] == [(0, 0)]
+        assert gauge.order == ["blocker"]

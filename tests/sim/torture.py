@@ -101,6 +101,8 @@ class Ledger:
                 op.acked, op.result = True, msg["result"]
             else:
                 op.refused = True
+        elif "queued" in msg:
+            pass  # an update of a queued run, refused until it runs: resent later
         elif "end" in msg:
             id, outcome = msg["end"], msg["outcome"]
             if id in self.ends and self.ends[id] != outcome:
@@ -300,11 +302,12 @@ class Epoch:
             items = await store.queue_items(done=True)
             for q in queues(real_time=True):
                 check_queue(q, [i for i in items if i.queue == q.name], ledger.violation)
-            # A queued run has no journal yet, and holds its signals in its item.
-            queued = {i.id: i for i in items if i.state == "queued"}
+            # A queued run (or one admitted and not started yet) has no
+            # journal, and a queued one holds its signals in its item.
+            active = {i.id: i for i in items if i.state != "done"}
             for key, op in ledger.ops.items():
                 journals = by_id.get(op.id, [])
-                item = queued.get(op.id)
+                item = active.get(op.id)
                 if op.kind == "start" and key in acked and item is not None and not journals:
                     continue
                 if op.kind == "start" and key in acked:

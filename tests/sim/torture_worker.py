@@ -114,6 +114,10 @@ class Worker:
         except fusee.FuseeError as e:
             if type(e).__name__ == "RunFinished" or "finished" in str(e) or "ended" in str(e):
                 say(refused=op, id=id, key=key)
+            elif op == "update" and "RunQueued" in f"{type(e).__name__}: {e}":
+                # An update of a queued run is refused until it runs: not
+                # acknowledged, so sent again later.
+                say(queued=op, id=id, key=key)
             else:
                 say(err=f"{op} {id} {key}: {type(e).__name__}: {e}")
             return
