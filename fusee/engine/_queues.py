@@ -149,8 +149,9 @@ class Queues:
         # one: started by the loop below, not by recursion).
         self._admitted_now: deque[QueueItem] = deque()
         self._starting = False
-        # Runs being cancelled while queued, on a store workers share.
-        self._cancelling: set[str] = set()
+        # Runs being cancelled while queued, on a store workers share, each
+        # with a future its cancel's end resolves.
+        self._cancelling: dict[str, asyncio.Future[None]] = {}
 
     def resolve(self, queue: Queue | str | None, debounce: bool) -> Queue:
         """The engine's queue ``queue`` names (the debounce queue for None).
@@ -489,8 +490,18 @@ class Queues:
         # ended run, which recovery and admission drop, never a queued row
         # that nothing ends. Meanwhile this engine, its shard's owner, does
         # not admit it.
-        self._cancelling.add(id)
+        while (under_way := self._cancelling.get(id)) is not None:
+            # One cancel of it at a time here: the next finds it ended.
+            await asyncio.wait([under_way])
+        done: asyncio.Future[None] = engine.loop.create_future()
+        self._cancelling[id] = done
         try:
+            row = await engine.store.get(id)
+            if row is not None and row.status in FINISHED_STATUSES:
+                # Cancelled already (then, maybe, a crash before its item
+                # went): it has ended, as the caller hears.
+                await engine.store.unqueue(id)
+                return False
             items = await engine.store.queue_items()
             item = next((i for i in items if i.id == id and i.state == "queued"), None)
             if item is None:
@@ -503,7 +514,8 @@ class Queues:
             await self._finish_cancelled(item, reason)
             await engine.store.unqueue(id)
         finally:
-            self._cancelling.discard(id)
+            del self._cancelling[id]
+            done.set_result(None)
         return True
 
     async def _finish_cancelled(self, item: QueueItem, reason: str) -> None:

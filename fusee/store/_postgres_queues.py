@@ -212,12 +212,18 @@ class PostgresQueues:
                 )
             admission = plan_admission(limits, items, now_ms, runnable)
             if admission.items:
-                await conn.execute(
+                # The items as they are now, not as read: a signal held for
+                # one (`signal_queued`) may have landed since the read, which
+                # takes no row lock when the queue's lock row serializes.
+                updated = await conn.fetch(
                     f"UPDATE {q}.queue_items SET state = 'admitted', admitted_ms = $1"
-                    " WHERE seq = ANY($2::bigint[])",
+                    f" WHERE seq = ANY($2::bigint[]) AND state = 'queued' RETURNING {_COLUMNS}",
                     now_ms,
                     [i.seq for i in admission.items],
                 )
+                fresh = {i.seq: i for i in map(_item, updated)}
+                admitted = [fresh[i.seq] for i in admission.items if i.seq in fresh]
+                admission = Admission(admitted, admission.wake_ms, admission.left)
             return admission
 
         return await self._in_transaction(write, "admitting queued runs in")

@@ -646,3 +646,22 @@ async def test_a_crash_between_a_queued_runs_cancel_and_its_items_removal_leaves
         await t.settle()
         assert [(s.queued, s.running) for s in await t.queue_stats()] == [(0, 0)]
         assert gauge.order == ["blocker"]
+
+
+async def test_two_cancels_of_a_queued_run_at_once_end_it_once(host: Host) -> None:
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        await t.start(wf, "blocker", "k", queue=q)
+        doomed = await t.start(wf, "doomed", "k", queue=q)
+        await t.settle()
+        both = await asyncio.gather(
+            doomed.cancel("one"), doomed.cancel("two"), return_exceptions=True
+        )
+        # One cancels it; the other finds it ended, as any cancel of an ended run does.
+        assert sorted(type(r).__name__ for r in both) == ["NoneType", "RunFinished"]
+        journal = [type(decode(data)).__name__ for _, data in await t.store.load("doomed")]
+        assert journal == ["Start", "Done"]
+        with pytest.raises(fusee.Cancelled):
+            await doomed.result()

@@ -266,6 +266,9 @@ class Epoch:
         store = open_store(self.target, readonly=True)
         await store.open()
         try:
+            # Read before the journals: a run whose item is active here either
+            # has no journal yet or has one by the time its journal is read.
+            items = await store.queue_items(done=True)
             by_id: dict[str, list[list[Any]]] = {}
             for id, run in await _journal_keys(self.target, self.prefix):
                 try:
@@ -299,7 +302,6 @@ class Epoch:
                                 f"{id} reported {reported!r}, journaled otherwise",
                             )
             self.behind = behind_stops(by_id)
-            items = await store.queue_items(done=True)
             for q in queues(real_time=True):
                 check_queue(q, [i for i in items if i.queue == q.name], ledger.violation)
             # A queued run (or one admitted and not started yet) has no

@@ -317,3 +317,44 @@ def test_a_books_admissions_are_the_rule_s_over_its_items(
             if ids:
                 id = ids[arg % len(ids)]
                 assert (book.release if kind == "release" else book.remove)(id) is not None
+
+
+@pytest.mark.asyncio
+async def test_a_postgres_admission_takes_a_signal_held_while_it_was_deciding(
+    postgres_cluster: Cluster,
+) -> None:
+    # A queue with a budget serializes admissions on its lock row and reads
+    # its items unlocked: a signal held for an item after that read and
+    # before the item is marked admitted must come with the admitted item.
+    schema = postgres_cluster.new_name("queues_")
+    admitter, signaller = (
+        PostgresStore(postgres_cluster.dsn, schema=schema, durability="none") for _ in range(2)
+    )
+    await admitter.open()
+    await signaller.open()
+    try:
+        await enqueue(admitter, item("a"))
+        in_transaction = admitter._in_transaction
+
+        async def meanwhile(fn: Any, doing: str) -> Any:
+            class Conn:
+                def __init__(self, conn: Any) -> None:
+                    self.conn = conn
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(self.conn, name)
+
+                async def fetch(self, query: str, *args: Any) -> Any:
+                    rows = await self.conn.fetch(query, *args)
+                    if query.lstrip().startswith("SELECT"):
+                        assert await signaller.signal_queued("a", b"late")
+                    return rows
+
+            return await in_transaction(lambda conn: fn(Conn(conn)), doing)
+
+        admitter._in_transaction = meanwhile  # type: ignore[method-assign]
+        (admitted,) = (await admitter.admit(QueueLimits("q", concurrency=1), 0)).items
+        assert admitted.signals == (b"late",)
+    finally:
+        await admitter.close()
+        await signaller.close()
