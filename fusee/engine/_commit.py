@@ -259,15 +259,8 @@ class Committer:
             StoreError: The store failed; nothing after its last good write is durable.
         """
         number = self._taken + 1 if self._pending() else self._taken
-        if number <= self._stored:
-            return
-        if self.failed is not None:
-            raise self.failed
-        if self._stopped:
-            raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
-        fut = self._loop.create_future()
-        heapq.heappush(self._batch_waiters, (number, next(self._order), fut))
-        await fut
+        if number > self._stored:
+            await self._wait(self._batch_waiters, number)
 
     def _pending(self) -> bool:
         return bool(self._entries or self._rows or self._commands or self._items or self._forget)
@@ -305,6 +298,10 @@ class Committer:
             if self._lost and lsn in self._lost:
                 raise self._lost[lsn]
             return
+        await self._wait(self._waiters, lsn)
+
+    async def _wait(self, waiters: list[tuple[int, int, asyncio.Future[None]]], at: int) -> None:
+        """Waits in ``waiters`` until ``_release`` reaches ``at`` (an LSN, or a batch's number)."""
         if self.failed is not None:
             raise self.failed
         if self._stopped:
@@ -312,7 +309,7 @@ class Committer:
             # test host): a caller still working in it must not wait forever.
             raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
         fut = self._loop.create_future()
-        heapq.heappush(self._waiters, (lsn, next(self._order), fut))
+        heapq.heappush(waiters, (at, next(self._order), fut))
         await fut
 
     def on_durable(self, lsn: int, callback: Callable[[], object]) -> None:
