@@ -348,9 +348,7 @@ class Committer:
                 # retry: the journal would have a hole.
                 await self._outage_over()
                 continue
-            if not (
-                self._entries or self._rows or self._commands or self._items or self._forget
-            ):
+            if not (self._entries or self._rows or self._commands or self._items or self._forget):
                 idle = self._loop.create_future()
                 self._idle.append(idle)
                 try:
