@@ -100,13 +100,12 @@ class _Batch:
         rows: list[RunRow],
         commands: list[tuple[str, Command]],
         items: list[QueueItem],
-        forget: list[int],
     ) -> None:
         self.entries = entries
         self.rows = rows
         self.commands = commands
         self.items = items
-        self.forget = forget
+        self.forget: list[int] = []
 
 
 class Committer:
@@ -260,15 +259,8 @@ class Committer:
             StoreError: The store failed; nothing after its last good write is durable.
         """
         number = self._taken + 1 if self._pending() else self._taken
-        if number <= self._stored:
-            return
-        if self.failed is not None:
-            raise self.failed
-        if self._stopped:
-            raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
-        fut = self._loop.create_future()
-        heapq.heappush(self._batch_waiters, (number, next(self._order), fut))
-        await fut
+        if number > self._stored:
+            await self._wait(self._batch_waiters, number)
 
     def _pending(self) -> bool:
         return bool(self._entries or self._rows or self._commands or self._items or self._forget)
@@ -306,6 +298,10 @@ class Committer:
             if self._lost and lsn in self._lost:
                 raise self._lost[lsn]
             return
+        await self._wait(self._waiters, lsn)
+
+    async def _wait(self, waiters: list[tuple[int, int, asyncio.Future[None]]], at: int) -> None:
+        """Waits in ``waiters`` until ``_release`` reaches ``at`` (an LSN, or a batch's number)."""
         if self.failed is not None:
             raise self.failed
         if self._stopped:
@@ -313,7 +309,7 @@ class Committer:
             # test host): a caller still working in it must not wait forever.
             raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
         fut = self._loop.create_future()
-        heapq.heappush(self._waiters, (lsn, next(self._order), fut))
+        heapq.heappush(waiters, (at, next(self._order), fut))
         await fut
 
     def on_durable(self, lsn: int, callback: Callable[[], object]) -> None:
@@ -352,7 +348,7 @@ class Committer:
                 # retry: the journal would have a hole.
                 await self._outage_over()
                 continue
-            if not self._pending():
+            if not (self._entries or self._rows or self._commands or self._items or self._forget):
                 idle = self._loop.create_future()
                 self._idle.append(idle)
                 try:
@@ -361,18 +357,25 @@ class Committer:
                     self._woken = False
                 continue
             entries, self._entries = self._entries, []
-            batch = _Batch(entries, list(self._rows.values()), self._commands, [], self._forget)
-            self._rows, self._commands, self._forget = {}, [], []
-            if self._items:
-                batch.items, self._items = list(self._items.values()), {}
+            rows, self._rows = list(self._rows.values()), {}
+            batch: _Batch | None = None
+            if self._fence is not None or self._items or self._forget or self._commands:
+                batch = _Batch(entries, rows, self._commands, list(self._items.values()))
+                batch.forget, self._commands, self._items, self._forget = self._forget, [], {}, []
             self._taken += 1
             flight = _Flight(entries[-1].lsn if entries else 0, self._taken)
             flights.append(flight)
             on_write = self.on_write
             began = time.perf_counter() if on_write is not None else 0.0
             try:
-                await self._append(batch)
+                if batch is None:
+                    # Records and rows alone, unfenced: the common write, straight on.
+                    await self.store.append(entries, rows)
+                else:
+                    await self._append(batch)
             except StoreError as e:
+                if batch is None:
+                    batch = _Batch(entries, rows, [], [])
                 final = await self._retry(batch, e) if retries(e) else e
                 if final is not None:
                     flights.clear()
@@ -382,7 +385,7 @@ class Committer:
             if on_write is not None:
                 on_write(len(entries), time.perf_counter() - began)
             # Not kept while this writer waits for the next batch.
-            del entries, batch
+            del entries, rows, batch
             self.writes += 1
             flight.done = True
             while flights and flights[0].done:

@@ -1040,11 +1040,16 @@ class Engine:
             if self.strict:
                 self.runs.check_replay(state)
             shard = self.runs.shard(state.id)
-            if shard.runs.get(state.id) is state:
+            mine = shard.runs.get(state.id) is state
+            if mine:
                 shard.remove(state)
                 state.driver.close()
             shard.drop_timers_of(state.id)
             if done.status is Status.CONTINUED:
+                if not mine:
+                    # Dropped with its shard meanwhile: the shard's next owner
+                    # continues it from its "continued" row (`recover_shards`).
+                    return
                 self._continue_as_new(
                     state.workflow,
                     state.id,

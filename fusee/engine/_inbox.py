@@ -30,6 +30,7 @@ import msgpack
 
 from fusee import _codec
 from fusee import errors as _errors
+from fusee._status import RunStatus
 from fusee.engine._journal import decode_journal
 from fusee.engine._run import IdPolicy, dedup_key
 from fusee.errors import AlreadyExists, FuseeError, NotFound, PayloadError, StaleLease
@@ -435,9 +436,16 @@ class Inbox:
 
     async def _delivered(self, id: str, dedup: int) -> bool:
         """Whether run ``id``'s journal holds a signal with dedup key ``dedup``."""
-        store = self._engine.store
+        engine = self._engine
+        state = engine.runs.loaded(id)
+        if state is not None:
+            # Ended here a moment ago (its journal not all in the store yet:
+            # a queued run started and ended by a signal it held, say).
+            await engine.committer.durable(state.driver.machine.gate)
+            return dedup in state.dedups
+        store = engine.store
         row = await store.get(id)
-        if row is None:
+        if row is None or row.status == RunStatus.QUEUED:
             return False
         records = decode_journal(id, row.run, await store.load(id, row.run))
         return any(isinstance(rec, Signal) and rec.dedup == dedup for rec in records)

@@ -60,8 +60,8 @@ T = TypeVar("T")
 _OK = Status.OK
 _FAILED = Status.FAILED
 
-# How often a message to a run admitted from its queue, and not started yet,
-# looks again (doubling up to the second figure).
+# How often a message to a run not started yet (admitted from its queue, or
+# the next run of a continue-as-new) looks again (doubling up to the second).
 _ADMITTED_POLL_S: Final = 0.01
 _ADMITTED_POLL_MAX_S: Final = 0.2
 
@@ -224,10 +224,21 @@ class Messages:
         then waits for the next run (started once the end is durable).
         """
         engine = self._engine
+        delay = _ADMITTED_POLL_S
         while True:
             state = await engine.runs.wake(id)
-            end = state.driver.end if state is not None else None
-            if state is None or end is None or end.status is not Status.CONTINUED:
+            if state is None:
+                row = await engine.store.get(id)
+                if row is None or row.status != RunStatus.CONTINUED:
+                    return None
+                # Its next run is not started yet (its start was lost with a
+                # crash, or its shard moved): started by recovery, here or on
+                # the shard's next owner. The message waits for it.
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _ADMITTED_POLL_MAX_S)
+                continue
+            end = state.driver.end
+            if end is None or end.status is not Status.CONTINUED:
                 return state
             await engine.committer.durable(state.driver.machine.gate)
             engine.check_open()

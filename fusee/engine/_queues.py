@@ -345,10 +345,14 @@ class Queues:
                     raise
                 rows = await asyncio.gather(*(engine.store.get(i.id) for i in admission.items))
                 for item, row in zip(admission.items, rows, strict=True):
+                    if not engine.owns(item.id):
+                        continue  # its shard moved meanwhile: its next owner starts it
                     if row is not None and row.run == item.run and row.status != RunStatus.QUEUED:
-                        # Its run ended meanwhile (cancelled while queued, then a
-                        # crash before its item went): its slot is freed at once.
-                        await engine.store.release_queued(item.id)
+                        # Its run has a journal already: never started twice.
+                        if row.status in FINISHED_STATUSES:
+                            # It ended meanwhile (cancelled while queued, then a
+                            # crash before its item went): its slot is freed.
+                            await engine.store.release_queued(item.id)
                         continue
                     self._run(item)
                 if admission.wake_ms is not None:

@@ -13,7 +13,7 @@ from fusee.engine._inbox import decode_error, decode_payload, encode_error, enco
 from fusee.store import Answer, Command
 from fusee.testing import TestEngine
 
-from .conftest import Host, Stores, assert_steps_ran_once
+from .conftest import HeldWrites, Host, Stores, assert_steps_ran_once
 
 go = fusee.signal("go", bool)
 count = fusee.query("count")
@@ -211,3 +211,33 @@ def test_errors_cross_the_wire_with_their_type_and_fields() -> None:
     other = decode_error(encode_error(KeyError("sku")))
     assert type(other) is fusee.FuseeError
     assert str(other) == "KeyError: 'sku'"
+
+
+@fusee.workflow("ender")
+async def ender(ctx: fusee.Ctx) -> bool:
+    return bool(await ctx.wait_for(go))
+
+
+async def test_a_signal_resent_to_a_queued_run_its_first_copy_ended_is_answered_as_applied(
+    host: Host,
+) -> None:
+    # The first copy waited in the queue with the run, which then started,
+    # took it and ended, its journal not yet in the store when the copy
+    # sent again arrives: answered once that journal is durable.
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[ender], queues=[q]) as t:
+        blocker = await t.start(ender, "blocker", queue=q)
+        await t.start(ender, "g-2", queue=q)
+        await t.settle()
+        assert (await apply(t, signal("g-2", True, dedup="s-1"))).ok
+        with HeldWrites(t.engine.store) as held:
+            unblock = asyncio.ensure_future(blocker.signal(go, True))
+            await held.waiting.wait()
+            resent = signal("g-2", True, dedup="s-1")
+            await t.store.post_command(resent)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            held.release()
+            await unblock
+            assert (await answered(t, resent.id)).ok
+        assert await t.get("g-2").result() is True

@@ -405,3 +405,44 @@ async def test_an_ended_runs_row_held_for_its_outbox_is_never_written_once_its_s
         row = await engine.store.get("ends")
         assert row is not None
         assert row.status != "completed"
+
+
+@fusee.workflow("renewer")
+async def renewer(ctx: fusee.Ctx, left: int) -> int:
+    got = await ctx.wait_for(go) or 0
+    if left > 0:
+        ctx.continue_as_new(left - 1)
+    return got
+
+
+@pytest.mark.parametrize("store_kind", [pytest.param("postgres", id="postgres")])
+async def test_a_run_continued_as_its_shard_is_dropped_is_continued_by_the_shards_next_owner(
+    host: Host,
+) -> None:
+    # Its `Done` lands as its shard goes: the next run is not started here
+    # (it would be a run of a shard this worker no longer holds), and
+    # whoever takes the shard next (here, this worker again) starts it from
+    # the "continued" row; a message sent meanwhile waits for it.
+    async with host(workflows=[renewer]) as t:
+        engine = t.engine
+        run = await t.start(renewer, "renews", 1)
+        await t.settle()
+        shard = engine.runs.shard_index("renews")
+        with HeldWrites(engine.store) as held:
+            first = asyncio.ensure_future(run.signal(go, 1))
+            await held.waiting.wait()
+            engine.drop_shards([shard])
+            held.release()
+            await first
+        await engine.committer.flush()
+        assert engine.runs.loaded("renews") is None
+        row = await engine.store.get("renews")
+        assert row is not None
+        assert (row.run, row.status) == (1, "continued")
+        second = asyncio.ensure_future(run.signal(go, 2))
+        for _ in range(20):
+            await asyncio.sleep(0.002)
+        assert not second.done()
+        await engine.recover_shards({shard})
+        await second
+        assert await run.result() == 2

@@ -399,7 +399,9 @@ class Epoch:
         await self.resend_all(w)
         starts = [o for o in self.ledger.ops.values() if o.kind == "start" and o.acked]
         others = [o.id for o in starts if o.key != "sim_inbox"]
-        await self.wait_ends(others, 20)
+        # Senders end before their inboxes are stopped, so that each send
+        # finds its inbox waiting: queued ones may wait their turn a while.
+        await self.wait_ends(others, 60)
         for op in self._started("sim_inbox"):
             if op.acked:
                 w.send(self.ledger.add(_Op("signal", op.id, "stop", STOP)))
