@@ -4,7 +4,9 @@ Workflow code runs ahead of the disk: `append` assigns a record its LSN at
 once and returns. A writer task takes whatever accumulated since the
 last write as one batch (one transaction, one fsync), then wakes whoever
 waits for an LSN it covered. Only what leaves the process waits, and only
-for the records it depends on.
+for the records it depends on. Rows, posted commands and queue item
+changes ride in the batch of the records they go with; `stored` waits for
+a batch with no record of its own.
 
 Two writers take turns, so two writes may be in flight: while the store
 syncs one batch, the next is already queued behind it, and the disk does not

@@ -336,9 +336,20 @@ class Queues:
                 self._again.discard(name)
                 released = self._released.pop(name, set())
                 try:
-                    admission = await engine.store.admit(
-                        q.limits, engine.clock.now_ms(), self._runnable, released
-                    )
+                    if engine.leases is not None:
+                        # Fenced: an item is admitted only while its shard is
+                        # this worker's (`PostgresStore.admit`).
+                        admission = await engine.store.admit(  # type: ignore[call-arg]
+                            q.limits,
+                            engine.clock.now_ms(),
+                            self._runnable,
+                            released,
+                            fence=dict(engine.leases.held),
+                        )
+                    else:
+                        admission = await engine.store.admit(
+                            q.limits, engine.clock.now_ms(), self._runnable, released
+                        )
                 except BaseException:
                     # Freed by the next admission, or by recovery after a crash.
                     self._released.setdefault(name, set()).update(released)

@@ -19,11 +19,11 @@ queue's admission reads its counted items only after taking its lock.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from fusee.store._base import RunRow
-from fusee.store._postgres_sql import shard_of
+from fusee.store._postgres_sql import _Sql, shard_of
 from fusee.store._queues import Admission, QueueItem, QueueLimits, forgettable, plan_admission
 
 if TYPE_CHECKING:
@@ -68,6 +68,7 @@ class PostgresQueues:
     """
 
     _q: str
+    _sql: _Sql
     _shards: int
     _check_writable: Callable[[], None]
     _check_open: Callable[[], None]
@@ -174,9 +175,19 @@ class PostgresQueues:
         now_ms: int,
         runnable: Callable[[QueueItem], bool] | None = None,
         released: Collection[str] = (),
+        *,
+        fence: Mapping[int, int] | None = None,
     ) -> Admission:
-        """Frees ``released``'s slots, then admits what ``limits`` allow (see the module)."""
+        """Frees ``released``'s slots, then admits what ``limits`` allow (see the module).
+
+        ``fence``: shard to lease epoch, the admitting worker's; an item is
+        admitted only while its shard's lease is still that (checked, and
+        the lease row held, in the admission's transaction), so a worker
+        that takes the shard over finds every item admitted before it took
+        it, and none admitted after.
+        """
         q = self._q
+        shards = self._shards
         serialized = limits.shares_budget or limits.per_key is not None
 
         async def write(conn: asyncpg.Connection) -> Admission:
@@ -211,6 +222,22 @@ class PostgresQueues:
                     f"DELETE FROM {q}.queue_items WHERE seq = ANY($1::bigint[])", old
                 )
             admission = plan_admission(limits, items, now_ms, runnable)
+            if admission.items and fence is not None:
+                wanted = sorted(
+                    {
+                        (s, fence[s])
+                        for i in admission.items
+                        if (s := shard_of(i.id, shards)) in fence
+                    }
+                )
+                held = {
+                    r[0]
+                    for r in await conn.fetch(
+                        self._sql.fence, [s for s, _ in wanted], [e for _, e in wanted]
+                    )
+                }
+                kept = [i for i in admission.items if shard_of(i.id, shards) in held]
+                admission = Admission(kept, admission.wake_ms, admission.left)
             if admission.items:
                 # The items as they are now, not as read: a signal held for
                 # one (`signal_queued`) may have landed since the read, which

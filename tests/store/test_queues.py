@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from fusee.errors import NotFound
 from fusee.store import Entry, PostgresStore, RunRow, SqliteStore, Store
 from fusee.store import sqlite as sqlite_store
+from fusee.store._postgres_sql import shard_of
 from fusee.store._queues import ItemBook, QueueItem, QueueLimits, plan_admission
 
 from . import test_store
@@ -358,3 +359,25 @@ async def test_a_postgres_admission_takes_a_signal_held_while_it_was_deciding(
     finally:
         await admitter.close()
         await signaller.close()
+
+
+@pytest.mark.asyncio
+async def test_a_postgres_admission_fenced_by_leases_admits_only_under_the_current_ones(
+    postgres_cluster: Cluster,
+) -> None:
+    # A worker admits the items of its shards only while it still holds
+    # them: one that took a shard over finds every item admitted before it
+    # took it (its recovery starts them), and none admitted after.
+    store = postgres_cluster.new_store()
+    await store.open()
+    try:
+        epochs = await store.acquire_shards("w1", store.shards, lease_s=30)
+        await enqueue(store, item("a"), item("b"))
+        shard_a = shard_of("a", store.shards)
+        taken_over = {**epochs, shard_a: epochs[shard_a] + 1}
+        admitted = (await store.admit(QueueLimits("q"), 0, fence=taken_over)).items
+        assert "a" not in [i.id for i in admitted]
+        (late,) = (await store.admit(QueueLimits("q"), 0, fence=epochs)).items
+        assert late.id == "a"
+    finally:
+        await store.close()
