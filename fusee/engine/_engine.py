@@ -394,6 +394,9 @@ class Engine:
         if not isinstance(start, Start) or not isinstance(done, Done) or wf is None:
             log.warning("run %r continued as new but cannot be continued here", row.id)
             return
+        # A load under way (a message to the id, which finds it continued)
+        # may yet end: the next run starts once it has, unless it is there.
+        await self.runs.loading_settled(row.id)
         if self.runs.loaded(row.id) is None and not self.runs.is_loading(row.id):
             records = decode_journal(row.id, row.run, entries)
             self._continue_as_new(

@@ -225,6 +225,7 @@ class Messages:
         """
         engine = self._engine
         delay = _ADMITTED_POLL_S
+        continued = False
         while True:
             state = await engine.runs.wake(id)
             if state is None:
@@ -232,8 +233,14 @@ class Messages:
                 if row is None or row.status != RunStatus.CONTINUED:
                     return None
                 # Its next run is not started yet (its start was lost with a
-                # crash, or its shard moved): started by recovery, here or on
-                # the shard's next owner. The message waits for it.
+                # crash, or its shard moved): on its shard's owner, the
+                # message starts it, as recovery would; elsewhere it waits
+                # for the owner's recovery.
+                if engine.owns(id) and not continued:
+                    continued = True
+                    await engine._continue(row)
+                    if engine.runs.loaded(id) is not None:
+                        continue
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _ADMITTED_POLL_MAX_S)
                 continue

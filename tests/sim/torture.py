@@ -351,6 +351,16 @@ class Epoch:
             await store.close()
         return durable
 
+    async def _completed(self, ids: list[str]) -> set[str]:
+        """Those of ``ids`` whose row in the store says completed."""
+        store = open_store(self.target, readonly=True)
+        await store.open()
+        try:
+            rows = [await store.get(id) for id in ids]
+        finally:
+            await store.close()
+        return {r.id for r in rows if r is not None and r.status == "completed"}
+
     async def checked(self) -> None:
         """Runs the store checkers, then marks the step log: a step logged after the mark
         whose result the check found durable ran again."""
@@ -402,11 +412,11 @@ class Epoch:
         # Senders end before their inboxes are stopped, so that each send
         # finds its inbox waiting: queued ones may wait their turn a while.
         await self.wait_ends(others, 60)
-        # A sender that ends after the stops may find its inbox ended: only
-        # those that ended before must have delivered their item.
-        ended_before_stops = {
-            id for id, outcome in self.ledger.ends.items() if isinstance(outcome, int)
-        }
+        # A sender whose item is not delivered before the stops may find its
+        # inbox ended: only those whose row says completed then (a row says
+        # so once its outbox is empty: its send confirmed) must have
+        # delivered their item.
+        ended_before_stops = await self._completed([o.id for o in self._started("sim_sender")])
         for op in self._started("sim_inbox"):
             if op.acked:
                 w.send(self.ledger.add(_Op("signal", op.id, "stop", STOP)))
