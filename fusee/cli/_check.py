@@ -21,7 +21,7 @@ from typing import Any, Final
 from fusee._jsonview import iso
 from fusee._status import RunStatus
 from fusee.cli._output import Output
-from fusee.cli._reading import FINISHED, reading, store_target
+from fusee.cli._reading import FINISHED, reading, store_shown
 from fusee.errors import CorruptRecord, FuseeError, NotFound, StoreError
 from fusee.record import Done, Start, decode
 from fusee.store import RunRow, Store
@@ -205,7 +205,7 @@ async def _check_run(store: Store, row: RunRow) -> tuple[int, list[Finding]]:
 
 
 async def check_command(args: argparse.Namespace, out: Output) -> int:
-    where = store_target(args)
+    where = store_shown(args)
     records = 0
     async with reading(args) as store:
         rows, findings = await _rows(store)

@@ -33,6 +33,7 @@ from fusee.cli._reading import (
     get_row,
     outcome_of,
     reading,
+    store_shown,
     store_target,
 )
 from fusee.engine._fork import position
@@ -131,7 +132,7 @@ async def list_command(args: argparse.Namespace, out: Output) -> int:
 
 
 async def result_command(args: argparse.Namespace, out: Output) -> int:
-    where = store_target(args)
+    where = store_shown(args)
     loop = asyncio.get_running_loop()
     deadline = None if args.timeout is None else loop.time() + args.timeout
     async with reading(args) as store:
@@ -174,7 +175,7 @@ def _parse_json(text: str | None, what: str) -> Any:
 
 async def _check_running(args: argparse.Namespace, id: str, verb: str) -> None:
     """Fails early, without queueing, when run ``id`` is unknown or has finished."""
-    where = store_target(args)
+    where = store_shown(args)
     async with reading(args) as store:
         row = await get_row(store, id, where)
     if row.status in FINISHED:
@@ -246,7 +247,7 @@ async def fork_command(args: argparse.Namespace, out: Output) -> int:
     fields: dict[str, Any] = {"from": args.id, "new_id": args.new_id, "at": at}
     if args.input is not None:
         fields["input"] = _codec.encode(_parse_json(args.input, "the input"))
-    where = store_target(args)
+    where = store_shown(args)
     # Checked here too, so that a bad position or a taken id fails at once
     # (also with no worker running) and nothing is queued.
     async with reading(args) as store:

@@ -12,7 +12,7 @@ import json
 
 from fusee._jsonview import payload as payload_json
 from fusee.cli._output import CliError, Output
-from fusee.cli._reading import POLL_S, get_row, reading, store_target
+from fusee.cli._reading import POLL_S, get_row, reading, store_shown
 from fusee.engine._events import latest_event, never_set
 from fusee.engine._journal import decode_journal
 
@@ -21,7 +21,7 @@ __all__ = ["event_command"]
 
 async def event_command(args: argparse.Namespace, out: Output) -> int:
     """Prints the latest value of event ``args.key`` of run ``args.id`` (waiting with --wait)."""
-    where = store_target(args)
+    where = store_shown(args)
     loop = asyncio.get_running_loop()
     deadline = None if args.timeout is None else loop.time() + args.timeout
     async with reading(args) as store:

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from fusee._definitions import SignalDef
 from fusee.cli._output import CliError, Output
-from fusee.cli._reading import store_target
+from fusee.cli._reading import store_shown, store_target
 from fusee.client import Client
 from fusee.engine._remote import answer_fields
 from fusee.errors import FuseeError, PayloadError, StoreError
@@ -146,6 +146,7 @@ async def send_command(
 ) -> int:
     """Posts a command through a `fusee.Client` and reports the serving engine's answer."""
     target = store_target(args)
+    shown = store_shown(args)
     # Asked before the client opens the store: probing opens (and closes) the
     # database file, which drops this process's SQLite locks on it.
     served = _served(target)
@@ -155,8 +156,8 @@ async def send_command(
         if served is False or args.no_wait:
             if served is False:
                 message = (
-                    f"queued {what}: no worker is running on {target}; "
-                    f"`fusee worker MODULE --store {target}` applies it when it starts"
+                    f"queued {what}: no worker is running on {shown}; "
+                    f"`fusee worker MODULE --store {shown}` applies it when it starts"
                 )
             else:
                 message = f"queued {what} for the worker"
@@ -165,7 +166,7 @@ async def send_command(
         answer = await client.wait_answer(command.id, timeout_s=args.timeout)
     if answer is None:
         raise CliError(
-            f"no worker on {target} answered within {args.timeout:g}s; {what} stays queued "
+            f"no worker on {shown} answered within {args.timeout:g}s; {what} stays queued "
             f"(command {command.id}) and is applied when a worker takes it"
         )
     try:

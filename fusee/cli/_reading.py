@@ -15,6 +15,7 @@ from fusee._jsonview import payload as payload_json
 from fusee.cli._output import CliError
 from fusee.record import Done, Status, decode
 from fusee.store import RunRow, Store, open_store
+from fusee.store._postgres_errors import redact_dsn
 
 # The statuses of runs that have ended for good: their journal ends with Done.
 FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
@@ -33,6 +34,12 @@ def store_target(args: argparse.Namespace) -> str:
             "a memory store keeps nothing between processes; pass the directory of a store"
         )
     return target
+
+
+def store_shown(args: argparse.Namespace) -> str:
+    """The store a command names, as its messages show it: a URL's password as ``***``."""
+    target = store_target(args)
+    return redact_dsn(target) if "://" in target else target
 
 
 @contextlib.asynccontextmanager

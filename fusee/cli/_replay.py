@@ -13,7 +13,7 @@ from fusee._definitions import WorkflowDef
 from fusee._driver import ReplayHost, RunDriver
 from fusee.cli._modules import import_module, workflows_of
 from fusee.cli._output import Output
-from fusee.cli._reading import FINISHED, get_row, reading, store_target
+from fusee.cli._reading import FINISHED, get_row, reading, store_shown
 from fusee.errors import DeterminismError, FuseeError
 from fusee.record import decode
 from fusee.store import RunRow
@@ -53,7 +53,7 @@ async def replay_command(args: argparse.Namespace, out: Output) -> int:
     workflows = {
         wf.name: wf for wf in workflows_of(modules, " and ".join(repr(m) for m in args.modules))
     }
-    where = store_target(args)
+    where = store_shown(args)
     results: list[dict[str, Any]] = []
     async with reading(args) as store:
         if args.id:

@@ -11,14 +11,14 @@ import asyncio
 
 from fusee.cli._output import CliError, Output, row_json
 from fusee.cli._progress import Bars
-from fusee.cli._reading import FINISHED, POLL_S, get_row, reading, store_target
+from fusee.cli._reading import FINISHED, POLL_S, get_row, reading, store_shown
 from fusee.cli._timeline import Line, Timeline, print_failure, print_header, timeline_table
 from fusee.errors import NotFound
 from fusee.store import RunRow, Store
 
 
 async def show_command(args: argparse.Namespace, out: Output) -> int:
-    where = store_target(args)
+    where = store_shown(args)
     async with reading(args) as store:
         row = await get_row(store, args.id, where)
         run = args.run if args.run is not None else row.run
@@ -70,7 +70,7 @@ async def _follow(
             bars.draw(timeline.progress)
 
     if not out.json:
-        print_header(out, row, store_target(args))
+        print_header(out, row, store_shown(args))
     show(lines, header=True)
     last = lines[-1].lsn if lines else 0
     following_latest = args.run is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from fusee.cli._output import CliError, Output
-from fusee.cli._reading import store_target
+from fusee.cli._reading import store_shown, store_target
 from fusee.errors import FuseeError
 
 __all__ = ["ui_command"]
@@ -24,7 +24,9 @@ def ui_command(args: argparse.Namespace, out: Output) -> int:
         raise FuseeError(
             f"fusee ui needs the ui extra ({e.name} is missing): pip install 'fusee[ui]'"
         ) from None
-    out.say((f"fusee ui: {target} on http://{args.host}:{args.port}/ (Ctrl-C stops)", "bold"))
+    out.say(
+        (f"fusee ui: {store_shown(args)} on http://{args.host}:{args.port}/ (Ctrl-C stops)", "bold")
+    )
     try:
         serve(target, args.host, args.port, args.token, actions=ClientActions(target))
     except ValueError as e:  # another address without --token, a bad port

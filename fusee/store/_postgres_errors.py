@@ -5,7 +5,7 @@ Each message says what happened and what to do.
 `PostgresStore` inherits `_PostgresErrors` for the messages that name the
 store and its server. The rule: no message, ``repr`` or log line shows the
 DSN's password. Every text from the driver goes through `_scrub`, and the
-DSN is shown only as `_redact` writes it.
+DSN is shown only as `redact_dsn` writes it.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def _fails_every_write(e: BaseException) -> bool:
     return _is_connection_lost(e) or code.startswith(("53", "25", "57", "58", "XX"))
 
 
-def _redact(dsn: str) -> str:
+def redact_dsn(dsn: str) -> str:
     """``dsn`` with its password (in the URL or a ``password=`` parameter) as ``***``."""
     try:
         parts = urlsplit(dsn)

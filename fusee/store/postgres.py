@@ -76,8 +76,8 @@ from fusee.store._base import (
 from fusee.store._postgres_errors import (
     _import_asyncpg,
     _is_connection_lost,
-    _redact,
     _secrets_of,
+    redact_dsn,
 )
 from fusee.store._postgres_queues import PostgresQueues
 from fusee.store._postgres_schedules import PostgresSchedules
@@ -180,7 +180,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
                 f"pool_size must be 2 or more (a writer and a reader), not {pool_size}"
             )
         self._dsn = dsn
-        self._shown = _redact(dsn)
+        self._shown = redact_dsn(dsn)
         self._secrets = _secrets_of(dsn)
         self._schema = schema
         self._q = f'"{schema}"'

@@ -175,3 +175,8 @@ def test_a_worker_serves_a_postgres_store_and_the_commands_take_its_url(
         code, out, _ = cli("result", "gated-1", "--wait", "--timeout", "20", "--store", url)
         assert json.loads(out) == "shipped FR-o1"
         assert log.wait_for("gated-1 (gated) completed: shipped FR-o1")
+    # What the commands print names the store without its password.
+    for argv in (["show", "gated-1"], ["show", "nope"], ["check"], ["event", "nope", "k"]):
+        code, out, err = cli(*argv, "--store", url)
+        assert postgres_cluster.password not in out + err, argv
+        assert "***@127.0.0.1" in out + err, (argv, out, err)
