@@ -10,6 +10,9 @@ import fusee
 go = fusee.signal("go", bool)
 phase = fusee.query("phase")
 
+# `fusee worker` serves the queues a module defines, as its workflows.
+orders = fusee.Queue("orders", concurrency=1)
+
 # A step of `flaky` fails while this is False: the tests flip it, then resume.
 FLAKY_OK = {"ok": False}
 

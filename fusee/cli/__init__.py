@@ -245,7 +245,8 @@ def _parser() -> argparse.ArgumentParser:
     p = command(
         "worker",
         "serve the workflows of modules",
-        "Serve the workflows (every fusee.workflow) that MODULEs define, until Ctrl-C: "
+        "Serve the workflows (every fusee.workflow) that MODULEs define, through their "
+        "queues (fusee.Queue) and on their schedules (fusee.Schedule), until Ctrl-C: "
         "recover the store's unfinished runs, apply the commands posted to its inbox, and "
         "print runs as they finish. On a directory it holds DIR/worker.lock: one worker per "
         "SQLite store; `--store postgresql://...` serves a Postgres store.",

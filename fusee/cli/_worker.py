@@ -17,14 +17,16 @@ import signal
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Final
 
 from fusee._definitions import WorkflowDef
 from fusee._jsonview import payload as payload_json
+from fusee._queue import Queue
 from fusee._schedule import Schedule
 from fusee.cli._inbox import answer_printer, signal_checker, writer_lock
 from fusee.cli._modules import import_module, signals_of, workflows_of
-from fusee.cli._output import Output, short
+from fusee.cli._output import CliError, Output, short
 from fusee.cli._reading import FINISHED, done_record, outcome_of, store_target
 from fusee.engine import Engine, RunInfo
 from fusee.errors import FuseeError
@@ -140,6 +142,7 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
     workflows = workflows_of(modules, " and ".join(repr(m) for m in args.modules))
     signals = signals_of(modules, workflows)
     schedules = [v for m in modules for v in vars(m).values() if isinstance(v, Schedule)]
+    queues = _queues_of(modules)
     lock: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if "://" not in target:
         Path(target).mkdir(parents=True, exist_ok=True)
@@ -153,11 +156,12 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
                 lease=args.lease,
                 worker=args.name,
                 schedules=schedules,
+                queues=queues,
             ) as engine:
                 # Before the first await: the inbox's first command sees them.
                 engine.inbox.check_signal = signal_checker(signals)
                 engine.inbox.on_answer = answer_printer(out)
-                await _serve(engine, target, workflows, args, out, schedules)
+                await _serve(engine, target, workflows, args, out, schedules, queues)
         finally:
             out.say(("fusee worker stopped; unfinished runs resume when a worker starts", "dim"))
     return 0
@@ -170,6 +174,7 @@ async def _serve(
     args: argparse.Namespace,
     out: Output,
     schedules: Sequence[Schedule] = (),
+    queues: Sequence[Queue] = (),
 ) -> None:
     loop = asyncio.get_running_loop()
     deadline = None if args.max_seconds is None else loop.time() + args.max_seconds
@@ -190,6 +195,7 @@ async def _serve(
         ("fusee worker", "bold"),
         f" (pid {os.getpid()}) on {_shown(engine, target)}: workflows "
         + ", ".join(wf.name for wf in workflows)
+        + ("; queues " + ", ".join(q.name for q in queues) if queues else "")
         + ("; schedules " + ", ".join(s.name for s in schedules) if schedules else "")
         + f"; {recovered}; Ctrl-C stops it",
     )
@@ -211,6 +217,22 @@ async def _serve(
 
 # How often the worker looks for runs that finished or paused, to print them.
 _SCAN_S: Final = 0.5
+
+
+def _queues_of(modules: Sequence[ModuleType]) -> list[Queue]:
+    """The queues (every `fusee.Queue`) that ``modules`` define, one per name."""
+    queues: dict[str, Queue] = {}
+    for m in modules:
+        for value in vars(m).values():
+            if not isinstance(value, Queue):
+                continue
+            other = queues.setdefault(value.name, value)
+            if other != value:
+                raise CliError(
+                    f"two different queues are named {value.name!r} ({other!r} and {value!r}); "
+                    "give each queue its own name"
+                )
+    return list(queues.values())
 
 
 def _shown(engine: Engine, target: str) -> str:

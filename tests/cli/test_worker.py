@@ -69,6 +69,45 @@ def test_worker_applies_start_signal_cancel_and_resume(tmp_path: Path) -> None:
     assert worker_holder(tmp_path) is None
 
 
+def test_a_worker_serves_the_queues_its_modules_define(tmp_path: Path) -> None:
+    data = str(tmp_path)
+    with worker(tmp_path) as log:
+        assert log.wait_for("; queues orders;")
+        for id in ("q-1", "q-2"):
+            order = json.dumps({"id": id, "amount": 1})
+            code, out, err = cli(
+                "start", f"{MODULE}:gated", id, order, "--queue", "orders", "--data", data
+            )
+            assert (code, out.strip()) == (0, f"started run {id!r} (gated)"), err
+        # One at a time (concurrency=1): q-2 waits for q-1's end.
+        eventually(lambda: cli("queues", "--data", data, "--json")[1].count('"queued": 1') == 1)
+        assert json.loads(cli("queues", "--data", data, "--json")[1])[0]["running"] == 1
+        for id in ("q-1", "q-2"):
+            code, _, err = cli("signal", id, "go", "true", "--data", data, "--timeout", "20")
+            assert code == 0, err
+            code, out, _ = cli("result", id, "--wait", "--timeout", "20", "--data", data)
+            assert json.loads(out) == f"shipped FR-{id}"
+        code, _, err = cli(
+            "start", f"{MODULE}:greet", "g-9", '"x"', "--queue", "nope", "--data", data
+        )
+        assert code == 1
+        assert "queue 'nope' is not one of this engine's queues ('orders')" in one_line_error(err)
+
+
+def test_two_different_queues_of_one_name_stop_the_worker_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    for name, limit in (("qa", 1), ("qb", 2)):
+        (tmp_path / f"{name}.py").write_text(
+            f"import fusee\nmails = fusee.Queue('mails', concurrency={limit})\n"
+        )
+    code, _, err = cli(
+        "worker", MODULE, str(tmp_path / "qa.py"), str(tmp_path / "qb.py"), "--data", str(tmp_path)
+    )
+    assert code == 1
+    assert "two different queues are named 'mails'" in one_line_error(err)
+
+
 def test_a_failed_command_is_reported_by_the_worker(tmp_path: Path) -> None:
     data = str(tmp_path)
     with worker(tmp_path):
