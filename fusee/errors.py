@@ -12,6 +12,8 @@ FuseeError
 ├── UnknownWorkflow       a workflow name the engine was not given
 ├── UnknownQueue          a queue name the engine was not given
 ├── RunFinished           a signal, update or cancel sent to a run that has ended
+├── RunQueued             a query, update, resume or fork of a run its queue has
+│                         not admitted yet (it has no journal, no code running)
 ├── UpdateRejected        the update's validator refused it (nothing recorded)
 ├── UpdateFailed          the update's handler raised (type, message)
 ├── QueryFailed           the query's handler raised (type, message)
@@ -48,6 +50,7 @@ __all__ = [
     "PayloadError",
     "QueryFailed",
     "RunFinished",
+    "RunQueued",
     "StaleLease",
     "StepFailed",
     "StoreError",
@@ -238,6 +241,30 @@ class RunFinished(FuseeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.id, self.status, self.what))
+
+
+class RunQueued(FuseeError):
+    """A query, update, resume or fork of a run its queue has not admitted yet.
+
+    A queued run has no journal and none of its code runs until it is
+    admitted: signal or cancel it meanwhile (a signal is held for it), or
+    wait until ``describe()`` says it runs.
+
+    Example:
+        >>> RunQueued("mail-1").id
+        'mail-1'
+    """
+
+    def __init__(self, id: str) -> None:
+        self.id = id
+        super().__init__(
+            f"run '{id}' is queued and none of its code runs until its queue admits it; "
+            "signal or cancel it meanwhile, or wait until describe() says it runs "
+            "(`fusee queues` shows the queues)"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.id,))
 
 
 class _HandlerError(FuseeError):

@@ -15,6 +15,7 @@ from fusee.cli._output import CliError, Output
 from fusee.cli._reading import POLL_S, get_row, reading, store_shown
 from fusee.engine._events import latest_event, never_set
 from fusee.engine._journal import decode_journal
+from fusee.store import load_journal
 
 __all__ = ["event_command"]
 
@@ -27,8 +28,8 @@ async def event_command(args: argparse.Namespace, out: Output) -> int:
     async with reading(args) as store:
         while True:
             row = await get_row(store, args.id, where)
-            records = decode_journal(args.id, row.run, await store.load(args.id, row.run))
-            found = latest_event(records, args.key)
+            entries = await load_journal(store, row)
+            found = latest_event(decode_journal(args.id, row.run, entries), args.key)
             if found is not None:
                 break
             ended = never_set(row, args.key)

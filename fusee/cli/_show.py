@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from fusee._status import RunStatus
 from fusee.cli._output import CliError, Output, row_json
 from fusee.cli._progress import Bars
 from fusee.cli._reading import FINISHED, POLL_S, get_row, reading, store_shown
 from fusee.cli._timeline import Line, Timeline, print_failure, print_header, timeline_table
 from fusee.errors import NotFound
-from fusee.store import RunRow, Store
+from fusee.store import RunRow, Store, load_journal
+
+_QUEUED = "queued: its journal starts when its queue admits it (`fusee queues` shows the queues)"
 
 
 async def show_command(args: argparse.Namespace, out: Output) -> int:
@@ -23,7 +26,7 @@ async def show_command(args: argparse.Namespace, out: Output) -> int:
         row = await get_row(store, args.id, where)
         run = args.run if args.run is not None else row.run
         try:
-            entries = await store.load(args.id, run)
+            entries = await load_journal(store, row, run)
         except NotFound:
             raise CliError(
                 f"run {run} of {args.id!r} has no records in {where}; its latest run is {row.run}"
@@ -37,6 +40,8 @@ async def show_command(args: argparse.Namespace, out: Output) -> int:
                 print_header(out, row, where)
                 out.table(timeline_table(lines, header=True, full=args.full))
                 print_failure(out, lines, args.id, full=args.full)
+                if row.status == RunStatus.QUEUED and run == row.run:
+                    out.say((_QUEUED, "dim"))
             return 0
         bars = None if out.json else Bars(out)
         try:
@@ -87,9 +92,8 @@ async def _follow(
         latest = await store.get(args.id)
         if latest is None:
             raise CliError(f"run {args.id!r} is no longer in the store")
-        fresh = [
-            timeline.line(lsn, data) for lsn, data in await store.load(args.id, run, after_lsn=last)
-        ]
+        landed = await load_journal(store, latest, run, after_lsn=last)
+        fresh = [timeline.line(lsn, data) for lsn, data in landed]
         if fresh:
             last = fresh[-1].lsn
             lines.extend(fresh)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._journal import decode_journal, no_run
 from fusee.record import Event, Record
+from fusee.store import load_journal
 
 if TYPE_CHECKING:
     from fusee._events import EventDef
@@ -81,7 +82,7 @@ async def read_event(store: Store, id: str, key: EventDef[Any]) -> tuple[bool, A
     row = await store.get(id)
     if row is None:
         raise no_run(id)
-    records = decode_journal(id, row.run, await store.load(id, row.run))
+    records = decode_journal(id, row.run, await load_journal(store, row))
     payload = latest_event(records, key.name)
     if payload is not None:
         return True, key.decode(payload)

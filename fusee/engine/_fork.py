@@ -31,7 +31,7 @@ from fusee._definitions import checked
 from fusee._status import RunStatus
 from fusee.engine._journal import decode_journal, no_run
 from fusee.engine._run import check_id
-from fusee.errors import AlreadyExists
+from fusee.errors import AlreadyExists, RunQueued
 from fusee.record import (
     Attempt,
     Awaiting,
@@ -170,6 +170,7 @@ async def fork(engine: Engine, id: str, new_id: str, at: int | str, input: bytes
     Raises:
         ValueError: ``new_id`` is not a valid id, or ``at`` is no position.
         fusee.NotFound: No run has id ``id``.
+        fusee.RunQueued: Run ``id`` is queued: it has no journal yet.
         fusee.AlreadyExists: ``new_id`` is taken.
         fusee.UnknownWorkflow: The engine was not given the run's workflow.
         fusee.PayloadError: ``input`` does not fit the workflow's input type.
@@ -182,6 +183,8 @@ async def fork(engine: Engine, id: str, new_id: str, at: int | str, input: bytes
     row = await engine.store.get(id)
     if row is None:
         raise no_run(id)
+    if row.status == RunStatus.QUEUED:
+        raise RunQueued(id)  # no journal to copy yet
     wf = engine.workflow(row.workflow)
     data = None
     if input is not None:

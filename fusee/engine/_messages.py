@@ -20,13 +20,13 @@ from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import carried_of
 from fusee.engine._journal import decode_journal, end_record, error_pair
-from fusee.engine._queues import RunQueued
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
 from fusee.errors import (
     FuseeError,
     NotFound,
     RunFinished,
+    RunQueued,
     StaleLease,
     UnknownQueue,
     UpdateFailed,

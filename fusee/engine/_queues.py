@@ -38,7 +38,7 @@ from fusee._durations import duration_ms
 from fusee._queue import Queue, QueueStats
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._run import IdPolicy
-from fusee.errors import AlreadyExists, FuseeError, UnknownQueue
+from fusee.errors import AlreadyExists, UnknownQueue
 from fusee.machine import ChildCompleted
 from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, encode
 from fusee.store import RunRow
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from fusee.engine._commit import Committer
     from fusee.engine._engine import Engine
 
-__all__ = ["Queues", "RunQueued"]
+__all__ = ["Queues"]
 
 log = logging.getLogger("fusee")
 
@@ -60,15 +60,6 @@ _POLL_S: Final = 0.05
 
 # The queue `start(..., debounce=...)` uses when given no queue: no limits.
 _DEBOUNCE_QUEUE: Final = "fusee.debounce"
-
-
-class RunQueued(FuseeError):
-    """A run that is queued was to be loaded: it has no journal until its queue admits it.
-
-    Example:
-        >>> issubclass(RunQueued, FuseeError)
-        True
-    """
 
 
 class _Book(ItemBook):

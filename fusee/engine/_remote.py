@@ -25,8 +25,9 @@ from fusee.engine._events import read_event, timed_out
 from fusee.engine._inbox import decode_error, decode_payload, encode_payload
 from fusee.engine._journal import decode_journal, end_value, no_run
 from fusee.engine._run import RunInfo, info_of
+from fusee.engine._streams import read_stream
 from fusee.errors import FuseeError, StoreError
-from fusee.record import Chunk, Done, StreamEnd
+from fusee.record import Done
 from fusee.store import Answer, Command, Store
 
 if TYPE_CHECKING:
@@ -193,17 +194,7 @@ class Remote:
         polling = Polling()
         while True:
             self._check_open()
-            row = await self.store.get(id)
-            if row is None:
-                raise no_run(id)
-            entries = await self.store.load(id, row.run)
-            chunks: list[bytes] = []
-            ended = row.status in FINISHED_STATUSES
-            for rec in decode_journal(id, row.run, entries):
-                if isinstance(rec, Chunk) and rec.stream == name:
-                    chunks.append(rec.payload)
-                elif isinstance(rec, StreamEnd) and rec.stream == name:
-                    ended = True
+            chunks, ended = await read_stream(self.store, id, name)
             if len(chunks) > sent:
                 polling = Polling()
             for c in chunks[sent:]:

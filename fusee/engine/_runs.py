@@ -22,10 +22,9 @@ from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import seed
 from fusee.engine._inbox import deliver_command
 from fusee.engine._journal import decode_journal, no_run
-from fusee.engine._queues import RunQueued
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
-from fusee.errors import FuseeError, StaleLease, UnknownWorkflow
+from fusee.errors import FuseeError, RunQueued, StaleLease, UnknownWorkflow
 from fusee.machine import ChildCompleted, Completion, OpKind
 from fusee.record import (
     Attempt,
@@ -203,11 +202,7 @@ class Runs:
             return None
         if row.status == RunStatus.QUEUED:
             # No journal yet: signals and cancels to it are handled by `Queues`.
-            raise RunQueued(
-                f"run '{id}' is queued and none of its code runs until its queue admits it; "
-                "signal or cancel it meanwhile, or wait until describe() says it runs "
-                "(`fusee queues` shows the queues)"
-            )
+            raise RunQueued(id)
         wf = engine.workflows.get(row.workflow)
         if wf is None:
             raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))

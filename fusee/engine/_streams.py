@@ -18,13 +18,38 @@ from fusee import _codec
 from fusee._status import FINISHED_STATUSES
 from fusee.engine._journal import decode_journal, no_run
 from fusee.record import Chunk, StreamEnd
+from fusee.store import load_journal
 
 if TYPE_CHECKING:
     from fusee.engine._commit import Committer
     from fusee.engine._state import RunState
     from fusee.store import Store
 
-__all__ = ["StepStream", "Streams"]
+__all__ = ["StepStream", "Streams", "read_stream"]
+
+
+async def read_stream(store: Store, id: str, name: str) -> tuple[list[bytes], bool]:
+    """Run ``id``'s stream ``name`` in ``store``: its durable chunks, and whether it has ended.
+
+    Raises:
+        fusee.NotFound: No run has this id.
+
+    Example:
+        >>> async def main(store: Store) -> int:
+        ...     chunks, ended = await read_stream(store, "report-1", "rows")
+        ...     return len(chunks)
+    """
+    row = await store.get(id)
+    if row is None:
+        raise no_run(id)
+    chunks: list[bytes] = []
+    ended = row.status in FINISHED_STATUSES
+    for rec in decode_journal(id, row.run, await load_journal(store, row)):
+        if isinstance(rec, Chunk) and rec.stream == name:
+            chunks.append(rec.payload)
+        elif isinstance(rec, StreamEnd) and rec.stream == name:
+            ended = True
+    return chunks, ended
 
 
 class Streams:
@@ -53,17 +78,7 @@ class Streams:
             self._events.setdefault(id, []).append(event)
             try:
                 await self._committer.flush()
-                row = await self._store.get(id)
-                if row is None:
-                    raise no_run(id)
-                entries = await self._store.load(id, row.run)
-                chunks: list[bytes] = []
-                ended = row.status in FINISHED_STATUSES
-                for rec in decode_journal(id, row.run, entries):
-                    if isinstance(rec, Chunk) and rec.stream == name:
-                        chunks.append(rec.payload)
-                    elif isinstance(rec, StreamEnd) and rec.stream == name:
-                        ended = True
+                chunks, ended = await read_stream(self._store, id, name)
                 for c in chunks[sent:]:
                     yield _codec.decode(c)
                 sent = len(chunks)

@@ -30,6 +30,7 @@ from fusee.store._base import (
     RunRow,
     Store,
     _check_durability,
+    load_journal,
 )
 from fusee.store._schedules import ScheduleRow
 
@@ -51,6 +52,7 @@ __all__ = [
     "ScheduleRow",
     "SqliteStore",
     "Store",
+    "load_journal",
     "open_store",
 ]
 

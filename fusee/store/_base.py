@@ -553,6 +553,26 @@ def _in_page(
     return started_to_ms is None or row.started_ms <= started_to_ms
 
 
+async def load_journal(
+    store: Store, row: RunRow, run: int | None = None, *, after_lsn: int = 0
+) -> builtins.list[tuple[int, bytes]]:
+    """``store.load`` for a reader that has read ``row``: a queued run's journal is empty.
+
+    A queued run has no journal until its queue admits it, and ``load``
+    raises `fusee.NotFound` for it; a reader (an event, a stream, ``fusee
+    show``, the UI) sees it as a run with nothing recorded yet.
+
+    Example:
+        >>> async def demo(store: Store) -> int:
+        ...     row = await store.get("mail-1")
+        ...     return 0 if row is None else len(await load_journal(store, row))
+    """
+    run = row.run if run is None else run
+    if row.status == RunStatus.QUEUED and run == row.run:
+        return []
+    return await store.load(row.id, run, after_lsn=after_lsn)
+
+
 def _queued(id: str) -> NotFound:
     """What reading the journal of a queued run raises: it has none until its queue admits it."""
     return NotFound(

@@ -43,7 +43,7 @@ from fusee._queue import stats_json
 from fusee.engine._queues import queue_stats
 from fusee.engine._run import KEEP_INPUT
 from fusee.errors import FuseeError, NotFound, PayloadError
-from fusee.store import RUN_STATUSES, RunRow, ScheduleRow, Store, open_store
+from fusee.store import RUN_STATUSES, RunRow, ScheduleRow, Store, load_journal, open_store
 from fusee.ui._timeline import Timeline, iso, row_json
 
 __all__ = ["Actions", "build_app", "open_readonly"]
@@ -331,9 +331,9 @@ def _divergence(row: RunRow) -> dict[str, Any] | None:
     }
 
 
-async def _journal(store: Store, id: str, run: int, after_lsn: int = 0) -> Timeline:
+async def _journal(store: Store, row: RunRow, run: int) -> Timeline:
     timeline = Timeline()
-    for lsn, data in await store.load(id, run, after_lsn=after_lsn):
+    for lsn, data in await load_journal(store, row, run):
         timeline.add(lsn, data)
     return timeline
 
@@ -364,7 +364,7 @@ async def _children(store: Store, timeline: Timeline) -> list[dict[str, Any]]:
             if row is not None:
                 if depth < TREE_DEPTH:
                     with contextlib.suppress(NotFound):
-                        inner = await _journal(store, row.id, row.run)
+                        inner = await _journal(store, row, row.run)
                         node["children"] = await level(inner, depth + 1)
                 else:
                     # Deeper levels are on the child's own page.
@@ -407,7 +407,7 @@ def _run_number(q: QueryParams, row: RunRow) -> int:
 
 
 async def _detail(store: Store, row: RunRow, run: int) -> tuple[dict[str, Any], Timeline]:
-    timeline = await _journal(store, row.id, run)
+    timeline = await _journal(store, row, run)
     detail = {
         "run": row_json(row),
         "journal_run": run,
@@ -568,7 +568,7 @@ async def _run_events(request: Request) -> Response:
     except ValueError:
         raise _BadRequest(f"after={seen_text!r} is not an LSN") from None
     try:
-        entries = await store.load(id, run)
+        entries = await load_journal(store, row, run)
     except NotFound:
         return _error(404, f"run {run} of {id!r} has no records in this store")
     follow_latest = request.query_params.get("run") is None
@@ -593,7 +593,7 @@ async def _run_events(request: Request) -> Response:
             if latest is None:
                 yield _event("gone", {"id": id})
                 return
-            for lsn, data in await store.load(id, run, after_lsn=t.last_lsn):
+            for lsn, data in await load_journal(store, latest, run, after_lsn=t.last_lsn):
                 t.add(lsn, data)
             changes = t.changes() or {}
             latest_json = row_json(latest)

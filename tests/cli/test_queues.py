@@ -62,6 +62,19 @@ async def test_queues_prints_queued_and_running_runs_per_queue_and_key(tmp_path:
             ["ada", "0", "1"],
             ["bo", "3", "0"],
         ]
+        # A queued run has no journal yet: show says so, and its events are unset.
+        code, out, _ = await acli("show", "o-1", "--data", str(tmp_path))
+        assert code == 0
+        assert "status queued" in out
+        assert "queued: its journal starts when its queue admits it" in out
+        code, _, err = await acli("event", "o-1", "progress", "--data", str(tmp_path))
+        assert code == 1
+        assert "has not set event 'progress' yet (queued)" in err
+        code, _, err = await acli(
+            "event", "o-1", "progress", "--wait", "--timeout", "0.2", "--data", str(tmp_path)
+        )
+        assert code == 1
+        assert "did not set event 'progress' within 0.2s" in err
         await engine.get("o-1").cancel("no")
         await engine.get("o-2").cancel("no")
         await engine.get("o-9").cancel("no")

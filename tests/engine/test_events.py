@@ -176,6 +176,28 @@ async def test_the_client_reads_an_event_from_the_store(host: Host) -> None:
                 await run.get_event("never", timeout=0.01)
 
 
+async def test_a_reader_of_a_queued_run_waits_for_its_admission(host: Host) -> None:
+    # A queued run has no journal yet: its reader waits, as for any unset key.
+    q = fusee.Queue("reports", concurrency=1)
+    async with host(workflows=[report], queues=[q]) as t:
+        first = await t.start(report, "rep-6", queue=q)
+        second = await t.start(report, "rep-7", queue=q)
+        assert (await second.describe()).status == fusee.RunStatus.QUEUED
+        with pytest.raises(TimeoutError, match=r"within 1s"):
+            await second.get_event(progress, timeout="1s")
+        async with await fusee.Client.connect(t.store) as client:
+            with pytest.raises(TimeoutError, match=r"within 0\.01s"):
+                await client.get("rep-7").get_event(progress, timeout=0.01)
+        await t.crash()
+        reader = asyncio.ensure_future(second.get_event(progress))
+        await t.settle()
+        assert not reader.done()
+        await t.advance("1h")
+        await first.signal(go, 1)
+        assert await first.result() == "done"
+        assert await reader == Progress(10, "started")
+
+
 @fusee.workflow("counter")
 async def counter(ctx: fusee.Ctx) -> int:
     for i in range(3):

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import datetime
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -553,18 +553,58 @@ async def test_signals_to_a_queued_run_wait_for_it_and_one_dedup_id_counts_once(
         assert_steps_ran_once(t)
 
 
-async def test_a_query_or_update_of_a_queued_run_says_it_is_queued(host: Host) -> None:
+@fusee.workflow("streamer")
+async def streamer(ctx: fusee.Ctx) -> int:
+    async with ctx.stream("rows") as rows:
+        await rows.append(await ctx.wait_for(go))
+    return 0
+
+
+async def test_a_query_update_resume_or_fork_of_a_queued_run_raises_run_queued(
+    host: Host,
+) -> None:
     q = fusee.Queue("one", concurrency=1)
     status = fusee.query("status")
+    bump = fusee.update("bump", int)
+    calls: list[tuple[str, Callable[[fusee.Run[Any]], Awaitable[object]]]] = [
+        ("query", lambda run: run.query(status)),
+        ("update", lambda run: run.update(bump, 1)),
+        ("resume", lambda run: run.resume()),
+        ("fork", lambda run: run.fork("second-copy", at=0)),
+    ]
     async with host(workflows=[tally], queues=[q]) as t:
         await t.start(tally, "first", queue=q)
         second = await t.start(tally, "second", queue=q)
         await t.settle()
-        with pytest.raises(fusee.FuseeError, match="'second' is queued and none of its code runs"):
-            await second.query(status)
+        for crashed in (False, True):
+            for what, call in calls:
+                with pytest.raises(fusee.RunQueued, match="'second' is queued and none of its"):
+                    await call(second)
+                assert (await second.describe()).status == fusee.RunStatus.QUEUED, what
+            if not crashed:
+                await t.crash()
+        async with await fusee.Client.connect(t.store) as client:
+            with pytest.raises(fusee.RunQueued, match="until its queue admits it"):
+                await client.get("second").query(status)
+
+
+async def test_a_stream_of_a_queued_run_is_read_once_it_is_admitted(host: Host) -> None:
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[streamer], queues=[q]) as t:
+        first = await t.start(streamer, "first", queue=q)
+        second = await t.start(streamer, "second", queue=q)
         await t.crash()
-        with pytest.raises(fusee.FuseeError, match="until its queue admits it"):
-            await second.query(status)
+
+        async def read() -> list[int]:
+            return [v async for v in second.stream("rows")]
+
+        reader = asyncio.ensure_future(read())
+        await t.settle()
+        assert not reader.done()
+        await first.signal(go, 1)
+        await second.signal(go, 2)
+        assert await reader == [2]
+        assert await first.result() == 0
 
 
 async def test_a_result_awaited_while_a_message_loads_a_queued_run_waits_for_its_end(
