@@ -13,6 +13,10 @@ gaps add up to a step:
   it, delivering its result, the workflow's next `ctx.step`), wall and CPU;
 - wake the writer: from `_submit` to the writer starting the transaction.
 
+A lone append finds the writer idle and commits on the loop's thread
+(`_write_here`): then both wake-ups are the few microseconds between the
+calls, and the step is the commit and the loop's work.
+
 Private hooks, for measuring only. Prints JSON lines (medians of each gap
 over all steps of the median repetition by step time).
 
@@ -40,10 +44,10 @@ Event = tuple[str, float, float]  # what, perf_counter, thread CPU time
 
 
 def _timed(name: str, fn: Callable[..., Any], events: list[Event]) -> Callable[..., Any]:
-    def wrapper(*args: Any) -> Any:
+    def wrapper(*args: Any, **kw: Any) -> Any:
         events.append((name, time.perf_counter(), time.thread_time()))
         try:
-            return fn(*args)
+            return fn(*args, **kw)
         finally:
             if name == "begin":
                 events.append(("end", time.perf_counter(), time.thread_time()))

@@ -5,10 +5,11 @@
 commit: one fsync for the appends queued meanwhile). The writer's lock on the
 file (`_lock_writer`) keeps a second engine from writing the store.
 
-The rule: only this thread writes the database, and it hands every result
-back through the event loop (`_post`): the loop's counters
-(`_failures_reported`, `_inflight`, `_pending`) are touched on the loop
-only, `_failures_met` on this thread only.
+The rule: one thread at a time writes the database, holding `_conn_lock`:
+this thread, which hands every result back through the event loop
+(`_post`), or the loop itself for an append that finds the writer idle
+(`_write_here`). The loop's counters (`_failures_reported`, `_inflight`,
+`_pending`) are touched on the loop only, `_failures_met` under the lock.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import builtins
 import contextlib
 import queue
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,6 +90,8 @@ class _SqliteWriter:
     _transactions: int
     _synchronous: int | None
     _lock_file: Any
+    _conn: sqlite3.Connection | None
+    _conn_lock: threading.Lock
 
     # -- the loop's side of an answer --------------------------------------------------
 
@@ -165,15 +169,24 @@ class _SqliteWriter:
             self._post(_settle, ready, None, e)
             return
         try:
+            self._conn = conn
             self._post(_settle, ready, counters, None)
             self._serve(conn)
         finally:
-            _close(conn, self._path)
+            with self._conn_lock:
+                self._conn = None
+                _close(conn, self._path)
 
     def _open_writer(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
         conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(self._path, timeout=self._busy_timeout_s, isolation_level=None)
+            # Used by the loop's thread too (`_write_here`), never at once.
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(
@@ -203,11 +216,48 @@ class _SqliteWriter:
                     jobs.append(q.get_nowait())
             writes = [job for job in jobs if job is not None]
             if writes:
-                before = self._failures_met
-                errors = self._write(conn, writes)
+                with self._conn_lock:
+                    before = self._failures_met
+                    errors = self._write(conn, writes)
                 self._post(self._finish, writes, errors, self._failures_met - before)
             if len(writes) < len(jobs):  # close() queued the stop, and nothing after it
                 return
+
+    def _write_here(self, write: _Write) -> bool:
+        """Writes ``write`` on the loop's thread if the writer is idle; False if it is not.
+
+        A lone append (the writer has nothing else queued or under way) is
+        committed here rather than handed to the writer thread: the two
+        thread hand-offs it saves (waking the writer, then the loop) cost
+        about as much as the commit's fsync. The loop waits for the commit,
+        as the append's caller would have; a write arriving while the writer
+        is busy joins its next group commit as before. The loop never waits
+        for a lock: when another connection holds the write lock (a client
+        posting a command), the write goes to the thread, which waits for it.
+        """
+        if self._inflight != 1 or write.setup is not None:
+            return False  # others are queued or under way; a test hook may block
+        with self._conn_lock:
+            conn = self._conn
+            if conn is None or conn.in_transaction or write.epoch < self._failures_met:
+                return False  # the thread's next commit ends a transaction left open
+            try:
+                conn.execute("PRAGMA busy_timeout = 0")
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error:
+                return False  # locked (or failing): the thread waits, or reports it
+            finally:
+                # The transaction itself waits as the thread's would.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA busy_timeout = {round(self._busy_timeout_s * 1000)}")
+            before = self._failures_met
+            try:
+                self._commit(conn, [write], begun=True)
+                errors: builtins.list[StoreError | None] = [None]
+            except Exception as e:
+                errors = [self._failure(e)]
+        self._finish([write], errors, self._failures_met - before)
+        return True
 
     def _write(
         self, conn: sqlite3.Connection, writes: builtins.list[_Write]
@@ -254,16 +304,19 @@ class _SqliteWriter:
         error.__cause__ = self._last_failure
         return error
 
-    def _commit(self, conn: sqlite3.Connection, writes: builtins.list[_Write]) -> None:
+    def _commit(
+        self, conn: sqlite3.Connection, writes: builtins.list[_Write], *, begun: bool = False
+    ) -> None:
         for w in writes:
             if w.setup is not None:
                 w.setup(conn)
-        if conn.in_transaction:
-            # A failed write whose rollback failed too (a full or failing
-            # disk) left its transaction open: end it now, or no write would
-            # ever begin again on this connection.
-            conn.execute("ROLLBACK")
-        conn.execute("BEGIN IMMEDIATE")
+        if not begun:
+            if conn.in_transaction:
+                # A failed write whose rollback failed too (a full or failing
+                # disk) left its transaction open: end it now, or no write would
+                # ever begin again on this connection.
+                conn.execute("ROLLBACK")
+            conn.execute("BEGIN IMMEDIATE")
         try:
             entries = [(e.lsn, e.id, e.run, e.data) for w in writes for e in w.entries]
             _insert_all(conn, _INSERT_ENTRIES, entries)

@@ -198,6 +198,9 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
+        # The writer's connection while its thread runs, and who holds it.
+        self._conn: sqlite3.Connection | None = None
+        self._conn_lock = threading.Lock()
         self._reader: ThreadPoolExecutor | None = None
         self._rconn: sqlite3.Connection | None = None
         self._last_lsn = 0
@@ -420,10 +423,18 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         calls = (
             (functools.partial(write_items, items=items, forget=forget),) if items or forget else ()
         )
-        write = self._submit(entries, rows, None, fail, last if entries else 0, setup, calls=calls)
+        write = self._submit(
+            entries, rows, None, fail, last if entries else 0, setup, calls=calls, queued=False
+        )
         pending = self._pending
         for r in runs:
             pending[r.id] = (r, write.done)
+        if self._write_here(write):
+            # Committed without leaving the loop's turn: one iteration for
+            # the loop's other work, as a commit on the thread would give.
+            await asyncio.sleep(0)
+        else:
+            self._queue.put(write)
         error = await write.answer
         if error is not None:
             raise error
@@ -991,6 +1002,8 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         setup: Callable[[sqlite3.Connection], object] | None = None,
         sql: tuple[tuple[str, tuple[Any, ...]], ...] = (),
         calls: tuple[Callable[[sqlite3.Connection], object], ...] = (),
+        *,
+        queued: bool = True,
     ) -> _Write:
         loop = self._loop
         assert loop is not None
@@ -1013,7 +1026,8 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
             loop.create_future(),
             calls,
         )
-        self._queue.put(write)
+        if queued:
+            self._queue.put(write)
         return write
 
     def _check_open(self) -> None:

@@ -236,6 +236,29 @@ async def test_appends_queued_during_a_commit_share_the_next_transaction(
 
 
 @pytest.mark.asyncio
+async def test_an_append_that_finds_the_write_lock_taken_waits_off_the_loop(
+    store: SqliteStore,
+) -> None:
+    # A lone append commits on the loop's thread, but never waits for a lock
+    # there: another connection's write (a client posting a command) would
+    # freeze the loop for as long as it holds it.
+    await store.append([Entry(1, "a", 1, b"1")], [row("a")])
+    with connect(store.path) as blocker:
+        blocker.execute("BEGIN IMMEDIATE")
+        blocked = asyncio.ensure_future(store.append([Entry(2, "b", 1, b"2")], [row("b")]))
+        ticks = 0
+        while ticks < 5:  # the loop goes on while the append waits
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not blocked.done()
+        blocker.execute("ROLLBACK")
+        await blocked
+    await store.append([Entry(3, "c", 1, b"3")], [row("c")])
+    assert store.last_lsn == 3
+    assert sorted(r.id for r in await store.list()) == ["a", "b", "c"]
+
+
+@pytest.mark.asyncio
 async def test_a_failing_append_fails_those_called_behind_it_but_not_before_it(
     store: SqliteStore,
 ) -> None:
