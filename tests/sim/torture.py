@@ -162,6 +162,7 @@ class Epoch:
         self.counter = 0
         self.durable_at_kill: list[set[tuple[str, int, int]]] = []
         self.seen_ends: dict[str, tuple[int, int, bytes]] = {}
+        self.diagnosed: set[str] = set()
         # The items each inbox's journals hold behind a stop (at the last check).
         self.behind: dict[str, set[int]] = {}
         self.kills = 0
@@ -255,6 +256,34 @@ class Epoch:
         while time.monotonic() < end and not all(id in self.ledger.ends for id in ids):
             await asyncio.sleep(0.05)
 
+    async def diagnose(self, id: str) -> None:
+        """Appends what the store holds of ``id`` to the lane's ``diagnosis.txt`` (Postgres)."""
+        if "://" not in self.target or id in self.diagnosed:
+            return
+        self.diagnosed.add(id)
+        import asyncpg
+
+        conn = await asyncpg.connect(self.target)
+        try:
+            lines = [f"== {id}"]
+            for r in await conn.fetch(
+                "SELECT shard, lsn, run, data FROM fusee.journal WHERE id = $1 ORDER BY lsn", id
+            ):
+                rec = decode(r["data"])
+                lines.append(
+                    f"  shard {r['shard']} lsn {r['lsn']} run {r['run']} {type(rec).__name__}"
+                    f" {getattr(rec, 'seq', '')} {str(rec)[:160]}"
+                )
+            for table in ("runs", "queue_items"):
+                for r in await conn.fetch(f"SELECT * FROM fusee.{table} WHERE id = $1", id):
+                    lines.append(f"  {table}: {dict(r)}")
+            for r in await conn.fetch("SELECT * FROM fusee.shard_leases ORDER BY shard"):
+                lines.append(f"  lease: {dict(r)}")
+        finally:
+            await conn.close()
+        with (self.steps.parent / "diagnosis.txt").open("a") as f:
+            f.write("\n".join(lines) + "\n")
+
     async def check(self) -> set[tuple[str, int, int]]:
         """The store checkers; returns the steps whose results are durable."""
         ledger = self.ledger
@@ -288,6 +317,7 @@ class Epoch:
                     if isinstance(rec, Done) and i != len(records) - 1:
                         after = [type(r).__name__ for r in records[i + 1 :]]
                         ledger.violation("after_end", f"{id}/{run} has {after} after its Done")
+                        await self.diagnose(id)
                 if records and isinstance(records[-1], Done):
                     done = records[-1]
                     if done.status is not Status.CONTINUED:
