@@ -928,6 +928,10 @@ class Engine:
                             # It had ended after all; its row is on its way.
                             await self.committer.flush()
                     continue
+                if id in self._ends or self.runs.loaded(id) is not None or self.runs.is_loading(id):
+                    # It woke, or ended, while the store was read: its end's
+                    # waiters were told before this one would be there.
+                    continue
             if not self.owns(id):
                 # It moved while the store was read (`drop_shards` released
                 # the waiters it had then, not this one): waited for there.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,6 +112,45 @@ WAKES: list[Any] = [
     pytest.param("completion", _completion, ["first", "completion yes", "last"], id="completion"),
     pytest.param("query", _query, ["first", "last"], id="query"),
 ]
+
+
+@pytest.mark.parametrize("target", ["memory", "sqlite"])
+async def test_a_result_awaited_as_its_parked_run_wakes_and_ends_gets_the_end(
+    tmp_path: Path, target: str
+) -> None:
+    # The result's caller reads the row (parked: suspended) while the run
+    # wakes and ends: it must not then wait for an end already told. On a
+    # real engine: the test host's waits look again by themselves.
+    where = "memory" if target == "memory" else str(tmp_path)
+    async with await fusee.Engine.open(
+        where, workflows=[sleepy, quick_kid], park_after="10ms", durability="none"
+    ) as engine:
+        run = await engine.start(sleepy, "s-9", "signal")
+        while (await run.describe()).status != "suspended" or engine.runs.loaded("s-9"):
+            await asyncio.sleep(0.01)
+        store = engine.store
+        real_get = store.get
+        held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def get(id: str) -> Any:
+            row = await real_get(id)
+            if id == "s-9" and not held.is_set():
+                held.set()  # the first read, the result's: answered once the run has ended
+                await release.wait()
+            return row
+
+        store.get = get  # type: ignore[method-assign]
+        try:
+            waiting = asyncio.ensure_future(run.result())
+            await held.wait()
+            await run.signal(go, 7)
+            while (row := await real_get("s-9")) is None or row.status != "completed":
+                await asyncio.sleep(0.001)
+            release.set()
+            assert await asyncio.wait_for(waiting, 5) == ["first", "signal 7", "last"]
+        finally:
+            store.get = real_get  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize(("how", "wake", "expected"), WAKES)
