@@ -900,12 +900,14 @@ class Engine:
                 raise stuck
             if self.committer.failed is not None:
                 raise self.committer.failed
+            # Its end is durable (and told its waiters), even while its state
+            # is still loaded: a waiter registered now would never hear it.
+            ended = self._ends.get(id)
+            if ended is not None:
+                return end_value(*ended)
             state = self.runs.loaded(id)
             if state is None and not self.runs.is_loading(id):
                 self.check_open()
-                ended = self._ends.get(id)
-                if ended is not None:
-                    return end_value(*ended)
                 row = await self.store.get(id)
                 if row is None:
                     raise no_run(id)

@@ -153,6 +153,26 @@ async def test_a_result_awaited_as_its_parked_run_wakes_and_ends_gets_the_end(
             store.get = real_get  # type: ignore[method-assign]
 
 
+async def test_a_result_asked_while_an_ended_run_is_being_loaded_again_gets_its_end(
+    tmp_path: Path,
+) -> None:
+    # A load of an id whose run has ended here (a message to it, recovery)
+    # tells no result waiter when it finds the run ended: the end this engine
+    # saw durable answers at once, whatever is loading.
+    async with await fusee.Engine.open(
+        str(tmp_path), workflows=[sleepy, quick_kid], durability="none"
+    ) as engine:
+        run = await engine.start(sleepy, "s-8", "signal")
+        await run.signal(go, 7)
+        assert await run.result() == ["first", "signal 7", "last"]
+        real = engine.runs.is_loading
+        engine.runs.is_loading = lambda id: True  # type: ignore[method-assign]
+        try:
+            assert await asyncio.wait_for(run.result(), 5) == ["first", "signal 7", "last"]
+        finally:
+            engine.runs.is_loading = real  # type: ignore[method-assign]
+
+
 @pytest.mark.parametrize(("how", "wake", "expected"), WAKES)
 @pytest.mark.parametrize("crash", [False, True], ids=["live", "crash-while-parked"])
 async def test_a_parked_run_is_rebuilt_by_replay_when_something_arrives(

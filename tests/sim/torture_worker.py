@@ -49,10 +49,22 @@ def say(**line: Any) -> None:
     sys.stdout.flush()
 
 
-def dump_tasks() -> None:
+def dump_tasks(worker: Worker | None = None) -> None:
     for task in asyncio.all_tasks():
         sys.stderr.write(f"TASK {task.get_name()}\n")
         task.print_stack(limit=12, file=sys.stderr)
+    if worker is not None:
+        engine = worker.engine
+        # The engine's view of each run whose end was not reported yet.
+        for id in sorted(worker.watched - worker.reported):
+            state = engine.runs.loaded(id)
+            sys.stderr.write(
+                f"WAITING {id}: loaded={state is not None}"
+                f" run={getattr(state, 'run', None)}"
+                f" end={getattr(getattr(state, 'driver', None), 'end', None)!r}"
+                f" loading={engine.runs.is_loading(id)} owns={engine.owns(id)}"
+                f" waiters={len(engine._results.get(id, []))} ended={id in engine._ends}\n"
+            )
     sys.stderr.flush()
 
 
@@ -67,6 +79,7 @@ class Worker:
     def __init__(self, engine: fusee.Engine) -> None:
         self.engine = engine
         self.watched: set[str] = set()
+        self.reported: set[str] = set()
         self.tasks: set[asyncio.Task[None]] = set()
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -80,6 +93,7 @@ class Worker:
             self.spawn(self.report(id))
 
     async def report(self, id: str) -> None:
+        self.reported.discard(id)
         try:
             value = await self.engine.get(id).result()
         except (fusee.WorkflowFailed, fusee.Cancelled, fusee.ChildFailed) as e:
@@ -88,6 +102,7 @@ class Worker:
             say(err=f"result of {id}: {type(e).__name__}: {e}")
         else:
             say(end=id, outcome=outcome_of(value))
+        self.reported.add(id)
 
     async def command(self, line: str) -> None:
         cmd = json.loads(line)
@@ -145,7 +160,8 @@ async def main(target: str, step_log: str, life: int) -> None:
     workload.step_log = log_step
     loop = asyncio.get_running_loop()
     # SIGUSR1: every task's stack on stderr (the harness asks when runs did not end).
-    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+    current: list[Worker | None] = [None]
+    loop.add_signal_handler(signal.SIGUSR1, lambda: dump_tasks(current[0]))
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     # On Postgres, a short lease: a killed worker's runs move to the others
@@ -160,6 +176,7 @@ async def main(target: str, step_log: str, life: int) -> None:
         worker=f"life-{life}",
     )
     worker = Worker(engine)
+    current[0] = worker
     async for info in engine.list():
         if not info.id.endswith("-kid"):  # children are watched through their parents
             worker.watch(info.id)
