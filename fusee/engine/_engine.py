@@ -397,6 +397,11 @@ class Engine:
         # A load under way (a message to the id, which finds it continued)
         # may yet end: the next run starts once it has, unless it is there.
         await self.runs.loading_settled(row.id)
+        # `row` may be old news: the next run may have started since it was
+        # read, and even parked (not loaded, its row no longer "continued").
+        latest = await self.store.get(row.id)
+        if latest is None or latest.run != row.run or latest.status != RunStatus.CONTINUED:
+            return
         if self.runs.loaded(row.id) is None and not self.runs.is_loading(row.id):
             records = decode_journal(row.id, row.run, entries)
             self._continue_as_new(

@@ -396,6 +396,11 @@ class Queues:
 
     def _run(self, item: QueueItem) -> None:
         engine = self._engine
+        runs = engine.runs
+        if runs.loaded(item.id) is not None or runs.is_loading(item.id):
+            # Started here already (an admission and a shard's recovery both
+            # find it admitted with no journal): never started twice.
+            return
         wf = engine.workflows[item.workflow]
         if self.book is None:
             self.admitted[item.id] = item.queue

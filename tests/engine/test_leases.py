@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -18,8 +19,10 @@ import pytest
 from _postgres import Cluster
 
 import fusee
+from fusee._status import RunStatus
 from fusee.engine import Engine
-from fusee.record import Signal, encode
+from fusee.record import Signal, Start, decode, encode
+from fusee.store import RunRow
 from fusee.store.postgres import PostgresStore, shard_of
 
 from .conftest import HeldWrites, Host, eventually
@@ -444,3 +447,35 @@ async def test_a_run_continued_as_its_shard_is_dropped_is_continued_by_the_shard
         assert await run.result() == 2
         await engine.recover_shards({shard})  # finds it continued already
         assert [r.run for r in await engine.store.list()] == [2]
+
+
+async def test_a_continued_run_read_before_its_next_run_started_and_parked_is_not_continued_again(
+    tmp_path: Path,
+) -> None:
+    # Recovery and a message each continue a "continued" row they read: one
+    # read before the next run started (and parked: not loaded) must not
+    # start that next run a second time.
+    async with await fusee.Engine.open(
+        str(tmp_path), workflows=[renewer], park_after="10ms", durability="none"
+    ) as engine:
+        run = await engine.start(renewer, "renews-2", 1)
+        await run.signal(go, 1)
+        while (
+            (row := await engine.store.get("renews-2")) is None
+            or (
+                row.run,
+                row.status,
+            )
+            != (2, "suspended")
+            or engine.runs.loaded("renews-2") is not None
+        ):
+            await asyncio.sleep(0.005)
+        await engine._continue(RunRow("renews-2", 1, "renewer", RunStatus.CONTINUED, 0))
+        await run.signal(go, 5)
+        assert await run.result() == 5
+        starts = [
+            rec
+            for _, data in await engine.store.load("renews-2", 2)
+            if isinstance(rec := decode(data), Start)
+        ]
+        assert len(starts) == 1

@@ -13,6 +13,7 @@ import contextlib
 import datetime
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -705,3 +706,23 @@ async def test_two_cancels_of_a_queued_run_at_once_end_it_once(host: Host) -> No
         assert journal == ["Start", "Done"]
         with pytest.raises(fusee.Cancelled):
             await doomed.result()
+
+
+async def test_an_admitted_item_found_twice_starts_its_run_once(tmp_path: Path) -> None:
+    # An admission and a shard's recovery may both find one item admitted
+    # with no journal: the second start of it, on the same engine, is none.
+    q = fusee.Queue("one", concurrency=1)
+    async with await fusee.Engine.open(
+        str(tmp_path), workflows=[tally], queues=[q], durability="none"
+    ) as engine:
+        run = await engine.start(tally, "once", queue=q)
+        assert engine.queues.book is not None
+        item = engine.queues.book.active("once")
+        assert item is not None
+        assert item.state == "admitted"
+        engine.queues._run(item)
+        await run.signal(go, 1)
+        await run.signal(go, 2)
+        assert await run.result() == [1, 2]
+        kinds = [type(decode(data)).__name__ for _, data in await engine.store.load("once", 1)]
+        assert kinds.count("Start") == 1
