@@ -394,26 +394,33 @@ class Engine:
         if not isinstance(start, Start) or not isinstance(done, Done) or wf is None:
             log.warning("run %r continued as new but cannot be continued here", row.id)
             return
-        # A load under way (a message to the id, which finds it continued)
-        # may yet end: the next run starts once it has, unless it is there.
-        await self.runs.loading_settled(row.id)
-        # `row` may be old news: the next run may have started since it was
-        # read, and even parked (not loaded, its row no longer "continued").
-        latest = await self.store.get(row.id)
-        if latest is None or latest.run != row.run or latest.status != RunStatus.CONTINUED:
-            return
-        if self.runs.loaded(row.id) is None and not self.runs.is_loading(row.id):
-            records = decode_journal(row.id, row.run, entries)
-            self._continue_as_new(
-                wf,
-                row.id,
-                row.run,
-                done.payload,
-                start.parent,
-                start.policy,
-                unconsumed_signals(records),
-                carried_from_records(records),
-            )
+        runs = self.runs
+        while True:
+            # A load under way (a message to the id, which finds it continued)
+            # may yet end: the next run starts once none is, unless it is there.
+            await runs.loading_settled(row.id)
+            # `row` may be old news: the next run may have started since it was
+            # read, and even parked (not loaded, its row no longer "continued").
+            latest = await self.store.get(row.id)
+            if latest is None or latest.run != row.run or latest.status != RunStatus.CONTINUED:
+                return
+            if runs.loaded(row.id) is not None:
+                return
+            if not runs.is_loading(row.id):
+                break
+            # Another message began loading it while the row was read: many
+            # messages at once must not each leave the next run to another.
+        records = decode_journal(row.id, row.run, entries)
+        self._continue_as_new(
+            wf,
+            row.id,
+            row.run,
+            done.payload,
+            start.parent,
+            start.policy,
+            unconsumed_signals(records),
+            carried_from_records(records),
+        )
 
     async def close(self) -> None:
         """Stops the engine: waits for in-flight writes, leaves every run to recover."""

@@ -479,3 +479,35 @@ async def test_a_continued_run_read_before_its_next_run_started_and_parked_is_no
             if isinstance(rec := decode(data), Start)
         ]
         assert len(starts) == 1
+
+
+@pytest.mark.parametrize("target", ["memory", "sqlite"])
+async def test_many_messages_at_once_to_a_continued_run_start_its_next_run(
+    tmp_path: Path, target: str
+) -> None:
+    # Its `Done` is durable, its next run not started (its shard went as the
+    # `Done` landed): each message starts the next run, or finds it started;
+    # none may leave it to another whose load it saw under way.
+    async with await fusee.Engine.open(
+        "memory" if target == "memory" else str(tmp_path), workflows=[renewer], durability="none"
+    ) as engine:
+        run = await engine.start(renewer, "renews-3", 1)
+        shard = engine.runs.shard_index("renews-3")
+        with HeldWrites(engine.store) as held:
+            first = asyncio.ensure_future(run.signal(go, 1))
+            await held.waiting.wait()
+            engine.drop_shards([shard])
+            held.release()
+            await first
+        await engine.committer.flush()
+        row = await engine.store.get("renews-3")
+        assert row is not None
+        assert (row.run, row.status, engine.runs.loaded("renews-3")) == (1, "continued", None)
+        sent = [run.signal(go, i, dedup=f"d{i}") for i in range(2, 8)]
+        outcomes = await asyncio.wait_for(asyncio.gather(*sent, return_exceptions=True), 10)
+        # The next run ends at its first signal: the others find it ended.
+        assert [type(o).__name__ for o in outcomes].count("NoneType") >= 1
+        assert {type(o).__name__ for o in outcomes} <= {"NoneType", "RunFinished"}
+        assert await asyncio.wait_for(run.result(), 10) in range(2, 8)
+        kinds = [type(decode(data)).__name__ for _, data in await engine.store.load("renews-3", 2)]
+        assert kinds.count("Start") == 1
