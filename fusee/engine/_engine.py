@@ -187,6 +187,10 @@ class Engine:
         self._stuck: dict[str, DeterminismError] = {}
         # How the last runs to end ended: `Run.result` soon after the end
         # (a caller that started many runs, then asks each) reads no store.
+        # The runs (id, run) this engine continued as new, newest last: a
+        # "continued" row read before the next run started (and, maybe,
+        # ended) is never continued twice.
+        self._continued: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
         self._ends: collections.OrderedDict[str, tuple[WorkflowDef[Any, Any], Done]] = (
             collections.OrderedDict()
         )
@@ -404,7 +408,7 @@ class Engine:
             latest = await self.store.get(row.id)
             if latest is None or latest.run != row.run or latest.status != RunStatus.CONTINUED:
                 return
-            if runs.loaded(row.id) is not None:
+            if runs.loaded(row.id) is not None or (row.id, row.run) in self._continued:
                 return
             if not runs.is_loading(row.id):
                 break
@@ -1121,6 +1125,10 @@ class Engine:
         ``meta`` carries the messages the id's runs took (fusee.engine._carry),
         so that a resend counts once in the next run too.
         """
+        continued = self._continued
+        continued[(id, run)] = None
+        if len(continued) > _ENDS_KEPT:
+            continued.popitem(last=False)
         self.create_run(
             wf, id, input, parent=parent, policy=policy, run=run + 1, signals=signals, meta=meta
         )
