@@ -624,7 +624,7 @@ async def test_a_result_awaited_while_a_message_loads_a_queued_run_waits_for_its
         assert not result.done()
         await first.signal(go, 1)
         await first.signal(go, 2)
-        await second.signal(go, 4)
+        await asyncio.wait_for(second.signal(go, 4), 2)
         assert await result == [3, 4]
 
 
