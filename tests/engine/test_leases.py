@@ -418,6 +418,25 @@ async def renewer(ctx: fusee.Ctx, left: int) -> int:
     return got
 
 
+async def continued_as_its_shard_goes(engine: Engine, run: fusee.Run[Any]) -> int:
+    """Signals ``run`` (a `renewer` of 1) to continue as new as its shard is dropped; the shard.
+
+    Its `Done` is durable and its row "continued", its next run not started.
+    """
+    shard = engine.runs.shard_index(run.id)
+    with HeldWrites(engine.store) as held:
+        first = asyncio.ensure_future(run.signal(go, 1))
+        await held.waiting.wait()
+        engine.drop_shards([shard])
+        held.release()
+        await first
+    await engine.committer.flush()
+    row = await engine.store.get(run.id)
+    assert row is not None
+    assert (row.run, row.status, engine.runs.loaded(run.id)) == (1, "continued", None)
+    return shard
+
+
 @pytest.mark.parametrize("store_kind", [pytest.param("postgres", id="postgres")])
 async def test_a_run_continued_as_its_shard_is_dropped_is_continued_by_the_shards_next_owner(
     host: Host,
@@ -431,18 +450,7 @@ async def test_a_run_continued_as_its_shard_is_dropped_is_continued_by_the_shard
         engine = t.engine
         run = await t.start(renewer, "renews", 1)
         await t.settle()
-        shard = engine.runs.shard_index("renews")
-        with HeldWrites(engine.store) as held:
-            first = asyncio.ensure_future(run.signal(go, 1))
-            await held.waiting.wait()
-            engine.drop_shards([shard])
-            held.release()
-            await first
-        await engine.committer.flush()
-        assert engine.runs.loaded("renews") is None
-        row = await engine.store.get("renews")
-        assert row is not None
-        assert (row.run, row.status) == (1, "continued")
+        shard = await continued_as_its_shard_goes(engine, run)
         await run.signal(go, 2)
         assert await run.result() == 2
         await engine.recover_shards({shard})  # finds it continued already
@@ -492,17 +500,7 @@ async def test_many_messages_at_once_to_a_continued_run_start_its_next_run(
         "memory" if target == "memory" else str(tmp_path), workflows=[renewer], durability="none"
     ) as engine:
         run = await engine.start(renewer, "renews-3", 1)
-        shard = engine.runs.shard_index("renews-3")
-        with HeldWrites(engine.store) as held:
-            first = asyncio.ensure_future(run.signal(go, 1))
-            await held.waiting.wait()
-            engine.drop_shards([shard])
-            held.release()
-            await first
-        await engine.committer.flush()
-        row = await engine.store.get("renews-3")
-        assert row is not None
-        assert (row.run, row.status, engine.runs.loaded("renews-3")) == (1, "continued", None)
+        await continued_as_its_shard_goes(engine, run)
         sent = [run.signal(go, i, dedup=f"d{i}") for i in range(2, 8)]
         outcomes = await asyncio.wait_for(asyncio.gather(*sent, return_exceptions=True), 10)
         # The next run ends at its first signal: the others find it ended.
