@@ -187,10 +187,9 @@ async def _serve(
     if leases is None:
         recovered = f"{len(await engine.store.unfinished())} unfinished run(s) recovered"
     else:
-        recovered = (
-            f"worker {leases.owner} holds {len(leases.held)} of {leases.count} shards "
-            "(the others' workers serve the rest)"
-        )
+        recovered = f"worker {leases.owner} holds {len(leases.held)} of {leases.count} shards"
+        if len(leases.held) < leases.count:
+            recovered += " (other workers serve the rest, or take them once their leases end)"
     out.say(
         ("fusee worker", "bold"),
         f" (pid {os.getpid()}) on {_shown(engine, target)}: workflows "

@@ -206,6 +206,9 @@ def test_a_worker_serves_a_postgres_store_and_the_commands_take_its_url(
     url = postgres_cluster.dsn_for(name)
     with worker(url) as log:
         assert postgres_cluster.password not in log.getvalue()
+        assert log.wait_for(" of 64 shards")
+        if "holds 64 of 64 shards" in log.getvalue():  # alone: nobody else serves any
+            assert "other workers serve the rest" not in log.getvalue()
         order = '{"id": "o1", "amount": 3}'
         code, out, err = cli("start", f"{MODULE}:gated", "gated-1", order, "--store", url)
         assert (code, out.strip()) == (0, "started run 'gated-1' (gated)"), err
