@@ -397,14 +397,10 @@ class Queues:
     def _run(self, item: QueueItem) -> None:
         engine = self._engine
         runs = engine.runs
-        if runs.loaded(item.id) is not None:
+        loaded = runs.loaded(item.id)
+        if loaded is not None and loaded.run >= item.run:
             # Started here already (an admission and a shard's recovery both
             # find it admitted with no journal): never started twice.
-            return
-        if runs.is_loading(item.id):
-            # A message loading it finds it queued, or recovery finds it
-            # started: which one, once the load is over.
-            engine.spawn(self._run_after_load(item))
             return
         wf = engine.workflows[item.workflow]
         if self.book is None:
@@ -421,10 +417,6 @@ class Queues:
         engine.create_run(
             wf, item.id, item.input, parent=parent, policy=policy, run=item.run, signals=signals
         )
-
-    async def _run_after_load(self, item: QueueItem) -> None:
-        await self._engine.runs.loading_settled(item.id)
-        self._run(item)
 
     async def signal_queued(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None

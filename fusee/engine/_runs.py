@@ -214,6 +214,11 @@ class Runs:
         if not engine.owns(id):
             # Its shard moved to another worker while it was being read.
             raise StaleLease([self.shard_index(id)])
+        started = self.loaded(id)
+        if started is not None:
+            # Started here while the store was read (a queue admitted it as a
+            # message loaded it): that run is the one, never a second copy.
+            return started
         records = through_end(decode_journal(id, row.run, entries))
         engine.timers.disarm(id, -1)
         state = self.make_state(wf, records, entries[-1][0])
