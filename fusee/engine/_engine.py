@@ -94,7 +94,8 @@ _STATUS_OF_END = {
     Status.CONTINUED: RunStatus.CONTINUED,
 }
 
-# Ended runs whose end `Run.result` answers from memory (`Engine._ends`).
+# Ended runs whose end `Run.result` answers from memory (`Engine._ends`),
+# and runs this engine continued as new (`Engine._continued`): the newest kept.
 _ENDS_KEPT = 1024
 
 
