@@ -6,8 +6,11 @@
   and over the first 10,000 (which also carries what fills once: SQLite's
   page caches, allocator arenas); then the time to reopen the engine with
   the 20,000 parked.
-- A child process holds 200 such runs and is killed with SIGKILL: the time
-  from opening the engine again until all 200 are back at their sleep.
+- A child process holds 200 such runs, each inside its last step, and is
+  killed with SIGKILL: the time from opening the engine again until all 200
+  have run that step again and are back at their sleep. (Killed at their
+  sleep, the runs would need no recovery: a sleeping run's row says
+  suspended, and it is loaded when its timer is due, not at open.)
 
 SQLite with durability="fsync" in a fresh temporary directory each time.
 Prints JSON lines (medians).
@@ -33,8 +36,17 @@ from typing import Any
 
 import fusee
 
+# Set in the killed child only: its runs' last step never returns, so the
+# SIGKILL finds every run running, with four steps journaled.
+HANG_IN_LAST_STEP = False
+_in_last_step = 0
+
 
 async def add_one(i: int) -> int:
+    global _in_last_step
+    if HANG_IN_LAST_STEP and i == 4:
+        _in_last_step += 1
+        await asyncio.Event().wait()
     return i + 1
 
 
@@ -111,21 +123,16 @@ async def park_many(directory: str, n: int) -> tuple[float, float, float]:
 
 
 def killed_child(directory: str, n: int) -> None:
-    """Runs in a child process: starts ``n`` runs, prints READY once all sleep, waits."""
+    """Runs in a child process: starts ``n`` runs, prints READY once all are in their last step."""
+    global HANG_IN_LAST_STEP
+    HANG_IN_LAST_STEP = True
 
     async def main() -> None:
         engine = await fusee.Engine.open(
             directory, workflows=[w4], durability="fsync", park_after="1h", watchdog=None
         )
         await asyncio.gather(*(engine.start(w4, f"k-{i}", i) for i in range(n)))
-        while (
-            not all(
-                s.driver.machine.is_suspended()
-                for sh in engine.runs.shards
-                for s in sh.runs.values()
-            )
-            or sum(len(sh.runs) for sh in engine.runs.shards) < n
-        ):
+        while _in_last_step < n:
             await asyncio.sleep(0.01)
         await engine.committer.flush()
         print("READY", flush=True)
