@@ -192,6 +192,9 @@ class StepExecutor:
         # The inline step blocking the loop now, if any: (since, run id, step
         # name), read by the watchdog's thread.
         self.inline_running: tuple[float, str, str] | None = None
+        # The first call in a worker thread of each sync step code, by code
+        # object: resolved when it returns, and kept (`_probe_first`).
+        self.probes: dict[types.CodeType, asyncio.Future[None]] = {}
 
     def run(self, state: RunState, call: StepCall) -> None:
         """Runs ``call`` for ``state``'s run: eagerly once its gate is durable, else as a task."""
@@ -602,17 +605,66 @@ async def _call(
                 executor.inline_running = None
         else:
             result = fn(*args)
+    elif await _probe_first(fn, sctx):
+        result = fn(*args)  # seen meanwhile to return an awaitable: on the loop
     else:
-        ctx = contextvars.copy_context()
+        result = await _in_worker_thread(fn, args, sctx)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+# How long a call of sync step code waits for the first call of the same code
+# to come back from its worker thread (`_probe_first`).
+_PROBE_WAIT_S = 0.05
+
+
+async def _probe_first(fn: Callable[..., Any], sctx: StepCtx) -> bool:
+    """Whether ``fn``, called while another call of its code is in its thread, returns an awaitable.
+
+    A sync callable not yet seen to return an awaitable runs in a worker
+    thread, since it may block. A lambda around an async call is seen to
+    return one when its first call comes back; until then every call of it
+    goes to a thread too, and hundreds of runs recovered at once queue for
+    the 40 worker threads, one hop each. So a call made while the first
+    call of the same code is in its thread waits for that call a moment
+    (`_PROBE_WAIT_S`): a lambda comes back at once, and the waiting calls
+    then run on the loop; a step that blocks costs them that moment only.
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(sctx, _EngineStepCtx):
+        return False
+    probe = sctx._executor.probes.get(code)
+    if probe is None or probe.done():
+        return False
+    await asyncio.wait((probe,), timeout=_PROBE_WAIT_S)
+    return returns_awaitable(fn)
+
+
+async def _in_worker_thread(fn: Callable[..., Any], args: tuple[Any, ...], sctx: StepCtx) -> Any:
+    """Calls sync ``fn`` in a worker thread; the first call of its code is its probe."""
+    code: types.CodeType | None = getattr(fn, "__code__", None)
+    probes = sctx._executor.probes if isinstance(sctx, _EngineStepCtx) else {}
+    probe = None
+    if code is not None and code not in probes:
+        probe = probes[code] = asyncio.get_running_loop().create_future()
+    ctx = contextvars.copy_context()
+    try:
         # Abandoned on cancel: a thread cannot be interrupted, so a timed-out
         # or dropped sync attempt runs on there, its result ignored.
         result = await anyio.to_thread.run_sync(
             ctx.run, _in_thread, sctx, fn, *args, abandon_on_cancel=True
         )
-        if inspect.isawaitable(result):
-            mark_returns_awaitable(fn)
+    except BaseException:
+        if probe is not None:
+            probes.pop(code, None)  # type: ignore[arg-type]  # the next call probes
+            probe.set_result(None)
+        raise
     if inspect.isawaitable(result):
-        result = await result
+        mark_returns_awaitable(fn)
+    if probe is not None:
+        # Kept, resolved: later calls of this code do not wait, and do not probe.
+        probe.set_result(None)
     return result
 
 

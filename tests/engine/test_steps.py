@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import fusee
+from fusee.engine import _steps
 
 from .conftest import Host, step_runs
 
@@ -314,6 +315,42 @@ async def test_sync_steps_run_in_a_worker_thread_unless_inline(host: Host) -> No
         await t.crash()
         await t.get("t-1").result()
         assert step_runs(t) == {("t-1", 0): 1, ("t-1", 1): 1}
+
+
+async def test_a_lambda_around_an_async_call_goes_to_a_thread_once_when_many_runs_call_it_first(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The calls made meanwhile wait for the first as long as it takes here:
+    # on a loaded machine the loop may hear of its return after the bound.
+    monkeypatch.setattr(_steps, "_PROBE_WAIT_S", 60.0)
+    in_threads: list[int] = []
+    # Compiled here, with a constant of its own (code objects compare by
+    # value), so its code is new to this process on every store: no call of
+    # it has yet been seen to return an awaitable.
+    around: Any = eval(f"lambda body: (lambda: (body(), {id(in_threads)})[0])")
+    loop_thread = threading.get_ident()
+
+    async def add_one() -> int:
+        return 1
+
+    def body() -> Any:
+        if threading.get_ident() != loop_thread:
+            in_threads.append(1)
+        return add_one()
+
+    @fusee.workflow("first-calls")
+    async def first_calls(ctx: fusee.Ctx) -> int:
+        return await ctx.step("s", around(body))
+
+    async with host(workflows=[first_calls]) as t:
+        runs = await asyncio.gather(*(t.start(first_calls, f"f-{k}") for k in range(50)))
+        assert [await run.result() for run in runs] == [1] * 50
+        # The first call found out, in its thread, that the lambda only builds
+        # a coroutine; the 49 made meanwhile waited for it and ran on the loop.
+        assert len(in_threads) == 1
+        await t.crash()
+        assert [await t.get(f"f-{k}").result() for k in range(50)] == [1] * 50
+        assert step_runs(t) == {(f"f-{k}", 0): 1 for k in range(50)}
 
 
 async def test_current_step_reaches_the_step_ctx_from_deeper_code(host: Host) -> None:
