@@ -15,6 +15,7 @@ cannot differ.
 from __future__ import annotations
 
 import inspect
+import types
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +25,14 @@ from fusee import _codec
 from fusee._definitions import hints_of
 from fusee.errors import PayloadError
 
-__all__ = ["StepShape", "mark_returns_awaitable", "returns_awaitable", "shape_of", "takes_arg"]
+__all__ = [
+    "StepShape",
+    "code_deciding",
+    "mark_returns_awaitable",
+    "returns_awaitable",
+    "shape_of",
+    "takes_arg",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,10 +179,24 @@ def returns_awaitable(fn: Callable[..., Any]) -> bool:
         return False
 
 
+def code_deciding(fn: Callable[..., Any]) -> types.CodeType | None:
+    """``fn``'s code object if it alone decides whether ``fn`` returns an awaitable, else None.
+
+    Then every function of that code is known once one of them is
+    (`mark_returns_awaitable`): the lambdas a workflow makes per run share it.
+
+    Example:
+        >>> code_deciding(lambda: 1) is not None
+        True
+    """
+    code = getattr(fn, "__code__", None)
+    return code if code is not None and _is_plain(fn) else None
+
+
 def mark_returns_awaitable(fn: Callable[..., Any]) -> None:
     """Records that sync callable ``fn`` returns an awaitable (`returns_awaitable`)."""
-    code = getattr(fn, "__code__", None)
-    if code is not None and _is_plain(fn):
+    code = code_deciding(fn)
+    if code is not None:
         _AWAITABLE_BY_CODE.add(code)
         return
     try:

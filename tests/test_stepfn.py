@@ -11,7 +11,7 @@ import pytest
 
 import fusee
 from fusee import _codec
-from fusee._stepfn import mark_returns_awaitable, returns_awaitable, shape_of
+from fusee._stepfn import code_deciding, mark_returns_awaitable, returns_awaitable, shape_of
 from fusee.testing import crash_everywhere
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,6 +70,23 @@ def test_a_wrapper_seen_returning_an_awaitable_does_not_mark_its_siblings() -> N
     mark_returns_awaitable(first)
     assert returns_awaitable(first)
     assert not returns_awaitable(second)
+
+
+def _annotated() -> int:
+    return 1
+
+
+@pytest.mark.parametrize(
+    ("fn", "by_code"),
+    [
+        pytest.param(lambda: 1, True, id="lambda"),
+        pytest.param(_annotated, False, id="annotated"),
+        pytest.param(logged(lambda: 1), False, id="wrapper"),
+        pytest.param(functools.partial(int, "1"), False, id="partial"),
+    ],
+)
+def test_the_code_decides_a_plain_function_only(fn: Callable[..., Any], by_code: bool) -> None:
+    assert (code_deciding(fn) is not None) is by_code
 
 
 def test_a_callable_that_is_not_a_function_has_a_shape_too() -> None:

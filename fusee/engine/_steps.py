@@ -26,7 +26,7 @@ import anyio.to_thread
 
 from fusee import _codec
 from fusee._driver import error_payload
-from fusee._stepfn import mark_returns_awaitable, returns_awaitable, takes_arg
+from fusee._stepfn import code_deciding, mark_returns_awaitable, returns_awaitable, takes_arg
 from fusee.context import CancelFlag, StepCtx, _current_step
 from fusee.engine._slowsteps import AttemptWatch, expected_s, slow_step_default_s
 from fusee.errors import Failure, PayloadError, StoreError
@@ -193,7 +193,7 @@ class StepExecutor:
         # name), read by the watchdog's thread.
         self.inline_running: tuple[float, str, str] | None = None
         # The first call in a worker thread of each sync step code, by code
-        # object: resolved when it returns, and kept (`_probe_first`).
+        # object: resolved when it returns, and kept (`_in_worker_thread`).
         self.probes: dict[types.CodeType, asyncio.Future[None]] = {}
 
     def run(self, state: RunState, call: StepCall) -> None:
@@ -605,8 +605,6 @@ async def _call(
                 executor.inline_running = None
         else:
             result = fn(*args)
-    elif await _probe_first(fn, sctx):
-        result = fn(*args)  # seen meanwhile to return an awaitable: on the loop
     else:
         result = await _in_worker_thread(fn, args, sctx)
     if inspect.isawaitable(result):
@@ -615,39 +613,34 @@ async def _call(
 
 
 # How long a call of sync step code waits for the first call of the same code
-# to come back from its worker thread (`_probe_first`).
+# to come back from its worker thread (`_in_worker_thread`).
 _PROBE_WAIT_S = 0.05
 
 
-async def _probe_first(fn: Callable[..., Any], sctx: StepCtx) -> bool:
-    """Whether ``fn``, called while another call of its code is in its thread, returns an awaitable.
+async def _in_worker_thread(fn: Callable[..., Any], args: tuple[Any, ...], sctx: StepCtx) -> Any:
+    """Calls sync ``fn`` in a worker thread, or on the loop once it is seen to return an awaitable.
 
     A sync callable not yet seen to return an awaitable runs in a worker
     thread, since it may block. A lambda around an async call is seen to
     return one when its first call comes back; until then every call of it
-    goes to a thread too, and hundreds of runs recovered at once queue for
-    the 40 worker threads, one hop each. So a call made while the first
-    call of the same code is in its thread waits for that call a moment
-    (`_PROBE_WAIT_S`): a lambda comes back at once, and the waiting calls
-    then run on the loop; a step that blocks costs them that moment only.
+    would go to a thread too, and hundreds of runs recovered at once would
+    queue for the 40 worker threads, one hop each. So the first call of each
+    code is a probe (`StepExecutor.probes`), and a call made while it is in
+    its thread waits for it a moment (`_PROBE_WAIT_S`): a lambda comes back
+    at once, and the waiting calls then run on the loop; a step that blocks
+    costs them that moment only.
     """
-    code = getattr(fn, "__code__", None)
-    if code is None or not isinstance(sctx, _EngineStepCtx):
-        return False
-    probe = sctx._executor.probes.get(code)
-    if probe is None or probe.done():
-        return False
-    await asyncio.wait((probe,), timeout=_PROBE_WAIT_S)
-    return returns_awaitable(fn)
-
-
-async def _in_worker_thread(fn: Callable[..., Any], args: tuple[Any, ...], sctx: StepCtx) -> Any:
-    """Calls sync ``fn`` in a worker thread; the first call of its code is its probe."""
-    code: types.CodeType | None = getattr(fn, "__code__", None)
     probes = sctx._executor.probes if isinstance(sctx, _EngineStepCtx) else {}
+    code = code_deciding(fn)
     probe = None
-    if code is not None and code not in probes:
-        probe = probes[code] = asyncio.get_running_loop().create_future()
+    if code is not None:
+        pending = probes.get(code)
+        if pending is None:
+            probe = probes[code] = asyncio.get_running_loop().create_future()
+        elif not pending.done():
+            await asyncio.wait((pending,), timeout=_PROBE_WAIT_S)
+            if returns_awaitable(fn):
+                return fn(*args)
     ctx = contextvars.copy_context()
     try:
         # Abandoned on cancel: a thread cannot be interrupted, so a timed-out
@@ -656,14 +649,14 @@ async def _in_worker_thread(fn: Callable[..., Any], args: tuple[Any, ...], sctx:
             ctx.run, _in_thread, sctx, fn, *args, abandon_on_cancel=True
         )
     except BaseException:
-        if probe is not None:
-            probes.pop(code, None)  # type: ignore[arg-type]  # the next call probes
+        if code is not None and probe is not None:
+            del probes[code]  # the next call probes again
             probe.set_result(None)
         raise
     if inspect.isawaitable(result):
         mark_returns_awaitable(fn)
     if probe is not None:
-        # Kept, resolved: later calls of this code do not wait, and do not probe.
+        # Kept, resolved: later calls of this code neither wait nor probe.
         probe.set_result(None)
     return result
 
