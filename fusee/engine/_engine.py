@@ -707,8 +707,7 @@ class Engine:
             if existing or row is not None:
                 status = row.status if row is not None else RunStatus.RUNNING
                 if id_policy is IdPolicy.ATTACH:
-                    if loaded is not None:
-                        await self.committer.durable(loaded.start_lsn)
+                    await self.attached(loaded)
                     _settle_all(waiters, None)
                     return Run(self, id)
                 if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
@@ -733,6 +732,19 @@ class Engine:
         finally:
             del self._starting[id]
         return Run(self, id)
+
+    async def attached(self, loaded: RunState | None) -> None:
+        """Returns once the run an ATTACH start found (``loaded``, or a row read) is durable.
+
+        A store reads what it is still writing (`SqliteStore.get` answers from
+        a write under way), so a row read may belong to a start another
+        caller made a moment ago: the answer "it exists" waits for every
+        write handed over so far, as that start's own caller does.
+        """
+        if loaded is not None:
+            await self.committer.durable(loaded.start_lsn)
+        else:
+            await self.committer.stored()
 
     def create_run(
         self,

@@ -216,9 +216,7 @@ class Queues:
         if loaded is not None or row is not None:
             status = row.status if row is not None else RunStatus.RUNNING
             if id_policy is IdPolicy.ATTACH:
-                if loaded is not None:
-                    # Started here, maybe just now: its start must be durable.
-                    await engine.committer.durable(loaded.start_lsn)
+                await engine.attached(loaded)
                 return
             if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                 raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -301,17 +302,57 @@ async def test_a_runs_end_frees_its_slot_and_starts_the_next_run_in_the_write_of
         assert_steps_ran_once(t)
 
 
-@pytest.mark.parametrize("store_kind", ALONE)
+class HeldCommit:
+    """Holds an SQLite store's next commit in its writer thread, after the store took the write.
+
+    The store then answers reads from that write (`SqliteStore.get`), which
+    `HeldWrites`, holding the write before it reaches the store, never shows.
+    """
+
+    def __init__(self, store: Store) -> None:
+        assert isinstance(store, SqliteStore)
+        self.store = store
+        self.released = threading.Event()
+        self.entered = threading.Event()
+
+    def _hold(self, conn: object) -> None:
+        self.entered.set()
+        self.released.wait(30)
+
+    async def wait_held(self) -> None:
+        await asyncio.to_thread(self.entered.wait, 30)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def __enter__(self) -> HeldCommit:
+        self.store.before_next_append(self._hold)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.released.set()
+
+
+# Where a repeated start finds the first start's write: on its way to the
+# store, or taken by the store and being committed (SQLite's writer thread).
+HOLDS = [
+    pytest.param("memory", "before", id="memory-before-the-store"),
+    pytest.param("sqlite", "before", id="sqlite-before-the-store"),
+    pytest.param("sqlite", "in", id="sqlite-in-the-writer"),
+]
+
+
+@pytest.mark.parametrize(("store_kind", "hold"), HOLDS)
 @pytest.mark.parametrize(
     "admitted", [pytest.param(True, id="admitted"), pytest.param(False, id="queued")]
 )
 async def test_a_repeated_queued_start_is_acknowledged_only_once_the_first_is_durable(
-    host: Host, admitted: bool
+    host: Host, admitted: bool, hold: str
 ) -> None:
     # A client that timed out sends its start again (ATTACH): the answer
     # "it exists" must not come before the first start's write is durable,
-    # whether the run was admitted at once or waits; nor while a signal to
-    # the id is loading it.
+    # whether the run was admitted at once or waits, and wherever the write
+    # is; nor while a signal to the id is loading it.
     gauge = Gauge()
     wf = tracked(gauge)
     q = fusee.Queue("one", concurrency=1)
@@ -319,15 +360,21 @@ async def test_a_repeated_queued_start_is_acknowledged_only_once_the_first_is_du
         if not admitted:
             await t.start(wf, "first", "k", queue=q)
             await t.settle()
-        with HeldWrites(t.engine.store) as held:
+        holder = HeldWrites if hold == "before" else HeldCommit
+        with holder(t.engine.store) as held:
             start = asyncio.ensure_future(t.start(wf, "r", "k", queue=q))
-            await held.waiting.wait()
+            if isinstance(held, HeldWrites):
+                await held.waiting.wait()
+            else:
+                await held.wait_held()
             signal = asyncio.ensure_future(t.get("r").signal(fusee.signal("poke", int), 1))
+            # Sent again through the queue, or (a caller that lost track of
+            # the queue) straight.
             again = [
                 asyncio.ensure_future(
-                    t.start(wf, "r", "k", queue=q, id_policy=fusee.IdPolicy.ATTACH)
+                    t.start(wf, "r", "k", queue=queue, id_policy=fusee.IdPolicy.ATTACH)
                 )
-                for _ in range(2)
+                for queue in (q, q, None)
             ]
             for _ in range(20):
                 await asyncio.sleep(0)
