@@ -470,6 +470,7 @@ class TestEngine:
             internal = (
                 (not engine.committer.idle and engine.committer.failed is None and not outage)
                 or (engine.tasks_in_flight > 0 and not outage)
+                or _reading(engine.store)
                 or (threads and engine.steps.bounded_threads > 0)
             )
             stepping = engine.hooks.busy_steps > 0
@@ -661,6 +662,16 @@ def _progress(engine: Engine) -> tuple[int, int, int, int]:
     """What changes whenever the engine does something (settle compares it)."""
     c = engine.committer
     return (c.lsn, c.durable_lsn, engine.tasks_in_flight, engine.hooks.busy_steps)
+
+
+def _reading(store: Store) -> bool:
+    """Whether ``store`` has a read under way on a thread of its own (`SqliteStore.reading`).
+
+    A caller outside the engine's tasks (a signal or update from the test
+    that loads a parked run) waits for it: the test's clock must not run on
+    while the read takes real time.
+    """
+    return bool(getattr(store, "reading", False))
 
 
 def _reopened(store: Store) -> Store:

@@ -6,11 +6,15 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import fusee
+from fusee.store import SqliteStore
 from fusee.testing import TestEngine, crash_everywhere
 
 # A bound on the test itself, never a wait: a deadlock fails here instead of
@@ -86,6 +90,36 @@ async def test_settle_waits_for_a_quick_step_function_in_a_thread() -> None:
         await t.advance("1s")
         assert (await run.describe()).status == fusee.RunStatus.COMPLETED
         assert await run.result() == 2
+
+
+async def test_advance_waits_for_the_store_read_of_a_signal_sent_from_the_test(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On SQLite a read takes real time on the store's thread: a signal the
+    # test sends to a parked run loads it from there, in no engine task, and
+    # the virtual clock must not run on (nor advance return) without it.
+    poke = fusee.signal("poke", int)
+
+    @fusee.workflow("parked")
+    async def parked(ctx: fusee.Ctx) -> int | None:
+        return await ctx.wait_for(poke)
+
+    read = SqliteStore._run_read
+
+    def slow_read(self: SqliteStore, fn: Any) -> Any:
+        time.sleep(0.05)
+        return read(self, fn)
+
+    async with TestEngine(workflows=[parked], store=SqliteStore(tmp_path)) as t:
+        await t.start(parked, "p-1")
+        await t.settle()
+        await t.crash()  # reopened, the parked run stays in its journal
+        monkeypatch.setattr(SqliteStore, "_run_read", slow_read)
+        sent = asyncio.ensure_future(t.get("p-1").signal(poke, 7))
+        await t.advance("1s")
+        assert sent.done()
+        assert (await t.get("p-1").describe()).status == fusee.RunStatus.COMPLETED
+        assert await t.get("p-1").result() == 7
 
 
 async def _charge_helper(c: fusee.Ctx) -> str:

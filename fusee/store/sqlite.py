@@ -218,6 +218,7 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         # the writer (an engine's start asks for a row on every call).
         self._pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]] = {}
         self._batch: builtins.list[_BatchedRead] | None = None  # reads to send after this turn
+        self._reads = 0  # trips to the reader thread asked for and not answered yet
         self._run_next = 1
         self._run_reserved = 0
         self._run_lock = asyncio.Lock()
@@ -482,6 +483,7 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         batch = self._batch
         if batch is None:
             batch = self._batch = []
+            self._reads += 1
             self._loop.call_soon(self._send_batch, batch)
         batch.append((fn, fut))
         return fut
@@ -492,6 +494,7 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         fns = [fn for fn, _ in batch]
 
         def settle(done: asyncio.Future[builtins.list[Any]]) -> None:
+            self._reads -= 1
             error = done.exception() if not done.cancelled() else StoreError("store closed")
             for n, (_, fut) in enumerate(batch):
                 if fut.done():  # its caller was cancelled
@@ -967,6 +970,20 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         self._setup_next = fn
 
     @property
+    def reading(self) -> bool:
+        """For tests: whether a read is on its way to the reader thread, or under way there.
+
+        `fusee.testing.TestEngine` waits for it to settle: the caller waiting
+        for the read (a signal loading a parked run) is work no engine task
+        holds, and the read takes real time however the virtual clock moves.
+
+        Example:
+            >>> SqliteStore("data").reading
+            False
+        """
+        return self._reads > 0
+
+    @property
     def transactions(self) -> int:
         """For tests: how many write transactions this store object committed since it was made.
 
@@ -1037,7 +1054,11 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
     async def _read(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         await self._after_writes()
         assert self._loop is not None
-        return await self._loop.run_in_executor(self._reader, self._run_read, fn)
+        self._reads += 1
+        try:
+            return await self._loop.run_in_executor(self._reader, self._run_read, fn)
+        finally:
+            self._reads -= 1
 
     async def _after_writes(self) -> None:
         self._check_open()

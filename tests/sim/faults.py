@@ -110,6 +110,11 @@ class FaultyStore:
     def last_lsn(self) -> int:
         return self.inner.last_lsn
 
+    @property
+    def reading(self) -> bool:
+        # `TestEngine.settle` waits for the real store's reads (SQLite's thread).
+        return bool(getattr(self.inner, "reading", False))
+
     async def append(
         self,
         entries: Sequence[Entry],

@@ -56,7 +56,7 @@ from fusee import _codec
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end
-from fusee.errors import NotFound
+from fusee.errors import CorruptRecord, NotFound
 from fusee.record import Done, Signal, Start, Update, decode
 from fusee.store import MemoryStore, SqliteStore, Store
 from fusee.store._queues import QueueItem
@@ -552,12 +552,25 @@ class Sim:
                     f"queued {op.id} has {len(items)} queue items and {len(journals)} journals",
                 )
             return
-        if not journals:
+        if not journals and (row is None or not await self._journal_now(op.id, row.run)):
             self.violation("acked_start", f"the acknowledged start of {op.id} has no journal")
         for records in journals:
             starts = [r for r in records if isinstance(r, Start)]
             if len(starts) != 1 or not isinstance(records[0], Start):
                 self.violation("acked_start", f"a journal of {op.id} holds {len(starts)} starts")
+
+    async def _journal_now(self, id: str, run: int) -> bool:
+        """Whether run ``run`` of ``id`` has a `Start` now.
+
+        The journals are read before the rows, while the reopened engine
+        runs: a run its queue admitted before a crash may have had its
+        `Start` written meanwhile, in the write that changed its row.
+        """
+        try:
+            entries = await self.store.load(id, run)
+        except (NotFound, CorruptRecord):  # CorruptRecord: a row without its journal
+            return False
+        return bool(entries) and isinstance(decode(entries[0][1]), Start)
 
     def _check_message(self, op: _Op, journals: list[list[Any]], held: list[int]) -> None:
         if op.kind == "signal":
