@@ -104,7 +104,8 @@ class _EngineStepCtx(StepCtx):
     """The `StepCtx` the engine hands a step: its hooks are methods, not closures.
 
     One is made per attempt (a StepCtx of closures cost about a tenth of a
-    trivial step's time).
+    trivial step's time). Its ``key`` is made when first asked for: most
+    steps never ask.
     """
 
     __slots__ = ("_executor", "_seq", "_state", "beat_ms", "live", "task", "thread_id")
@@ -114,11 +115,9 @@ class _EngineStepCtx(StepCtx):
         executor: StepExecutor,
         state: RunState,
         seq: int,
-        key: str,
         attempt: int,
         token: str | None,
     ) -> None:
-        self.key = key
         self.attempt = attempt
         self.token = token
         self.cancelled = CancelFlag()
@@ -134,6 +133,11 @@ class _EngineStepCtx(StepCtx):
         # worker thread's id while a sync one runs there, else its task.
         self.thread_id = 0
         self.task: asyncio.Future[Any] | None = None
+
+    # A read-only property over the base class's attribute: only the engine makes these.
+    @property
+    def key(self) -> str:  # type: ignore[override]
+        return self._state.driver.machine.key(self._seq)
 
     def end(self) -> None:
         """The attempt is over or abandoned: its later heartbeats are ignored."""
@@ -252,7 +256,7 @@ class StepExecutor:
             token_attempt = m.await_attempt(seq)
             if token_attempt is not None:
                 token = f"{state.id}/{state.run}/{seq}/{token_attempt}"
-        return _EngineStepCtx(self, state, seq, m.key(seq), attempt, token)
+        return _EngineStepCtx(self, state, seq, attempt, token)
 
     def _ended(self, state: RunState, seq: int) -> bool:
         """Whether the run no longer wants step ``seq`` (delivered, dropped, parked, closed)."""
