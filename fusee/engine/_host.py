@@ -63,6 +63,11 @@ __all__ = ["EngineHost"]
 
 log = logging.getLogger("fusee")
 
+# Read after every turn: an enum member read from its class goes through
+# the enum metaclass's attribute hook (Python 3.11), ten times a global's cost.
+_RUNNING = RunStatus.RUNNING
+_PAUSED = RunStatus.PAUSED
+
 
 class EngineHost:
     """Implements `fusee._driver.RunHost` and `fusee.engine._steps.StepHost` for an engine.
@@ -189,8 +194,8 @@ class EngineHost:
         idle = not state.steps and driver.error is None and m.is_suspended()
         # The row says what describe says (`status_of`): every surface shows
         # one status, loaded or parked.
-        status = RunStatus.PAUSED if m.is_paused() else RunStatus.RUNNING
-        if idle and status is RunStatus.RUNNING:
+        status = _PAUSED if m.is_paused() else _RUNNING
+        if idle and status is _RUNNING:
             status = RunStatus.SUSPENDED
         if driver.error is not None:
             status = RunStatus.DIVERGED
