@@ -88,9 +88,9 @@ def test_a_thousand_gathered_steps_keep_their_interleaving_after_a_crash_anywher
     assert expected == [seq * 10 for seq in perm]
     journal = live.records
     assert isinstance(journal[-1], Done)
-    # Each crash replays the whole fan, so every one of the 2,000 positions
-    # costs a minute: every position near the ends (where the gather starts
-    # and ends), and one in 13 between.
+    # Each crash replays the whole fan, and all 2,000 positions together take
+    # a minute: every position near the ends (where the gather starts and
+    # ends), and one in 13 between.
     edge = 64
     crashes = {*range(1, edge), *range(edge, len(journal) - edge, 13)}
     crashes |= set(range(len(journal) - edge, len(journal)))

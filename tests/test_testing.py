@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,7 +92,7 @@ async def test_settle_waits_for_a_quick_step_function_in_a_thread() -> None:
 
 
 async def test_advance_waits_for_the_store_read_of_a_signal_sent_from_the_test(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, released: threading.Event
 ) -> None:
     # On SQLite a read takes real time on the store's thread: a signal the
     # test sends to a parked run loads it from there, in no engine task, and
@@ -106,17 +105,27 @@ async def test_advance_waits_for_the_store_read_of_a_signal_sent_from_the_test(
 
     read = SqliteStore._run_read
 
-    def slow_read(self: SqliteStore, fn: Any) -> Any:
-        time.sleep(0.05)
+    def held_read(self: SqliteStore, fn: Any) -> Any:
+        released.wait(DEADLOCK_S)
         return read(self, fn)
 
     async with TestEngine(workflows=[parked], store=SqliteStore(tmp_path)) as t:
         await t.start(parked, "p-1")
         await t.settle()
         await t.crash()  # reopened, the parked run stays in its journal
-        monkeypatch.setattr(SqliteStore, "_run_read", slow_read)
+        before = t.clock.now_ms()
+        monkeypatch.setattr(SqliteStore, "_run_read", held_read)
         sent = asyncio.ensure_future(t.get("p-1").signal(poke, 7))
-        await t.advance("1s")
+        advancing = asyncio.ensure_future(t.advance("1s"))
+        for _ in range(200):  # far more turns than an advance with nothing to wait for takes
+            await asyncio.sleep(0)
+        # Released before asserting, so a failure does not hold the store's close.
+        returned, now = advancing.done(), t.clock.now_ms()
+        released.set()
+        assert not returned
+        assert now == before
+        async with asyncio.timeout(DEADLOCK_S):
+            await advancing
         assert sent.done()
         assert (await t.get("p-1").describe()).status == fusee.RunStatus.COMPLETED
         assert await t.get("p-1").result() == 7

@@ -313,14 +313,12 @@ class HeldCommit:
         assert isinstance(store, SqliteStore)
         self.store = store
         self.released = threading.Event()
-        self.entered = threading.Event()
+        self.waiting = asyncio.Event()  # the commit is held (as `HeldWrites.waiting`)
+        self._loop = asyncio.get_running_loop()
 
     def _hold(self, conn: object) -> None:
-        self.entered.set()
+        self._loop.call_soon_threadsafe(self.waiting.set)
         self.released.wait(30)
-
-    async def wait_held(self) -> None:
-        await asyncio.to_thread(self.entered.wait, 30)
 
     def release(self) -> None:
         self.released.set()
@@ -363,10 +361,7 @@ async def test_a_repeated_queued_start_is_acknowledged_only_once_the_first_is_du
         holder = HeldWrites if hold == "before" else HeldCommit
         with holder(t.engine.store) as held:
             start = asyncio.ensure_future(t.start(wf, "r", "k", queue=q))
-            if isinstance(held, HeldWrites):
-                await held.waiting.wait()
-            else:
-                await held.wait_held()
+            await held.waiting.wait()
             signal = asyncio.ensure_future(t.get("r").signal(fusee.signal("poke", int), 1))
             # Sent again through the queue, or (a caller that lost track of
             # the queue) straight.
