@@ -251,7 +251,6 @@ class RunDriver:
         self.main: asyncio.Task[Any] | None = None
         self.end: RunEnd | None = None
         self.error: DeterminismError | None = None
-        self.ctx: Ctx | None = None
         # The host's own state for this run, so it finds it without a lookup.
         self.host_data: Any = None
         self._turning = False
@@ -262,13 +261,13 @@ class RunDriver:
 
     def start(self) -> None:
         """Starts the workflow coroutine and runs its first turn."""
-        self.ctx = Ctx(self)
+        # Held by the code alone, not by the driver: a run that ends holds
+        # no cycle through it.
+        ctx = Ctx(self)
         wf = self.workflow
         try:
             args: tuple[Any, ...] = (
-                (self.ctx, wf.decode_input(self.start_record.input))
-                if wf.takes_input
-                else (self.ctx,)
+                (ctx, wf.decode_input(self.start_record.input)) if wf.takes_input else (ctx,)
             )
         except PayloadError as e:
             args = ()
@@ -286,6 +285,11 @@ class RunDriver:
         """Ends the run's code without running it further (parking, engine shutdown)."""
         if not self.loop.is_closed():
             self.loop.shutdown()
+        # Nothing is delivered to a closed run. Its pending futures refer to
+        # the driver, and its ended main task to the code's frames, which
+        # hold its `Ctx`: dropped, so that no cycle keeps a parked run alive.
+        self._ops.clear()
+        self.main = None
 
     @property
     def finished(self) -> bool:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from typing import TypeVarTuple
 
     _Ts = TypeVarTuple("_Ts")
+    _AsyncgenHook = Callable[[AsyncGenerator[Any, Any]], None]
 
 __all__ = [
     "RunEvicted",
@@ -127,6 +128,19 @@ class TimerHost(Protocol):
         """Forget a pending timer (``handle.cancelled()`` may still be False)."""
 
 
+class _ClosedHost:
+    """The host of a closed loop, which starts and cancels no timer any more."""
+
+    def timer_started(self, handle: asyncio.TimerHandle) -> None:
+        raise AssertionError("a closed workflow loop starts no timer")
+
+    def timer_cancelled(self, handle: asyncio.TimerHandle) -> None:
+        raise AssertionError("a closed workflow loop reports no cancelled timer")
+
+
+_CLOSED_HOST = _ClosedHost()
+
+
 class RunEvicted(BaseException):
     """Thrown into every task of a run whose loop shuts down (parked, or closing).
 
@@ -212,7 +226,10 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             weakref.WeakKeyDictionary()
         )
         self._aclose_count = 0
-        self._asyncgen_hooks = (self._asyncgen_firstiter, self._asyncgen_finalizer)
+        self._asyncgen_hooks: tuple[_AsyncgenHook | None, _AsyncgenHook | None] = (
+            self._asyncgen_firstiter,
+            self._asyncgen_finalizer,
+        )
         self._running = False
         self._turn = 0  # run_ready calls: completions in one are simultaneous
         self._shutting_down = False
@@ -788,6 +805,13 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             self._closed = True
             self._ready.clear()
             self._asyncgens.clear()
+            # A closed loop calls neither its host nor its hooks again. It
+            # lets go of both so that a finished run's objects, which refer
+            # to the loop and to the host, hold no cycle through it: reference
+            # counting frees them when the run ends, not the cyclic garbage
+            # collector, which would walk them in every collection until then.
+            self._host = _CLOSED_HOST
+            self._asyncgen_hooks = (None, None)
 
     def _pending_tasks(self) -> list[asyncio.Future[Any]]:
         tasks = self._tasks

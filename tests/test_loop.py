@@ -878,6 +878,21 @@ def test_shutdown_runs_finally_blocks_but_not_cancellation_handlers(run: Run) ->
     assert not run.loop.is_running()
 
 
+def test_a_closed_loop_lets_go_of_its_host() -> None:
+    # A run's driver is the host of its loop and refers to the loop: a closed
+    # loop that kept it would leave every parked or ended run in a cycle.
+    host = FakeHost()
+    loop = WorkflowLoop(host)
+    held = weakref.ref(host)
+    turn(loop)
+    loop.shutdown()
+    del host
+    gc.collect()  # what a reference cycle through the loop would need
+    assert held() is None
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.call_later(1, lambda: None)
+
+
 def test_shutdown_cancels_tasks_that_never_started_without_running_them(run: Run) -> None:
     log: list[str] = []
 

@@ -62,6 +62,13 @@ class _VirtualHandle:
 
     def cancel(self) -> None:
         self.cancelled = True
+        # Stays in the heap until its time, as asyncio's handles do; like
+        # theirs, it lets go of its callback and what that holds (a run).
+        self.callback = _nothing
+
+
+def _nothing() -> None:
+    pass
 
 
 class VirtualClock:

@@ -109,6 +109,17 @@ class RunState:
     def run(self) -> int:
         return self.driver.run
 
+    def unload(self) -> None:
+        """Makes this state no longer its run's loaded one; its driver forgets it.
+
+        Nothing the driver reports after this reaches the host (`RunHost`
+        takes a driver with no state as one not loaded), and the cycle between
+        state and driver is cut, so that an ended or parked run is freed by
+        reference counting rather than by the cyclic garbage collector.
+        """
+        self.loaded = False
+        self.driver.host_data = None
+
 
 class Shard:
     """A share of the runs: its loaded runs and its timers."""
@@ -124,7 +135,7 @@ class Shard:
         """Makes ``state`` its run's loaded one (a state it replaces is ended)."""
         old = self.runs.get(state.id)
         if old is not None and old is not state:
-            old.loaded = False
+            old.unload()
             # A state replaced while loaded was cut short (its store failed
             # in the middle of a turn): its code is ended here, not left to
             # the garbage collector.
@@ -136,7 +147,7 @@ class Shard:
         """Unloads ``state`` if it is its run's loaded one."""
         if self.runs.get(state.id) is state:
             del self.runs[state.id]
-        state.loaded = False
+        state.unload()
 
     def clear(self) -> None:
         """Unloads every run and cancels every timer."""
@@ -144,7 +155,7 @@ class Shard:
             h.cancel()
         self.timers.clear()
         for state in self.runs.values():
-            state.loaded = False
+            state.unload()
         self.runs.clear()
 
     def drop_timers_of(self, id: str) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -227,6 +229,39 @@ async def test_a_run_parking_as_the_engine_closes_breaks_nothing(
     async with host(workflows=[gated], store=t.store) as t:
         await t.get(run.id).signal(go, 1)
         assert await t.get(run.id).result() == 2
+
+
+@pytest.mark.parametrize("leaves", ["ends", "parks"])
+async def test_a_run_that_leaves_memory_is_freed_without_the_cyclic_garbage_collector(
+    host: Host, leaves: str
+) -> None:
+    # Its driver, loop, machine and state refer to each other while it is
+    # loaded; once it ends or parks nothing of it may hold a cycle, or every
+    # finished run waits for a full collection, which walks them all.
+    gc.collect()
+    gc.disable()
+    try:
+        async with host(workflows=[gated], park_after="1s") as t:
+            run = await t.start(gated, "x-1", "a")
+            await t.settle()
+            state = t.engine.runs.loaded("x-1")
+            assert state is not None
+            driver, loop = weakref.ref(state.driver), weakref.ref(state.driver.loop)
+            del state
+            if leaves == "ends":
+                await run.signal(go, 1)
+                assert await run.result() == 2
+                await t.settle()
+            else:
+                await t.advance("2s")
+            assert not t.is_loaded("x-1")
+            assert (driver(), loop()) == (None, None)
+            await t.crash()
+            if leaves == "parks":
+                await t.get("x-1").signal(go, 1)
+            assert await t.get("x-1").result() == 2
+    finally:
+        gc.enable()
 
 
 # --- describe and list ----------------------------------------------------------------------------
