@@ -319,6 +319,12 @@ async def spin(ctx: fusee.Ctx) -> str:
 async def test_the_watchdog_reports_code_that_does_not_yield_with_its_stack() -> None:
     async with await fusee.Engine.open("memory", workflows=[spin], watchdog="100ms") as engine:
         assert await engine.execute(spin, "spin-1") == "done"
+        # The watchdog's thread writes the report while the code spins, in
+        # the GIL slices the spinning thread leaves it: it may still be
+        # formatting the stack when the run ends.
+        deadline = time.monotonic() + 10
+        while not engine.hooks.watchdog_reports and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         assert engine.hooks.watchdog_reports
         report = engine.hooks.watchdog_reports[0]
         assert "run 'spin-1' has run" in report
