@@ -222,9 +222,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         # make (see call_soon); may hold tasks that are done.
         self._seen_steps: dict[asyncio.Future[Any], None] = {}
         self._task_count = 0
-        self._asyncgens: weakref.WeakKeyDictionary[AsyncGenerator[Any, Any], None] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Made at the first async generator: most runs have none, and a weak
+        # dictionary is half a dozen objects to build and to collect.
+        self._asyncgens: weakref.WeakKeyDictionary[AsyncGenerator[Any, Any], None] | None = None
         self._aclose_count = 0
         self._asyncgen_hooks: tuple[_AsyncgenHook | None, _AsyncgenHook | None] = (
             self._asyncgen_firstiter,
@@ -668,14 +668,23 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     # -- async generators ----------------------------------------------------
 
     def _asyncgen_firstiter(self, agen: AsyncGenerator[Any, Any]) -> None:
+        if self._asyncgens is None:
+            self._asyncgens = weakref.WeakKeyDictionary()
         self._asyncgens[agen] = None
 
     def _asyncgen_finalizer(self, agen: AsyncGenerator[Any, Any]) -> None:
         # Called when an unfinished generator is collected; closing it in a
         # task of this loop runs its finally blocks inside the run.
-        self._asyncgens.pop(agen, None)
+        if self._asyncgens is not None:
+            self._asyncgens.pop(agen, None)
         if not self._closed:
             self._start_aclose(agen)
+
+    def _take_asyncgens(self) -> list[AsyncGenerator[Any, Any]]:
+        """The open async generators first iterated here, forgotten by the loop."""
+        agens = list(self._asyncgens) if self._asyncgens is not None else []
+        self._asyncgens = None
+        return agens
 
     def _start_aclose(self, agen: AsyncGenerator[Any, Any]) -> None:
         # Named apart from create_task's counter: collection of a generator in
@@ -712,8 +721,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             >>> task.done()
             True
         """
-        agens = list(self._asyncgens)
-        self._asyncgens.clear()
+        agens = self._take_asyncgens()
         results = await asyncio.gather(*(agen.aclose() for agen in agens), return_exceptions=True)
         for result, agen in zip(results, agens, strict=True):
             if isinstance(result, Exception):
@@ -772,11 +780,11 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
             for round_ in range(_EVICTION_ROUNDS):
                 pending = self._pending_tasks()
                 if not pending:
-                    if not self._asyncgens:
+                    agens = self._take_asyncgens()
+                    if not agens:
                         break
-                    for agen in list(self._asyncgens):
+                    for agen in agens:
                         self._start_aclose(agen)
-                    self._asyncgens.clear()
                 # Newest first: a child ends before the parent that made it
                 # unwinds, so a TaskGroup or gather finds it done and does not
                 # cancel it (which would cancel the journal future it awaits).
@@ -804,7 +812,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         finally:
             self._closed = True
             self._ready.clear()
-            self._asyncgens.clear()
+            self._asyncgens = None
             # A closed loop calls neither its host nor its hooks again. It
             # lets go of both so that a finished run's objects, which refer
             # to the loop and to the host, hold no cycle through it: reference

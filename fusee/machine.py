@@ -537,6 +537,7 @@ class StreamOpen:
     closed: bool
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StartInfo:
     """Identity and input of a run, from its `Start` record.

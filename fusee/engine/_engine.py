@@ -642,7 +642,8 @@ class Engine:
         wf = self.workflow(check_workflow(workflow))
         check_id(id, "a run")
         data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
-        fields: dict[str, Any] = {"workflow": wf.name, "input": data, "id_policy": id_policy.value}
+        # What a start sent to the shard's owner carries besides these.
+        queued: dict[str, Any] = {}
         if queue is not None or debounce is not None:
             q = self.queues.resolve(queue, debounce is not None)
             if self.owns(id):
@@ -663,7 +664,7 @@ class Engine:
                         raise
             # Queued by its shard's owner, who admits it: at once when the
             # queue allows (a worker that queued it elsewhere would not tell it).
-            fields.update(
+            queued.update(
                 queue=q.name,
                 key=key,
                 priority=priority,
@@ -677,6 +678,12 @@ class Engine:
                 # start was written): its new owner starts it.
                 if self.owns(id):
                     raise
+        fields: dict[str, Any] = {
+            "workflow": wf.name,
+            "input": data,
+            "id_policy": id_policy.value,
+            **queued,
+        }
         trace = self.telemetry.caller_trace()
         if trace is not None:
             fields["trace"] = trace
@@ -784,7 +791,7 @@ class Engine:
         state = self.runs.make_state(wf, [start], lsn)
         state.telemetry = self.telemetry.run(start, "started")
         state.start_lsn = lsn
-        self.runs.shard(id).add(state)
+        state.shard.add(state)
         self.runs.put_row(state)
         for sig in signals:
             carried = Signal(run, sig.name, sig.dedup, sig.payload, sig.by)
@@ -1077,7 +1084,7 @@ class Engine:
                     caller.set_result((Status.CANCELLED, ended))
             if self.strict:
                 self.runs.check_replay(state)
-            shard = self.runs.shard(state.id)
+            shard = state.shard
             mine = shard.runs.get(state.id) is state
             if mine:
                 shard.remove(state)

@@ -68,6 +68,26 @@ log = logging.getLogger("fusee")
 _RUNNING = RunStatus.RUNNING
 _PAUSED = RunStatus.PAUSED
 
+# Records that are the machine's own bookkeeping (or, for a signal, recorded
+# by `Messages.signal` itself): nothing for the host to do. One set lookup
+# for them, the most frequent, rather than a walk down `_react`'s cases.
+_QUIET: frozenset[type[Record]] = frozenset(
+    {
+        Start,
+        Step,
+        Attempt,
+        Resume,
+        Fired,
+        Signal,
+        Value,
+        ChildDone,
+        Heartbeat,
+        Awaiting,
+        Completed,
+        Patch,
+    }
+)
+
 
 class EngineHost:
     """Implements `fusee._driver.RunHost` and `fusee.engine._steps.StepHost` for an engine.
@@ -103,8 +123,7 @@ class EngineHost:
             return lsn
         if state.records is not None:
             state.records.append(record)
-        t = type(record)
-        if t is Step or t is Fired or t is Completed:
+        if type(record) in _QUIET:
             return lsn
         self._react(state, record, lsn)
         return lsn
@@ -163,8 +182,7 @@ class EngineHost:
                 | Completed()
                 | Patch()
             ):
-                # The machine's own bookkeeping (or, for a signal, recorded
-                # by `Messages.signal` itself): nothing for the host to do.
+                # `_QUIET`: `append` does not call here for these.
                 return
             case _:
                 assert_never(record)

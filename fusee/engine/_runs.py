@@ -132,8 +132,9 @@ class Runs:
         start = records[0]
         assert isinstance(start, Start)
         driver = RunDriver(engine.host, wf, records, gate, strict=engine.strict)
-        state = RunState(driver, wf, start.started_ms, start.parent, start.policy)
-        state.shard = self.shard(start.id)
+        state = RunState(
+            driver, wf, start.started_ms, start.parent, start.policy, self.shard(start.id)
+        )
         driver.host_data = state
         seed(state, start.meta)
         if engine.strict:
@@ -226,7 +227,7 @@ class Runs:
         assert isinstance(start, Start)
         state.telemetry = engine.telemetry.run(start, "recovered" if recovering else "woken")
         state.row_status = RunStatus(row.status)
-        self.shard(id).add(state)
+        state.shard.add(state)
         self.rebuild(state, records, recovering=recovering)
         state.driver.start()
         done = records[-1]
@@ -405,7 +406,7 @@ class Runs:
             if driver.error is not None:
                 return
         wake = self.wake_ms(state)
-        self.shard(state.id).remove(state)
+        state.shard.remove(state)
         driver.close()
         if state.telemetry is not None:
             state.telemetry.unloaded("parked")

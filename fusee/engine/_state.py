@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fusee._status import RunStatus
@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 __all__ = ["RunState", "Shard", "shard_index"]
 
+# A global: an enum member read from its class goes through the enum's slow
+# class attribute hook (Python 3.11).
+_RUNNING = RunStatus.RUNNING
+
 
 def shard_index(id: str, shards: int) -> int:
     """The shard of run ``id`` among ``shards``.
@@ -40,74 +44,123 @@ def shard_index(id: str, shards: int) -> int:
     return zlib.crc32(id.encode()) % shards
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True, init=False)
 class RunState:
     """A loaded run: its driver and what the host keeps beside it."""
 
     driver: RunDriver
+    # Its driver's, kept here: asked by most host callbacks.
+    id: str
+    run: int
     workflow: WorkflowDef[Any, Any]
     started_ms: int
     parent: Parent | None
     policy: int
     # Signals by ordinal, the ones consumed, and open waits by position.
-    signals: list[Signal] = field(default_factory=list)
-    consumed: set[int] = field(default_factory=set)
-    dedups: set[int] = field(default_factory=set)
-    waits: dict[int, str] = field(default_factory=dict)
+    signals: list[Signal]
+    consumed: set[int]
+    dedups: set[int]
+    waits: dict[int, str]
     # Whether the run was asked to cancel (its journal has a `Cancel`): a
     # second request is a no-op, so compensation runs to its end.
-    cancelled: bool = False
+    cancelled: bool
     # Updates by id (their ordinal) and their recorded outcomes by ordinal:
     # an update id is applied once, and a repeat answers the first's outcome.
-    update_ids: dict[str, int] = field(default_factory=dict)
-    update_outcomes: dict[int, tuple[Status, bytes]] = field(default_factory=dict)
+    update_ids: dict[str, int]
+    update_outcomes: dict[int, tuple[Status, bytes]]
     # What its `Start` carried from the id's earlier runs (continue-as-new):
     # their signals' dedup ids, oldest first, and their updates' outcomes by
     # id (see fusee.engine._carry).
-    carried_dedups: list[int] = field(default_factory=list)
-    carried_updates: dict[str, tuple[Status, bytes]] = field(default_factory=dict)
+    carried_dedups: list[int]
+    carried_updates: dict[str, tuple[Status, bytes]]
     # Callers waiting for an update id's outcome that is not recorded yet.
-    update_waiters: dict[str, asyncio.Future[tuple[Status, bytes]]] = field(default_factory=dict)
+    update_waiters: dict[str, asyncio.Future[tuple[Status, bytes]]]
     # The positions of `Send`s and `Child`s whose delivery is not confirmed
     # yet (the target's signal, the child's start durable): the outbox. The
     # run does not park, nor does its row say it ended, before it is empty.
-    outbox: set[int] = field(default_factory=set)
+    outbox: set[int]
     # Attached children whose wait the code dropped (cancelled): cancelled
     # with it, and never started if they were not yet.
-    dropped_children: set[int] = field(default_factory=set)
+    dropped_children: set[int]
     # The LSN of its run's `Start` when this engine appended it (0: loaded
     # from the store, durable already): an ATTACH returns once it is durable.
-    start_lsn: int = 0
+    start_lsn: int
     # The ended run's row, held back while its outbox is not empty.
-    final_row: RunRow | None = None
-    attributes: dict[str, Any] = field(default_factory=dict)
-    resumed: asyncio.Event = field(default_factory=asyncio.Event)
-    park_handle: TimerHandle | None = None
-    steps: set[asyncio.Task[None]] = field(default_factory=set)
-    heartbeat_due: dict[int, bytes] = field(default_factory=dict)
+    final_row: RunRow | None
+    attributes: dict[str, Any]
+    # Set by a resume of its paused steps (`resumed`); made when first asked.
+    resumed_event: asyncio.Event | None
+    park_handle: TimerHandle | None
+    steps: set[asyncio.Task[None]]
+    heartbeat_due: dict[int, bytes]
     # Due times of the run's armed timers and wait deadlines, by position:
     # a parked run is woken at the earliest.
-    due: dict[int, int] = field(default_factory=dict)
-    records: list[Record] | None = None
-    row_status: RunStatus = RunStatus.RUNNING
-    # Its shard, found once: host callbacks run for every record and step.
-    shard: Shard | None = None
+    due: dict[int, int]
+    records: list[Record] | None
+    row_status: RunStatus
+    # Its shard, found once (a crc32 of its id).
+    shard: Shard
     # Whether this state is its run's loaded one (not parked, ended or
     # replaced): kept by `Shard.add` and `Shard.remove`, and asked several
     # times a step, so a flag rather than a lookup.
-    loaded: bool = False
+    loaded: bool
     # Callers of `Run.update` waiting for the handler's answer.
-    updates: set[asyncio.Future[tuple[Status, bytes]]] = field(default_factory=set)
+    updates: set[asyncio.Future[tuple[Status, bytes]]]
     # Its spans and metrics; None (the step executor's one check) when off.
-    telemetry: RunTelemetry | None = None
+    telemetry: RunTelemetry | None
+
+    def __init__(
+        self,
+        driver: RunDriver,
+        workflow: WorkflowDef[Any, Any],
+        started_ms: int,
+        parent: Parent | None,
+        policy: int,
+        shard: Shard,
+    ) -> None:
+        # Written out: one is made for every run started or loaded, and the
+        # __init__ a dataclass writes calls a factory for each container.
+        self.driver = driver
+        self.id = driver.id
+        self.run = driver.run
+        self.workflow = workflow
+        self.started_ms = started_ms
+        self.parent = parent
+        self.policy = policy
+        self.signals = []
+        self.consumed = set()
+        self.dedups = set()
+        self.waits = {}
+        self.cancelled = False
+        self.update_ids = {}
+        self.update_outcomes = {}
+        self.carried_dedups = []
+        self.carried_updates = {}
+        self.update_waiters = {}
+        self.outbox = set()
+        self.dropped_children = set()
+        self.start_lsn = 0
+        self.final_row = None
+        self.attributes = {}
+        self.resumed_event = None
+        self.park_handle = None
+        self.steps = set()
+        self.heartbeat_due = {}
+        self.due = {}
+        self.records = None
+        self.row_status = _RUNNING
+        self.shard = shard
+        self.loaded = False
+        self.updates = set()
+        self.telemetry = None
 
     @property
-    def id(self) -> str:
-        return self.driver.id
-
-    @property
-    def run(self) -> int:
-        return self.driver.run
+    def resumed(self) -> asyncio.Event:
+        """Set when the run's paused steps are resumed (made when first asked: few runs pause)."""
+        event = self.resumed_event
+        if event is None:
+            event = self.resumed_event = asyncio.Event()
+        return event
 
     def unload(self) -> None:
         """Makes this state no longer its run's loaded one; its driver forgets it.

@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import msgpack
 
+from fusee._codegen import fast_init
 from fusee._status import UNFINISHED_STATUSES, RunStatus
 from fusee.errors import NotFound
 from fusee.store._queues import Admission, QueueItem, QueueLimits
@@ -69,6 +70,9 @@ def _no_attributes() -> Mapping[str, Any]:
     return _NO_ATTRIBUTES
 
 
+# Made for every record the engine appends: its __init__ sets the slots
+# directly (`fast_init`), not through `object.__setattr__`.
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One journal record to append.
