@@ -1089,7 +1089,7 @@ class Engine:
             if mine:
                 shard.remove(state)
                 state.driver.close()
-            shard.drop_timers_of(state.id)
+            shard.drop_timers_of(state)
             if done.status is Status.CONTINUED:
                 if not mine:
                     # Dropped with its shard meanwhile: the shard's next owner

@@ -211,7 +211,16 @@ class Shard:
             state.unload()
         self.runs.clear()
 
-    def drop_timers_of(self, id: str) -> None:
-        """Cancels every timer of run ``id`` (its end)."""
-        for key in [k for k in self.timers if k[0] == id]:
-            self.timers.pop(key).cancel()
+    def drop_timers_of(self, state: RunState) -> None:
+        """Cancels every timer of ``state``'s run (its end).
+
+        Those are its armed timers and deadlines, which its `due` lists, and
+        a wake-up: looked up by key, not found among the shard's timers,
+        which are mostly parked runs' (thousands of them).
+        """
+        timers, id = self.timers, state.id
+        for seq in (*state.due, -1):
+            h = timers.pop((id, seq), None)
+            if h is not None:
+                h.cancel()
+        state.due.clear()

@@ -264,6 +264,29 @@ async def test_a_run_that_leaves_memory_is_freed_without_the_cyclic_garbage_coll
         gc.enable()
 
 
+@fusee.workflow("leaves-a-timer")
+async def leaves_a_timer(ctx: fusee.Ctx) -> str:
+    ctx.sleep("never-awaited", "1h")  # its timer is armed; the run ends first
+    ctx.sleep("never-awaited-either", "2h")
+    return "ended"
+
+
+async def test_a_runs_end_cancels_its_own_timers_and_no_other_runs(host: Host) -> None:
+    async with host(workflows=[leaves_a_timer, napper]) as t:
+        sleeping = await t.start(napper, "n-1")
+        await t.settle()
+        assert await t.execute(leaves_a_timer, "l-1") == "ended"
+        await t.settle()
+        armed = [key for shard in t.engine.runs.shards for key in shard.timers]
+        assert [key for key in armed if key[0] == "l-1"] == []
+        assert [key for key in armed if key[0] == "n-1"] == [("n-1", 0)]
+        await t.advance("1h")
+        assert await sleeping.result() == "rested"
+        await t.crash()
+        assert await t.get("l-1").result() == "ended"
+        assert await t.get("n-1").result() == "rested"
+
+
 # --- describe and list ----------------------------------------------------------------------------
 
 
