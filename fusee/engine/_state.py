@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from fusee._driver import RunDriver
     from fusee.engine._clock import TimerHandle
     from fusee.engine._telemetry import RunTelemetry
+    from fusee.engine._timers import Alarm
     from fusee.record import Parent, Record, Signal, Status
     from fusee.store import RunRow
 
@@ -182,7 +183,9 @@ class Shard:
     def __init__(self) -> None:
         self.runs: dict[str, RunState] = {}
         # (id, seq) -> handle; seq -1 is a parked run's wake-up.
-        self.timers: dict[tuple[str, int], TimerHandle] = {}
+        # (id, position) -> the alarm armed there (position -1: a parked
+        # run's wake-up); one per key, the latest run's.
+        self.timers: dict[tuple[str, int], Alarm] = {}
 
     def add(self, state: RunState) -> None:
         """Makes ``state`` its run's loaded one (a state it replaces is ended)."""
@@ -204,8 +207,8 @@ class Shard:
 
     def clear(self) -> None:
         """Unloads every run and cancels every timer."""
-        for h in self.timers.values():
-            h.cancel()
+        for alarm in self.timers.values():
+            alarm.cancel()
         self.timers.clear()
         for state in self.runs.values():
             state.unload()
@@ -218,9 +221,12 @@ class Shard:
         a wake-up: looked up by key, not found among the shard's timers,
         which are mostly parked runs' (thousands of them).
         """
-        timers, id = self.timers, state.id
+        timers, id, run = self.timers, state.id, state.run
         for seq in (*state.due, -1):
-            h = timers.pop((id, seq), None)
-            if h is not None:
-                h.cancel()
+            key = (id, seq)
+            alarm = timers.get(key)
+            # Not a later run's timer at the same position (a replace).
+            if alarm is not None and alarm.run == run:
+                del timers[key]
+                alarm.cancel()
         state.due.clear()

@@ -18,23 +18,27 @@ from fusee.errors import StoreError
 from fusee.machine import Completion, TimerFired, WaitTimedOut
 
 if TYPE_CHECKING:
-    from fusee.engine._clock import Clock
+    from fusee.engine._clock import Clock, TimerHandle
     from fusee.engine._state import RunState, Shard
 
-__all__ = ["DEADLINE", "TIMER", "WAKE", "Timers"]
+__all__ = ["DEADLINE", "TIMER", "WAKE", "Alarm", "Timers"]
 
 # What an alarm does when its time comes.
 TIMER, DEADLINE, WAKE = 0, 1, 2
 
 
-class _Alarm:
+class Alarm:
     """A timer's callback: fires a run's timer or wait deadline, or wakes a parked run.
 
     A slotted object rather than closures: a parked run keeps one per timer
-    (W4 counts its bytes).
+    (W4 counts its bytes). It knows its run: a shard holds one alarm per
+    (id, position), and a later run of the id replaces an earlier one's.
+
+    Example:
+        See `Timers`, which arms them.
     """
 
-    __slots__ = ("id", "kind", "run", "seq", "timers")
+    __slots__ = ("handle", "id", "kind", "run", "seq", "timers")
 
     def __init__(self, timers: Timers, id: str, run: int, seq: int, kind: int) -> None:
         self.timers = timers
@@ -42,12 +46,20 @@ class _Alarm:
         self.run = run
         self.seq = seq
         self.kind = kind
+        # The clock's handle, set once armed.
+        self.handle: TimerHandle | None = None
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
 
     def __call__(self) -> None:
         timers, id, seq = self.timers, self.id, self.seq
         shard = timers.shard_of(id)
-        if shard.timers.pop((id, seq), None) is None:
-            return
+        key = (id, seq)
+        if shard.timers.get(key) is not self:
+            return  # disarmed, or replaced by a later run's timer at its position
+        del shard.timers[key]
         state = shard.runs.get(id)
         if state is not None:
             state.due.pop(seq, None)
@@ -109,9 +121,17 @@ class Timers:
         state = shard.runs.get(id)
         if state is not None and seq >= 0:
             state.due[seq] = at_ms
-        if (id, seq) in shard.timers:
-            return
-        shard.timers[(id, seq)] = self.clock.call_at(at_ms, _Alarm(self, id, run, seq, kind))
+        key = (id, seq)
+        armed = shard.timers.get(key)
+        if armed is not None:
+            if armed.run == run:
+                return
+            # An earlier run of the id left it, its end not settled yet (a
+            # replace started the new run meanwhile): the new run's wins.
+            armed.cancel()
+        alarm = Alarm(self, id, run, seq, kind)
+        alarm.handle = self.clock.call_at(at_ms, alarm)
+        shard.timers[key] = alarm
 
     def disarm(self, id: str, seq: int) -> None:
         """Cancels timer ``seq`` of run ``id`` (-1: its wake-up), if armed."""
@@ -119,9 +139,9 @@ class Timers:
         state = shard.runs.get(id)
         if state is not None:
             state.due.pop(seq, None)
-        h = shard.timers.pop((id, seq), None)
-        if h is not None:
-            h.cancel()
+        alarm = shard.timers.pop((id, seq), None)
+        if alarm is not None:
+            alarm.cancel()
 
     def disarm_waits(self, state: RunState) -> None:
         """Cancels the deadlines of every open wait of ``state``'s run."""
