@@ -6,6 +6,9 @@
   and over the first 10,000 (which also carries what fills once: SQLite's
   page caches, allocator arenas); then the time to reopen the engine with
   the 20,000 parked.
+- With the 20,000 parked (their timers armed), W2: 200 workflows of 10
+  steps started at once, in steps/s, against W2 on a fresh engine with none
+  parked: what a run costs among many parked ones.
 - A child process holds 200 such runs, each inside its last step, and is
   killed with SIGKILL: the time from opening the engine again until all 200
   have run that step again and are back at their sleep. (Killed at their
@@ -34,12 +37,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _workloads import sequential
+
 import fusee
 
 # Set in the killed child only: its runs' last step never returns, so the
 # SIGKILL finds every run running, with four steps journaled.
 HANG_IN_LAST_STEP = False
 _in_last_step = 0
+# W2's workflows, run among the parked ones.
+W2_RUNS = 200
 
 
 async def add_one(i: int) -> int:
@@ -68,8 +75,28 @@ def rss_bytes() -> int:
 
 async def open_engine(directory: str) -> fusee.Engine:
     return await fusee.Engine.open(
-        directory, workflows=[w4], durability="fsync", park_after="0s", watchdog=None
+        directory, workflows=[w4, sequential], durability="fsync", park_after="0s", watchdog=None
     )
+
+
+async def w2(engine: fusee.Engine, tag: str) -> float:
+    """W2 (200 workflows of 10 sequential steps, started at once) on ``engine``: steps/s."""
+    t0 = time.perf_counter()
+    runs = await asyncio.gather(
+        *(engine.start(sequential, f"w2-{tag}-{k}", 10) for k in range(W2_RUNS))
+    )
+    for run in runs:
+        await run.result()
+    return W2_RUNS * 10 / (time.perf_counter() - t0)
+
+
+async def w2_alone(directory: str) -> float:
+    """W2 on a fresh engine, nothing parked: what `park_many`'s W2 compares with."""
+    engine = await open_engine(directory)
+    try:
+        return await w2(engine, "alone")
+    finally:
+        await engine.close()
 
 
 async def all_parked(engine: fusee.Engine, n: int) -> None:
@@ -100,26 +127,30 @@ async def park(engine: fusee.Engine, first: int, n: int) -> int:
     return rss_bytes()
 
 
-async def park_many(directory: str, n: int) -> tuple[float, float, float]:
+async def park_many(directory: str, n: int) -> tuple[float, float, float, float]:
     """RSS bytes per parked run (first ``n``, then the next ``n``), reopen seconds (2n parked).
 
     The first figure also carries what fills once, whatever the number of
     runs: SQLite's page caches (2 MB per connection), the allocator's
     arenas kept from the runs that were running. The second is the slope of
     RSS against parked runs, what one more parked run costs: the goal's.
+    The fourth is W2's steps/s with the 2n parked (their timers armed).
     """
     engine = await open_engine(directory)
     gc.collect()
     before = rss_bytes()
     first = await park(engine, 0, n)
     second = await park(engine, n, n)
+    # Runs that come and go among many parked ones: nothing a run does
+    # (its end cancelling its timers, say) may cost in the number parked.
+    busy = await w2(engine, "parked")
     await engine.close()
     t0 = time.perf_counter()
     engine = await open_engine(directory)
     reopen = time.perf_counter() - t0
     assert sum(len(s.runs) for s in engine.runs.shards) == 0, "parked runs were loaded on open"
     await engine.close()
-    return (first - before) / n, (second - first) / n, reopen
+    return (first - before) / n, (second - first) / n, reopen, busy
 
 
 def killed_child(directory: str, n: int) -> None:
@@ -181,6 +212,8 @@ def main() -> None:
     marginal: list[float] = []
     reopen: list[float] = []
     recover: list[float] = []
+    w2_parked: list[float] = []
+    w2_fresh: list[float] = []
     for _ in range(args.repeat):
         # Each repetition in a fresh process: RSS of one does not carry into the next.
         out = subprocess.run(
@@ -194,12 +227,21 @@ def main() -> None:
         marginal.append(fig["marginal"])
         reopen.append(fig["reopen"])
         recover.append(fig["recover"])
+        w2_parked.append(fig["w2_parked"])
+        w2_fresh.append(fig["w2_fresh"])
     n = args.runs
     figures: list[tuple[str, list[float], str]] = [
         (f"W4 RSS per parked run, bytes (from {n} to {2 * n} parked)", marginal, "<= 2048"),
         (f"W4 RSS per parked run, bytes (first {n} parked, with one-time growth)", per_run, ""),
         (f"W4 reopen with {2 * n} parked, s", reopen, "<= 1"),
         (f"W4 back at the sleep after SIGKILL, {args.killed} runs, s", recover, "<= 0.1"),
+        (f"W2 steps/s (SQLite fsync) with {2 * n} runs parked", w2_parked, ""),
+        ("W2 steps/s (SQLite fsync) with none parked", w2_fresh, ""),
+        (
+            f"W2 with {2 * n} runs parked / with none (ratio)",
+            [p / f for p, f in zip(w2_parked, w2_fresh, strict=True)],
+            "",
+        ),
     ]
     for name, values, goal in figures:
         row: dict[str, Any] = {
@@ -214,11 +256,25 @@ def main() -> None:
 
 
 def one(runs: int, killed: int) -> None:
-    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        per_run, marginal, reopen = asyncio.run(park_many(a, runs))
+    with (
+        tempfile.TemporaryDirectory() as a,
+        tempfile.TemporaryDirectory() as b,
+        tempfile.TemporaryDirectory() as c,
+    ):
+        per_run, marginal, reopen, w2_parked = asyncio.run(park_many(a, runs))
         recover = asyncio.run(recover_after_kill(b, killed))
+        w2_fresh = asyncio.run(w2_alone(c))
     print(
-        json.dumps({"per_run": per_run, "marginal": marginal, "reopen": reopen, "recover": recover})
+        json.dumps(
+            {
+                "per_run": per_run,
+                "marginal": marginal,
+                "reopen": reopen,
+                "recover": recover,
+                "w2_parked": w2_parked,
+                "w2_fresh": w2_fresh,
+            }
+        )
     )
 
 

@@ -57,18 +57,14 @@ class _VirtualHandle:
     __slots__ = ("callback", "cancelled")
 
     def __init__(self, callback: Callable[[], object]) -> None:
-        self.callback = callback
+        self.callback: Callable[[], object] | None = callback
         self.cancelled = False
 
     def cancel(self) -> None:
         self.cancelled = True
         # Stays in the heap until its time, as asyncio's handles do; like
         # theirs, it lets go of its callback and what that holds (a run).
-        self.callback = _nothing
-
-
-def _nothing() -> None:
-    pass
+        self.callback = None
 
 
 class VirtualClock:
@@ -110,5 +106,7 @@ class VirtualClock:
                 break
             _, _, h = heapq.heappop(self._heap)
             self._now = max(self._now, due)
-            h.callback()
+            callback = h.callback
+            assert callback is not None, "next_at drops cancelled timers"
+            callback()
         self._now = max(self._now, at_ms)

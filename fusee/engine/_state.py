@@ -182,7 +182,6 @@ class Shard:
 
     def __init__(self) -> None:
         self.runs: dict[str, RunState] = {}
-        # (id, seq) -> handle; seq -1 is a parked run's wake-up.
         # (id, position) -> the alarm armed there (position -1: a parked
         # run's wake-up); one per key, the latest run's.
         self.timers: dict[tuple[str, int], Alarm] = {}
