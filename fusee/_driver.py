@@ -304,62 +304,63 @@ class RunDriver:
             return
         self._turning = True
         self.turn_started = time.monotonic()
-        token = self.loop.enter()
-        try:
-            self._turn()
-        finally:
-            self.loop.leave(token)
-            self._turning = False
-            self.turn_started = None
-        self.host.turned(self)
-
-    def _turn(self) -> None:
         m = self.machine
         loop = self.loop
         main = self.main
         assert main is not None
-        while True:
-            loop.run_ready()
-            if self.error is not None:
-                self._stop()
-                return
-            if main.done():
-                self._finish(main)
-                return
-            n = m.next()
-            t = type(n)
-            if t is DeliverLive:
-                assert isinstance(n, DeliverLive)
-                self._deliver_live(n.seq, n.outcome, n.record.record(self.run, n.seq, n.outcome))
-            elif t is Deliver:
-                assert isinstance(n, Deliver)
-                if n.record is not None:
-                    self._append(n.record)
-                self._resolve(n.seq, n.outcome)
-            elif t is CancelAll:
-                assert isinstance(n, CancelAll)
-                if n.record is not None:
-                    self._append(n.record)
-                reason = _reason_text(n.reason)
-                for seq in n.seqs:
-                    self._cancel_op(seq, reason)
-                self._cancel_asyncio_waits(reason)
-            elif t is DeliverUpdate:
-                assert isinstance(n, DeliverUpdate)
-                self._start_update(n)
-            else:
-                if m.is_replaying() and not m.has_live_pending():
-                    err = m.stall_error()
-                    if err is not None:
-                        self._diverged(err, self._waiting_location())
-                        self._stop()
-                return
+        token = loop.enter()
+        # One call for the whole turn (not a helper per turn): it runs for
+        # every delivered step.
+        try:
+            while True:
+                loop.run_ready()
+                if self.error is not None:
+                    self._stop()
+                    break
+                if main.done():
+                    self._finish(main)
+                    break
+                n = m.next()
+                t = type(n)
+                if t is DeliverLive:
+                    assert isinstance(n, DeliverLive)
+                    self._deliver_live(
+                        n.seq, n.outcome, n.record.record(self.run, n.seq, n.outcome)
+                    )
+                elif t is Deliver:
+                    assert isinstance(n, Deliver)
+                    if n.record is not None:
+                        self._append(n.record)
+                    self._resolve(n.seq, n.outcome.status, n.outcome.payload)
+                elif t is CancelAll:
+                    assert isinstance(n, CancelAll)
+                    if n.record is not None:
+                        self._append(n.record)
+                    reason = _reason_text(n.reason)
+                    for seq in n.seqs:
+                        self._cancel_op(seq, reason)
+                    self._cancel_asyncio_waits(reason)
+                elif t is DeliverUpdate:
+                    assert isinstance(n, DeliverUpdate)
+                    self._start_update(n)
+                else:
+                    if m.is_replaying() and not m.has_live_pending():
+                        err = m.stall_error()
+                        if err is not None:
+                            self._diverged(err, self._waiting_location())
+                            self._stop()
+                    break
+        finally:
+            loop.leave(token)
+            self._turning = False
+            self.turn_started = None
+        self.host.turned(self)
 
     def _deliver_live(self, seq: int, outcome: Outcome, record: Record) -> None:
         for end in self.machine.stream_ends(seq, outcome.status):
             self._append(end)
         self._append(record)
-        self._resolve(seq, outcome)
+        self._resolve(seq, outcome.status, outcome.payload)
 
     def _finish(self, main: asyncio.Task[Any]) -> None:
         m = self.machine
@@ -482,18 +483,17 @@ class RunDriver:
             if op.kind == "child":
                 self.host.child_dropped(self, seq, op.extra)
 
-    def _resolve(self, seq: int, outcome: Outcome) -> None:
+    def _resolve(self, seq: int, status: Status, payload: bytes) -> None:
         op = self._ops.pop(seq, None)
         if op is None or op.future.done():
             return
         fut = op.future
-        status = outcome.status
         if status is _OK:
             decode = op.decode
             if decode is not None:
                 # The common case: a step's or signal's value.
                 try:
-                    fut.set_result(decode(outcome.payload))
+                    fut.set_result(decode(payload))
                 except PayloadError as e:
                     fut.set_exception(e)
                 return
@@ -507,12 +507,12 @@ class RunDriver:
             fut.set_result(None)
             return
         if status is _CANCELLED:
-            fut.set_exception(Cancelled(_reason_text(outcome.payload)))
+            fut.set_exception(Cancelled(_reason_text(payload)))
             return
         if op.kind == "child":
-            fut.set_exception(ChildFailed(str(op.extra), _child_cause(status, outcome.payload)))
+            fut.set_exception(ChildFailed(str(op.extra), _child_cause(status, payload)))
             return
-        err_type, message = _error_of(outcome.payload)
+        err_type, message = _error_of(payload)
         fut.set_exception(StepFailed(op.name, err_type, message))
 
     def _cancel_asyncio_waits(self, reason: str) -> None:
@@ -597,9 +597,10 @@ class RunDriver:
         live = m.take_live_step(seq)
         if live is not None:
             # The lone live step's result: nothing could be delivered before
-            # it, so it skips the queue.
-            outcome = Outcome(status, payload)
-            self._deliver_live(seq, outcome, live.record(self.run, seq, outcome))
+            # it, so it skips the queue; and it owns no stream to end
+            # (`take_live_step`), so its record is all there is to append.
+            m.gate = self.host.append(self, live.result(self.run, seq, status, payload))
+            self._resolve(seq, status, payload)
         elif not m.complete(seq, StepCompleted(status, payload)):
             return
         self.turn()

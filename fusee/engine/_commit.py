@@ -359,7 +359,9 @@ class Committer:
                     self._woken = False
                 continue
             entries, self._entries = self._entries, []
-            rows, self._rows = list(self._rows.values()), {}
+            rows: list[RunRow] = []
+            if self._rows:  # most batches carry records alone
+                rows, self._rows = list(self._rows.values()), {}
             batch: _Batch | None = None
             if self._fence is not None or self._items or self._forget or self._commands:
                 batch = _Batch(entries, rows, self._commands, list(self._items.values()))

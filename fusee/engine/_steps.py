@@ -20,7 +20,7 @@ import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import anyio.to_thread
 
@@ -204,7 +204,14 @@ class StepExecutor:
         """Runs ``call`` for ``state``'s run: eagerly once its gate is durable, else as a task."""
         host = self.host
         mocks = host.hooks.mocks
-        if self._eager_ok(call) and not (mocks and (state.workflow.name, call.name) in mocks):
+        # Whether the first attempt may run eagerly (`_run_eagerly`): an
+        # async step with no timeout and no delay, not mocked.
+        if (
+            call.timeout_s is None
+            and call.not_before_ms == 0
+            and (call.is_async or returns_awaitable(call.fn))
+            and not (mocks and (state.workflow.name, call.name) in mocks)
+        ):
             # Run it once its gate is durable, from the committer's release
             # (never inside this turn: the step is not workflow code).
             gate = state.driver.machine.gate
@@ -215,12 +222,6 @@ class StepExecutor:
                 committer.on_durable(gate, functools.partial(self._eager, state, call))
             return
         self._start_task(state, call, None)
-
-    def _eager_ok(self, call: StepCall) -> bool:
-        """Whether a step's first attempt may run eagerly (`_run_eagerly`)."""
-        if call.timeout_s is not None or call.not_before_ms != 0:
-            return False
-        return call.is_async or returns_awaitable(call.fn)
 
     def _eager(self, state: RunState, call: StepCall) -> None:
         if not state.loaded:
@@ -273,9 +274,20 @@ class StepExecutor:
         """
         host = self.host
         seq = call.seq
-        if host.closed or self._ended(state, seq) or host.committer.failed is not None:
+        driver = state.driver
+        if (
+            host.closed
+            or host.committer.failed is not None
+            # `_ended`, written out: asked for every step.
+            or not driver.machine.step_pending(seq)
+            or driver.loop.is_closed()
+        ):
             return None
-        sctx = self._step_ctx(state, call, call.attempt)
+        sctx = (
+            self._step_ctx(state, call, call.attempt)
+            if call.is_await
+            else _EngineStepCtx(self, state, seq, call.attempt, None)
+        )
         hooks = host.hooks
         if hooks.step_log is not None:
             hooks.step_started(state.id, state.run, seq)
@@ -529,7 +541,7 @@ def _encode_result(call: StepCall, result: Any) -> bytes:
     With no declared type the result comes back as its plain shape (a
     dataclass as a dict), while the workflow's types say otherwise.
     """
-    if not call.declared and not call.is_await:
+    if type(result) not in _PLAIN_RESULTS and not call.declared and not call.is_await:
         kind = _codec.structured_kind(result)
         if kind is not None:
             raise PayloadError(
@@ -537,7 +549,15 @@ def _encode_result(call: StepCall, result: Any) -> bytes:
                 "no result type, so it would come back as a dict; annotate the step function's "
                 f"return type, or pass result_type={type(result).__qualname__} to ctx.step"
             )
-    return _codec.encode(result, name=f"the result of step '{call.name}'")
+    try:
+        return _codec.encode(result)
+    except PayloadError:
+        # Again, for the message: it names the step. Not built for every result.
+        return _codec.encode(result, name=f"the result of step '{call.name}'")
+
+
+# Results that are never a typed record (`_codec.structured_kind` says None).
+_PLAIN_RESULTS: Final = frozenset({type(None), bool, int, float, str, bytes, list, dict})
 
 
 async def _finish_first(first: _First, sctx: StepCtx) -> Any:
