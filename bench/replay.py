@@ -20,7 +20,7 @@ import fusee
 from fusee._driver import RunDriver
 from fusee._runtime import StepCall
 from fusee.errors import DeterminismError
-from fusee.record import Done, Record, decode
+from fusee.record import Done, Record, Status, decode
 
 
 @fusee.workflow("w6")
@@ -43,6 +43,11 @@ class _ReplayOnly:
         assert isinstance(record, Done), f"replay appended {record}"
         self.lsn += 1
         return self.lsn
+
+    def append_step(
+        self, driver: RunDriver, seq: int, name: str, attempt: int, status: Status, payload: bytes
+    ) -> int:
+        raise AssertionError("replay recorded a step's result")
 
     def run_step(self, driver: RunDriver, call: StepCall) -> None:
         raise AssertionError("replay ran a step")

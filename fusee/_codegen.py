@@ -65,6 +65,9 @@ def _setter(cls: type, name: str) -> Callable[[object, object], None]:
 
 # --- fast __init__ ------------------------------------------------------------------
 
+# The default of a parameter whose field has a default_factory.
+_NO_VALUE: Any = object()
+
 
 def fast_init(cls: type[T]) -> type[T]:
     """Replaces a frozen slotted dataclass's ``__init__`` with a faster one.
@@ -79,8 +82,9 @@ def fast_init(cls: type[T]) -> type[T]:
     class's module, so ``typing.get_type_hints`` still works on it.
 
     Args:
-        cls: A dataclass made with ``frozen=True, slots=True`` whose fields
-            have plain defaults (no ``default_factory``, no ``InitVar``).
+        cls: A dataclass made with ``frozen=True, slots=True`` with no
+            ``init=False`` field and no ``InitVar``; ``__post_init__`` is
+            called last, as the dataclass's own ``__init__`` calls it.
 
     Returns:
         ``cls``, changed in place.
@@ -98,15 +102,23 @@ def fast_init(cls: type[T]) -> type[T]:
     params: list[str] = []
     lines: list[str] = []
     for f in dataclasses.fields(cast(Any, cls)):
-        if f.default_factory is not dataclasses.MISSING or not f.init:
+        if not f.init:
             raise TypeError(f"fast_init does not support field {f.name!r} of {cls.__name__}")
         names[f"_set_{f.name}"] = _setter(cls, f.name)
-        if f.default is dataclasses.MISSING:
+        if f.default_factory is not dataclasses.MISSING:
+            # As the dataclass's own: the factory is called when no value is given.
+            names["_no_value"] = _NO_VALUE
+            names[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_no_value")
+            lines.append(f"    if {f.name} is _no_value:\n        {f.name} = _factory_{f.name}()\n")
+        elif f.default is dataclasses.MISSING:
             params.append(f.name)
         else:
             names[f"_default_{f.name}"] = f.default
             params.append(f"{f.name}=_default_{f.name}")
         lines.append(f"    _set_{f.name}(self, {f.name})\n")
+    if hasattr(cls, "__post_init__"):
+        lines.append("    self.__post_init__()\n")
     source = f"def __init__(self, {', '.join(params)}):\n" + ("".join(lines) or "    pass\n")
     filename = f"<fusee fast __init__ of {cls.__module__}.{cls.__qualname__}>"
     init = _compile(filename, source, names, cls.__module__, "__init__")
@@ -400,8 +412,11 @@ def _cannot_hold(field: str, expected: type, v: object) -> TypeError:
     return TypeError(f"field {field} holds {type(v).__name__}, expected {expected.__name__}")
 
 
-def encoder(cls: type, tag: int, wire: Wire) -> Callable[[Any], bytes]:
+def encoder(cls: type, tag: int, wire: Wire, *, by_fields: bool = False) -> Callable[..., bytes]:
     """Writes the function that encodes a record of kind ``cls`` (wire tag ``tag``).
+
+    With ``by_fields`` the function takes the record's fields, in order, in
+    place of a record: the same bytes with no record made.
 
     Example:
         >>> import msgpack, struct, zlib
@@ -421,19 +436,25 @@ def encoder(cls: type, tag: int, wire: Wire) -> Callable[[Any], bytes]:
         "_pack_header": wire.pack_header,
         "_crc32": wire.crc32,
     }
-    lines = ["def _fn(_record):"]
+    if by_fields:
+        lines = [f"def _fn({', '.join(f.name for f in fields)}):"]
+        read = "{}"
+    else:
+        lines = ["def _fn(_record):"]
+        read = "_record.{}"
     values = []
     for f in fields:
         annotation = str(f.type)
         name = annotation.removesuffix(" | None")
         if name not in wire.nested:
-            values.append(f"_record.{f.name}")
+            values.append(read.format(f.name))
             continue
         values.append(f.name)
         names[name] = wire.nested[name]
         inner = [f"{f.name}.{g.name}" for g in record_fields(wire.nested[name])]
         i = "    "
-        lines.append(f"{i}{f.name} = _record.{f.name}")
+        if not by_fields:
+            lines.append(f"{i}{f.name} = _record.{f.name}")
         if annotation.endswith(" | None"):
             lines.append(f"{i}if {f.name} is not None:")
             i += "    "
@@ -448,4 +469,5 @@ def encoder(cls: type, tag: int, wire: Wire) -> Callable[[Any], bytes]:
         " + _packed",
     ]
     source = "\n".join(lines) + "\n"
-    return _compile(f"<fusee.record encode {cls.__name__}>", source, names, cls.__module__)
+    what = "fields of " if by_fields else ""
+    return _compile(f"<fusee.record encode {what}{cls.__name__}>", source, names, cls.__module__)

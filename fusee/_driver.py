@@ -84,6 +84,16 @@ class RunHost(Protocol):
         """Appends ``record`` to the run's journal; returns its LSN."""
         ...
 
+    def append_step(
+        self, driver: RunDriver, seq: int, name: str, attempt: int, status: Status, payload: bytes
+    ) -> int:
+        """Appends the `Step` of a live step's result, as `append` would; returns its LSN.
+
+        The host need not make the record: most only encode it
+        (`fusee.record.encode_step`).
+        """
+        ...
+
     def run_step(self, driver: RunDriver, call: StepCall) -> None:
         """Runs a step's function once the run's gate is durable and its time has come."""
         ...
@@ -131,6 +141,12 @@ class ReplayHost:
         return 0
 
     def append(self, driver: RunDriver, record: Record) -> int:
+        self._lsn += 1
+        return self._lsn
+
+    def append_step(
+        self, driver: RunDriver, seq: int, name: str, attempt: int, status: Status, payload: bytes
+    ) -> int:
         self._lsn += 1
         return self._lsn
 
@@ -599,7 +615,7 @@ class RunDriver:
             # The lone live step's result: nothing could be delivered before
             # it, so it skips the queue; and it owns no stream to end
             # (`take_live_step`), so its record is all there is to append.
-            m.gate = self.host.append(self, live.result(self.run, seq, status, payload))
+            m.gate = self.host.append_step(self, seq, live.name, live.attempt, status, payload)
             self._resolve(seq, status, payload)
         elif not m.complete(seq, StepCompleted(status, payload)):
             return

@@ -823,6 +823,9 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
 
     def _pending_tasks(self) -> list[asyncio.Future[Any]]:
         tasks = self._tasks
+        if not tasks and not self._seen_steps and self._step_wrapper is not None:
+            # A run that ended: its tasks left `_tasks` as they ended.
+            return []
         pending = [task for task in tasks if not task.done()]
         # Tasks built with asyncio.Task(coro, loop=...) bypass create_task;
         # call_soon saw their first step (before the step's type was learnt,

@@ -793,9 +793,35 @@ def _check_text(id: str, what: str) -> None:
 # About 100 years: a deadline past it is a bug (or an overflow), not a plan.
 _MAX_SLEEP_S = 100 * 365 * 86400.0
 
-_current_step: contextvars.ContextVar[StepCtx | None] = contextvars.ContextVar(
+_current_step: contextvars.ContextVar[StepCtx | _LaterStepCtx | None] = contextvars.ContextVar(
     "fusee_current_step", default=None
 )
+
+
+class _LaterStepCtx:
+    """A step's `StepCtx`, made when first asked for (`current_step`).
+
+    An engine sets one as the current step of an attempt whose function
+    takes no `StepCtx`: most such functions never ask for theirs, and a
+    `StepCtx` is the dearest object of a step's attempt. Asked twice, it
+    gives the same one.
+    """
+
+    __slots__ = ("made",)
+
+    def __init__(self) -> None:
+        self.made: StepCtx | None = None
+
+    def make(self) -> StepCtx:
+        """Makes the `StepCtx` (once: `get` keeps it)."""
+        raise NotImplementedError
+
+    def get(self) -> StepCtx:
+        """The `StepCtx`, made now if it was not yet."""
+        ctx = self.made
+        if ctx is None:
+            ctx = self.made = self.make()
+        return ctx
 
 
 class CancelFlag:
@@ -935,4 +961,7 @@ def current_step() -> StepCtx | None:
         >>> current_step() is None
         True
     """
-    return _current_step.get()
+    step = _current_step.get()
+    if isinstance(step, _LaterStepCtx):
+        return step.get()
+    return step

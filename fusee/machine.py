@@ -388,15 +388,6 @@ class LiveStep:
         """The `Step` record to append. ``time``: when the step ran (dev profile)."""
         return Step(run, seq, self.name, self.attempt, outcome.status, outcome.payload, time)
 
-    def result(self, run: int, seq: int, status: Status, payload: bytes) -> Step:
-        """The `Step` record of a result taken with `RunMachine.take_live_step`, no `Outcome` made.
-
-        Example:
-            >>> LiveStep("charge", 1).result(1, 0, Status.OK, b"x").status
-            <Status.OK: 0>
-        """
-        return Step(run, seq, self.name, self.attempt, status, payload, None)
-
 
 @fast_init
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,11 @@ class FakeHost:
         self.records.append(record)
         return len(self.records)
 
+    def append_step(
+        self, driver: RunDriver, seq: int, name: str, attempt: int, status: Status, payload: bytes
+    ) -> int:
+        return self.append(driver, Step(driver.run, seq, name, attempt, status, payload))
+
     def run_step(self, driver: RunDriver, call: StepCall) -> None:
         self.calls.append(call)
 

@@ -1076,12 +1076,13 @@ class Engine:
             )
 
         def durable() -> None:
-            ended = _codec.encode(
-                ["RunEnded", f"run '{state.id}' ended before the update's handler finished"]
-            )
-            for caller in list(state.updates):
-                if not caller.done():
-                    caller.set_result((Status.CANCELLED, ended))
+            if state.updates:
+                ended = _codec.encode(
+                    ["RunEnded", f"run '{state.id}' ended before the update's handler finished"]
+                )
+                for caller in list(state.updates):
+                    if not caller.done():
+                        caller.set_result((Status.CANCELLED, ended))
             if self.strict:
                 self.runs.check_replay(state)
             shard = state.shard

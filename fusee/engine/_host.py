@@ -47,6 +47,7 @@ from fusee.record import (
     Wait,
     Waited,
     encode,
+    encode_step,
 )
 
 if TYPE_CHECKING:
@@ -127,6 +128,17 @@ class EngineHost:
             return lsn
         self._react(state, record, lsn)
         return lsn
+
+    def append_step(
+        self, driver: RunDriver, seq: int, name: str, attempt: int, status: Status, payload: bytes
+    ) -> int:
+        state: RunState | None = driver.host_data
+        if state is not None and state.loaded and state.records is not None:
+            # The dev profile keeps every record: made, as `append` makes it.
+            return self.append(driver, Step(driver.run, seq, name, attempt, status, payload))
+        # A `Step` is quiet (`_QUIET`): nothing else to do for it.
+        data = encode_step(driver.run, seq, name, attempt, status, payload)
+        return self._engine.committer.append(driver.id, driver.run, data)
 
     def _react(self, state: RunState, record: Record, lsn: int) -> None:
         engine = self._engine

@@ -20,14 +20,14 @@ import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import anyio.to_thread
 
 from fusee import _codec
 from fusee._driver import error_payload
 from fusee._stepfn import code_deciding, mark_returns_awaitable, returns_awaitable, takes_arg
-from fusee.context import CancelFlag, StepCtx, _current_step
+from fusee.context import CancelFlag, StepCtx, _current_step, _LaterStepCtx
 from fusee.engine._slowsteps import AttemptWatch, expected_s, slow_step_default_s
 from fusee.errors import Failure, PayloadError, StoreError
 from fusee.record import PAUSED, Status
@@ -168,6 +168,33 @@ class _EngineStepCtx(StepCtx):
         return self._executor.host.step_stream(self._state, self._seq, name)
 
 
+class _EagerStepCtx(_LaterStepCtx):
+    """The current step of an eager attempt whose function takes no `StepCtx`.
+
+    Its `_EngineStepCtx` is made if the code asks for it (`fusee.current_step`)
+    or the attempt goes on in a task (which holds it, to cancel it).
+    """
+
+    __slots__ = ("_call", "_executor", "_state")
+
+    def __init__(self, executor: StepExecutor, state: RunState, call: StepCall) -> None:
+        self.made = None
+        self._executor = executor
+        self._state = state
+        self._call = call
+
+    def make(self) -> _EngineStepCtx:
+        call = self._call
+        return _EngineStepCtx(self._executor, self._state, call.seq, call.attempt, None)
+
+
+def _made(current: _EngineStepCtx | _EagerStepCtx) -> _EngineStepCtx:
+    """The attempt's `_EngineStepCtx`, made now if it was not yet."""
+    if isinstance(current, _EagerStepCtx):
+        return cast(_EngineStepCtx, current.get())
+    return current
+
+
 # What an eager first attempt left: ("suspended", (coroutine, yielded)),
 # ("awaitable", awaitable) or ("raised", exception), and the attempt's StepCtx
 # (the one its code holds: its `cancelled` flag is the one to set).
@@ -283,19 +310,24 @@ class StepExecutor:
             or driver.loop.is_closed()
         ):
             return None
-        sctx = (
-            self._step_ctx(state, call, call.attempt)
-            if call.is_await
-            else _EngineStepCtx(self, state, seq, call.attempt, None)
-        )
+        tel = state.telemetry
+        sctx: _EngineStepCtx | None = None
+        if call.takes_ctx or call.is_await or tel is not None:
+            sctx = (
+                self._step_ctx(state, call, call.attempt)
+                if call.is_await
+                else _EngineStepCtx(self, state, seq, call.attempt, None)
+            )
+        # Else the function takes none: one is made only if its code asks.
+        current = sctx if sctx is not None else _EagerStepCtx(self, state, call)
         hooks = host.hooks
         if hooks.step_log is not None:
             hooks.step_started(state.id, state.run, seq)
-        tel = state.telemetry
         if tel is not None:
+            assert sctx is not None
             tel.attempt_started(call, sctx)
             span_token = tel.enter(sctx)
-        token = _current_step.set(sctx)
+        token = _current_step.set(current)
         try:
             result = call.fn(sctx) if call.takes_ctx else call.fn()
             if type(result) is types.CoroutineType or inspect.iscoroutine(result):
@@ -304,17 +336,18 @@ class StepExecutor:
                 except StopIteration as stop:
                     result = stop.value
                 else:
-                    return ("suspended", (result, yielded), sctx)
+                    return ("suspended", (result, yielded), _made(current))
             elif inspect.isawaitable(result):
-                return ("awaitable", result, sctx)
+                return ("awaitable", result, _made(current))
             payload = _encode_result(call, result)
         except Exception as e:
-            return ("raised", e, sctx)
+            return ("raised", e, _made(current))
         finally:
             _current_step.reset(token)
             if tel is not None:
                 tel.leave(span_token)
         if tel is not None:
+            assert sctx is not None
             tel.attempt_ended(sctx, None, "waiting" if call.is_await else "ok")
         if call.is_await:
             host.token_out(state, seq)

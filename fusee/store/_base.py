@@ -96,6 +96,7 @@ class Entry:
     data: bytes
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunRow:
     """What a store keeps about a run besides its journal.

@@ -371,6 +371,32 @@ async def test_current_step_reaches_the_step_ctx_from_deeper_code(host: Host) ->
         assert len(t.step_log) == 1
 
 
+@pytest.mark.parametrize("suspends", [False, True], ids=["returns-at-once", "suspends"])
+async def test_an_async_step_that_takes_no_ctx_reaches_one_step_ctx(
+    host: Host, suspends: bool
+) -> None:
+    async def deep() -> str:
+        s = fusee.current_step()
+        assert s is not None
+        assert fusee.current_step() is s
+        if suspends:
+            # The attempt goes on in a task: the same StepCtx there.
+            await asyncio.sleep(0)
+            assert fusee.current_step() is s
+        return f"{s.key}#{s.attempt}"
+
+    @fusee.workflow("deep-async")
+    async def deep_wf(ctx: fusee.Ctx) -> list[str | None]:
+        key = await ctx.step("deep", deep)
+        return [key, None if fusee.current_step() is None else "leaked"]
+
+    async with host(workflows=[deep_wf]) as t:
+        assert await t.execute(deep_wf, "a-1") == ["a-1/1/0#1", None]
+        await t.crash()
+        assert await t.get("a-1").result() == ["a-1/1/0#1", None]
+        assert len(t.step_log) == 1
+
+
 async def test_a_mocked_step_runs_instead_of_the_real_one(host: Host) -> None:
     def charge() -> str:
         raise AssertionError("the real charge must not run in tests")

@@ -1,0 +1,73 @@
+"""fusee._codegen: the generated ``__init__`` of frozen slotted dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from fusee._codegen import fast_init
+
+
+@fast_init
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Point:
+    x: int
+    y: int = 0
+    tags: list[str] = dataclasses.field(default_factory=list)
+
+
+@fast_init
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checked:
+    name: str
+    seen: list[str] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a name is needed")
+        self.seen.append(self.name)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "expected"),
+    [
+        ((1,), {}, _Point(1, 0, [])),
+        ((1, 2), {}, _Point(1, 2, [])),
+        ((1,), {"tags": ["a"]}, _Point(1, 0, ["a"])),
+        ((), {"y": 3, "x": 2}, _Point(2, 3, [])),
+    ],
+    ids=["defaults", "positional", "factory-field-given", "keywords"],
+)
+def test_a_fast_init_sets_what_the_dataclass_init_would(
+    args: tuple[Any, ...], kwargs: dict[str, Any], expected: _Point
+) -> None:
+    assert _Point(*args, **kwargs) == expected
+
+
+def test_a_default_factory_makes_a_new_value_for_each_instance() -> None:
+    a, b = _Point(1), _Point(2)
+    a.tags.append("mine")
+    assert b.tags == []
+
+
+def test_post_init_runs_after_every_field_is_set() -> None:
+    assert _Checked("ada").seen == ["ada"]
+    with pytest.raises(ValueError, match="a name is needed"):
+        _Checked("")
+
+
+def test_the_class_stays_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _Point(1).x = 2  # type: ignore[misc]
+
+
+def test_a_field_left_out_of_init_is_refused() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Partial:
+        x: int
+        y: int = dataclasses.field(default=0, init=False)
+
+    with pytest.raises(TypeError, match="does not support field 'y' of Partial"):
+        fast_init(Partial)
