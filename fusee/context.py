@@ -287,10 +287,12 @@ class Ctx:
                 start.not_before_ms,
                 retry,
                 timeout,
-                inline=inline,
-                read_only=read_only,
-                declared=declared,
-                heartbeat_timeout=heartbeat_timeout,
+                # Positional: keywords cost the call a match of each name.
+                inline,
+                read_only,
+                False,
+                declared,
+                heartbeat_timeout,
             )
         return fut
 
@@ -304,7 +306,6 @@ class Ctx:
         not_before_ms: int,
         retry: Retry | None,
         timeout: Duration | None,
-        *,
         inline: bool = False,
         read_only: bool = False,
         is_await: bool = False,
