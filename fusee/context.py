@@ -821,8 +821,17 @@ class _LaterStepCtx:
         """The `StepCtx`, made now if it was not yet."""
         ctx = self.made
         if ctx is None:
-            ctx = self.made = self.make()
+            # Under a lock: a thread of the step's (`asyncio.to_thread` copies
+            # the context) may ask while the engine makes it for the task the
+            # attempt goes on in, and both must get the one the engine cancels.
+            with _MAKING_STEP_CTX:
+                ctx = self.made
+                if ctx is None:
+                    ctx = self.made = self.make()
         return ctx
+
+
+_MAKING_STEP_CTX = threading.Lock()
 
 
 class CancelFlag:

@@ -397,6 +397,25 @@ async def test_an_async_step_that_takes_no_ctx_reaches_one_step_ctx(
         assert len(t.step_log) == 1
 
 
+async def test_a_thread_of_an_async_step_reaches_the_same_step_ctx(host: Host) -> None:
+    def in_thread() -> fusee.StepCtx | None:
+        return fusee.current_step()
+
+    async def with_thread() -> bool:
+        # The thread asks while the attempt goes on in a task: one StepCtx.
+        theirs = await asyncio.to_thread(in_thread)
+        return theirs is not None and theirs is fusee.current_step()
+
+    @fusee.workflow("thread-ctx")
+    async def thread_wf(ctx: fusee.Ctx) -> bool:
+        return await ctx.step("with-thread", with_thread)
+
+    async with host(workflows=[thread_wf]) as t:
+        assert await t.execute(thread_wf, "t-1") is True
+        await t.crash()
+        assert await t.get("t-1").result() is True
+
+
 async def test_a_mocked_step_runs_instead_of_the_real_one(host: Host) -> None:
     def charge() -> str:
         raise AssertionError("the real charge must not run in tests")
