@@ -7,6 +7,7 @@ a crash, and counts the step function's invocations.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from typing import Any
 
@@ -20,6 +21,8 @@ from .conftest import Host, step_runs
 pytestmark = pytest.mark.asyncio
 
 HOUR_MS = 3_600_000
+# A new number for each code object a test compiles (see its use).
+_FRESH_CODE = itertools.count(1)
 
 
 class Flaky:
@@ -326,8 +329,9 @@ async def test_a_lambda_around_an_async_call_goes_to_a_thread_once_when_many_run
     in_threads: list[int] = []
     # Compiled here, with a constant of its own (code objects compare by
     # value), so its code is new to this process on every store: no call of
-    # it has yet been seen to return an awaitable.
-    around: Any = eval(f"lambda body: (lambda: (body(), {id(in_threads)})[0])")
+    # it has yet been seen to return an awaitable. A counter, not an id():
+    # an earlier store's list may have left its address to this one.
+    around: Any = eval(f"lambda body: (lambda: (body(), {next(_FRESH_CODE)})[0])")
     loop_thread = threading.get_ident()
 
     async def add_one() -> int:
