@@ -807,17 +807,19 @@ class RunMachine:
         start = journal[0] if journal else None
         if not isinstance(start, Start):
             raise DeterminismError(None, "journal does not begin with a start record")
+        # Positional, in field order: one is made for every run, and
+        # keywords cost a match by name each.
         self._info = StartInfo(
-            run=start.run,
-            id=start.id,
-            wtype=start.wtype,
-            version=start.version,
-            codec=start.codec,
-            started_ms=start.started_ms,
-            deadline_ms=start.deadline_ms,
-            policy=start.policy,
-            input=start.input,
-            trace=start.meta.trace if start.meta is not None else None,
+            start.run,
+            start.id,
+            start.wtype,
+            start.version,
+            start.codec,
+            start.started_ms,
+            start.deadline_ms,
+            start.policy,
+            start.input,
+            start.meta.trace if start.meta is not None else None,
         )
         self._names: dict[str, str] = {}
         self._last_name: str | None = None

@@ -1067,7 +1067,11 @@ class Engine:
                 deliver_command(deliver_to.id, deliver_to.run, deliver_to.seq, completion),
             )
             deliver_to = None
-        unconsumed = [s for i, s in enumerate(state.signals) if i not in state.consumed]
+        unconsumed = (
+            [s for i, s in enumerate(state.signals) if i not in state.consumed]
+            if state.signals
+            else []
+        )
         if unconsumed and done.status is not Status.CONTINUED:
             log.warning(
                 "run %r ended with signals nobody waited for: %s",

@@ -143,7 +143,10 @@ class EngineHost:
     def _react(self, state: RunState, record: Record, lsn: int) -> None:
         engine = self._engine
         id, run = state.id, state.run
+        # The cases are tried in order: every run ends with a `Done`.
         match record:
+            case Done():
+                engine.ended(state, record, lsn)
             case Timer():
                 engine.timers.arm(id, run, record.seq, record.fire_at_ms, TIMER)
             case Wait():
@@ -175,8 +178,6 @@ class EngineHost:
                 engine.committer.on_durable(lsn, lambda: engine.streams.notify(id))
             case Event():
                 engine.committer.on_durable(lsn, lambda: engine.events.notify(id))
-            case Done():
-                engine.ended(state, record, lsn)
             case Cancel():
                 state.cancelled = True
                 engine.timers.disarm_waits(state)

@@ -14,7 +14,8 @@ parked or crashed run comes back exactly as it was.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, assert_never
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, assert_never
 
 from fusee import _codec
 from fusee._driver import ReplayHost, RunDriver
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Runs", "unknown_workflow"]
 
+# The search attributes of a row whose run has none.
+_NO_ATTRIBUTES: Final[MappingProxyType[str, Any]] = MappingProxyType({})
+
 
 class Runs:
     """The loaded runs of one engine, by shard, and their loading and parking.
@@ -108,16 +112,20 @@ class Runs:
         self, state: RunState, *, wake_ms: int | None = None, finished_ms: int | None = None
     ) -> RunRow:
         """The row of ``state``'s run as it stands."""
+        # Positional, and the one empty mapping for a run with no search
+        # attributes (most): a row is made at every start and end, and the
+        # row copies a mapping that is not read-only (`RunRow.__post_init__`).
+        parent = state.parent
         return RunRow(
-            id=state.id,
-            run=state.run,
-            workflow=state.workflow.name,
-            status=state.row_status,
-            started_ms=state.started_ms,
-            finished_ms=finished_ms,
-            wake_ms=wake_ms,
-            attributes=dict(state.attributes),
-            parent=state.parent.id if state.parent is not None else None,
+            state.id,
+            state.run,
+            state.workflow.name,
+            state.row_status,
+            state.started_ms,
+            finished_ms,
+            wake_ms,
+            state.attributes or _NO_ATTRIBUTES,
+            parent.id if parent is not None else None,
         )
 
     def put_row(self, state: RunState) -> None:
