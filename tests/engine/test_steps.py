@@ -357,11 +357,27 @@ async def test_a_lambda_around_an_async_call_goes_to_a_thread_once_when_many_run
         assert step_runs(t) == {(f"f-{k}", 0): 1 for k in range(50)}
 
 
-async def test_current_step_reaches_the_step_ctx_from_deeper_code(host: Host) -> None:
-    def deep() -> str:
+@pytest.mark.parametrize(
+    "kind", ["sync", "async", "async-suspends"], ids=["sync", "async", "async-suspends"]
+)
+async def test_current_step_reaches_one_step_ctx_from_deeper_code(host: Host, kind: str) -> None:
+    def deep_sync() -> str:
         s = fusee.current_step()
         assert s is not None
-        return s.key
+        assert fusee.current_step() is s
+        return f"{s.key}#{s.attempt}"
+
+    async def deep_async() -> str:
+        s = fusee.current_step()
+        assert s is not None
+        assert fusee.current_step() is s
+        if kind == "async-suspends":
+            # The attempt goes on in a task: the same StepCtx there.
+            await asyncio.sleep(0)
+            assert fusee.current_step() is s
+        return f"{s.key}#{s.attempt}"
+
+    deep: Any = deep_sync if kind == "sync" else deep_async
 
     @fusee.workflow("deep")
     async def deep_wf(ctx: fusee.Ctx) -> list[str | None]:
@@ -369,35 +385,9 @@ async def test_current_step_reaches_the_step_ctx_from_deeper_code(host: Host) ->
         return [key, None if fusee.current_step() is None else "leaked"]
 
     async with host(workflows=[deep_wf]) as t:
-        assert await t.execute(deep_wf, "d-1") == ["d-1/1/0", None]
+        assert await t.execute(deep_wf, "d-1") == ["d-1/1/0#1", None]
         await t.crash()
-        assert await t.get("d-1").result() == ["d-1/1/0", None]
-        assert len(t.step_log) == 1
-
-
-@pytest.mark.parametrize("suspends", [False, True], ids=["returns-at-once", "suspends"])
-async def test_an_async_step_that_takes_no_ctx_reaches_one_step_ctx(
-    host: Host, suspends: bool
-) -> None:
-    async def deep() -> str:
-        s = fusee.current_step()
-        assert s is not None
-        assert fusee.current_step() is s
-        if suspends:
-            # The attempt goes on in a task: the same StepCtx there.
-            await asyncio.sleep(0)
-            assert fusee.current_step() is s
-        return f"{s.key}#{s.attempt}"
-
-    @fusee.workflow("deep-async")
-    async def deep_wf(ctx: fusee.Ctx) -> list[str | None]:
-        key = await ctx.step("deep", deep)
-        return [key, None if fusee.current_step() is None else "leaked"]
-
-    async with host(workflows=[deep_wf]) as t:
-        assert await t.execute(deep_wf, "a-1") == ["a-1/1/0#1", None]
-        await t.crash()
-        assert await t.get("a-1").result() == ["a-1/1/0#1", None]
+        assert await t.get("d-1").result() == ["d-1/1/0#1", None]
         assert len(t.step_log) == 1
 
 
