@@ -92,7 +92,6 @@ class RunHost(Protocol):
         The host need not make the record: most only encode it
         (`fusee.record.encode_step`).
         """
-        ...
 
     def run_step(self, driver: RunDriver, call: StepCall) -> None:
         """Runs a step's function once the run's gate is durable and its time has come."""

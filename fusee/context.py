@@ -12,6 +12,7 @@ anything else it does must give the same result every time it runs.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextvars
 import datetime
@@ -799,7 +800,7 @@ _current_step: contextvars.ContextVar[StepCtx | _LaterStepCtx | None] = contextv
 )
 
 
-class _LaterStepCtx:
+class _LaterStepCtx(abc.ABC):
     """A step's `StepCtx`, made when first asked for (`current_step`).
 
     An engine sets one as the current step of an attempt whose function
@@ -813,9 +814,9 @@ class _LaterStepCtx:
     def __init__(self) -> None:
         self.made: StepCtx | None = None
 
+    @abc.abstractmethod
     def make(self) -> StepCtx:
-        """Makes the `StepCtx` (once: `get` keeps it)."""
-        raise NotImplementedError
+        """Makes the `StepCtx` (once: `get` keeps it); the engine's subclass says how."""
 
     def get(self) -> StepCtx:
         """The `StepCtx`, made now if it was not yet."""

@@ -14,8 +14,7 @@ parked or crashed run comes back exactly as it was.
 from __future__ import annotations
 
 import asyncio
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 from fusee import _codec
 from fusee._driver import ReplayHost, RunDriver
@@ -63,9 +62,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Runs", "unknown_workflow"]
 
-# The search attributes of a row whose run has none.
-_NO_ATTRIBUTES: Final[MappingProxyType[str, Any]] = MappingProxyType({})
-
 
 class Runs:
     """The loaded runs of one engine, by shard, and their loading and parking.
@@ -112,9 +108,8 @@ class Runs:
         self, state: RunState, *, wake_ms: int | None = None, finished_ms: int | None = None
     ) -> RunRow:
         """The row of ``state``'s run as it stands."""
-        # Positional, and the one empty mapping for a run with no search
-        # attributes (most): a row is made at every start and end, and the
-        # row copies a mapping that is not read-only (`RunRow.__post_init__`).
+        # Positional: a row is made at every start and end, and keywords
+        # cost a class call a dict. The row copies the attributes.
         parent = state.parent
         return RunRow(
             state.id,
@@ -124,7 +119,7 @@ class Runs:
             state.started_ms,
             finished_ms,
             wake_ms,
-            state.attributes or _NO_ATTRIBUTES,
+            state.attributes,
             parent.id if parent is not None else None,
         )
 

@@ -20,7 +20,7 @@ import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio.to_thread
 
@@ -301,14 +301,7 @@ class StepExecutor:
         """
         host = self.host
         seq = call.seq
-        driver = state.driver
-        if (
-            host.closed
-            or host.committer.failed is not None
-            # `_ended`, written out: asked for every step.
-            or not driver.machine.step_pending(seq)
-            or driver.loop.is_closed()
-        ):
+        if host.closed or self._ended(state, seq) or host.committer.failed is not None:
             return None
         tel = state.telemetry
         sctx: _EngineStepCtx | None = None
@@ -574,7 +567,7 @@ def _encode_result(call: StepCall, result: Any) -> bytes:
     With no declared type the result comes back as its plain shape (a
     dataclass as a dict), while the workflow's types say otherwise.
     """
-    if type(result) not in _PLAIN_RESULTS and not call.declared and not call.is_await:
+    if not call.declared and not call.is_await:
         kind = _codec.structured_kind(result)
         if kind is not None:
             raise PayloadError(
@@ -587,10 +580,6 @@ def _encode_result(call: StepCall, result: Any) -> bytes:
     except PayloadError:
         # Again, for the message: it names the step. Not built for every result.
         return _codec.encode(result, name=f"the result of step '{call.name}'")
-
-
-# Results that are never a typed record (`_codec.structured_kind` says None).
-_PLAIN_RESULTS: Final = frozenset({type(None), bool, int, float, str, bytes, list, dict})
 
 
 async def _finish_first(first: _First, sctx: StepCtx) -> Any:

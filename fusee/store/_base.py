@@ -135,8 +135,10 @@ class RunRow:
     def __post_init__(self) -> None:
         # Rows are shared between the store and its callers (a MemoryStore
         # hands back the very object): a caller's dict must not change them.
+        # An empty one becomes the one shared empty view: most runs have none.
         if type(self.attributes) is not MappingProxyType:
-            object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
+            view = MappingProxyType(dict(self.attributes)) if self.attributes else _NO_ATTRIBUTES
+            object.__setattr__(self, "attributes", view)
 
 
 @dataclass(frozen=True, slots=True)
