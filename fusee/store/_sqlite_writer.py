@@ -92,6 +92,7 @@ class _SqliteWriter:
     _lock_file: Any
     _conn: sqlite3.Connection | None
     _conn_lock: threading.Lock
+    _conn_waits: bool  # `_conn`'s busy timeout is the store's (see `_wait_for_locks`)
 
     # -- the loop's side of an answer --------------------------------------------------
 
@@ -170,11 +171,15 @@ class _SqliteWriter:
             return
         try:
             self._conn = conn
+            self._conn_waits = True  # opened with the store's timeout
             self._post(_settle, ready, counters, None)
             self._serve(conn)
         finally:
             with self._conn_lock:
                 self._conn = None
+                # Its close folds the WAL into the database, waiting for readers.
+                with contextlib.suppress(sqlite3.Error):
+                    self._wait_for_locks(conn, True)
                 _close(conn, self._path)
 
     def _open_writer(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
@@ -217,6 +222,8 @@ class _SqliteWriter:
             writes = [job for job in jobs if job is not None]
             if writes:
                 with self._conn_lock:
+                    with contextlib.suppress(sqlite3.Error):  # then the commit reports it
+                        self._wait_for_locks(conn, True)
                     before = self._failures_met
                     errors = self._write(conn, writes)
                 self._post(self._finish, writes, errors, self._failures_met - before)
@@ -242,14 +249,10 @@ class _SqliteWriter:
             if conn is None or conn.in_transaction or write.epoch < self._failures_met:
                 return False  # the thread's next commit ends a transaction left open
             try:
-                conn.execute("PRAGMA busy_timeout = 0")
+                self._wait_for_locks(conn, False)
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error:
                 return False  # locked (or failing): the thread waits, or reports it
-            finally:
-                # The transaction itself waits as the thread's would.
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute(f"PRAGMA busy_timeout = {round(self._busy_timeout_s * 1000)}")
             before = self._failures_met
             try:
                 self._commit(conn, [write], begun=True)
@@ -258,6 +261,21 @@ class _SqliteWriter:
                 errors = [self._failure(e)]
         self._finish([write], errors, self._failures_met - before)
         return True
+
+    def _wait_for_locks(self, conn: sqlite3.Connection, wait: bool) -> None:
+        """Sets whether ``conn`` waits for another connection's lock; called under `_conn_lock`.
+
+        The thread waits up to the store's busy timeout; the loop's thread
+        never waits. The setting stays until the other side needs the other
+        one, so a run of commits on one side sets it once (a PRAGMA costs
+        about as much as the BEGIN it guards). In WAL mode only the BEGIN
+        IMMEDIATE can meet a lock: once it holds the write lock, its
+        transaction's statements and COMMIT do not wait for anyone.
+        """
+        if self._conn_waits is not wait:
+            timeout_ms = round(self._busy_timeout_s * 1000) if wait else 0
+            conn.execute(f"PRAGMA busy_timeout = {timeout_ms}")
+            self._conn_waits = wait
 
     def _write(
         self, conn: sqlite3.Connection, writes: builtins.list[_Write]

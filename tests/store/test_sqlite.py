@@ -24,6 +24,7 @@ import pytest_asyncio
 
 from fusee.errors import NotFound, StoreError
 from fusee.store import Entry, MemoryStore, RunRow, SqliteStore, open_store
+from fusee.store import sqlite as sqlite_module
 from fusee.store.sqlite import APPLICATION_ID, FILENAME, FORMAT, PAGE_SIZE
 
 
@@ -256,6 +257,42 @@ async def test_an_append_that_finds_the_write_lock_taken_waits_off_the_loop(
     await store.append([Entry(3, "c", 1, b"3")], [row("c")])
     assert store.last_lsn == 3
     assert sorted(r.id for r in await store.list()) == ["a", "b", "c"]
+
+
+@pytest.mark.asyncio
+async def test_appends_committed_on_the_loop_let_its_other_work_in_now_and_then(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lone appends commit on the loop's thread and need not leave it: a
+    # sequential run would then hold the loop for its whole length, so the
+    # appends yield to the loop's other work once they held it `_HOLD_S`.
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        await store.append([Entry(1, "a", 1, b"1")], [row("a")])
+
+        monkeypatch.setattr(sqlite_module, "_HOLD_S", 3600.0)
+        before = ticks
+        for n in range(2, 202):
+            await store.append([Entry(n, "a", 1, b"x")], [row("a")])
+        assert ticks == before  # none left the loop's turn
+
+        monkeypatch.setattr(sqlite_module, "_HOLD_S", 0.0)
+        for n in range(202, 212):
+            await store.append([Entry(n, "a", 1, b"x")], [row("a")])
+        assert ticks >= before + 10  # each let the ticker in
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+    assert store.last_lsn == 211
 
 
 @pytest.mark.asyncio
