@@ -9,6 +9,7 @@ hides the others.
 from __future__ import annotations
 
 import builtins
+import functools
 import logging
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -57,12 +58,21 @@ def _insert_all(
     """
     if not rows:
         return
-    values = f"({', '.join('?' * len(rows[0]))})"
+    if len(rows) == 1:  # a sequential step's lone record
+        conn.execute(_statement(insert, 1, len(rows[0]), tail), rows[0])
+        return
     for start in range(0, len(rows), _ROWS_PER_INSERT):
         chunk = rows[start : start + _ROWS_PER_INSERT]
         conn.execute(
-            f"{insert} {', '.join([values] * len(chunk))}{tail}", [v for r in chunk for v in r]
+            _statement(insert, len(chunk), len(chunk[0]), tail), [v for r in chunk for v in r]
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(insert: str, count: int, width: int, tail: str) -> str:
+    """``insert`` completed for ``count`` rows of ``width`` values: built once per shape."""
+    values = f"({', '.join('?' * width)})"
+    return f"{insert} {', '.join([values] * count)}{tail}"
 
 
 def _no_journal(id: str, run: int, path: Path) -> CorruptRecord:
