@@ -231,7 +231,8 @@ def main() -> None:
         w2_fresh.append(fig["w2_fresh"])
     n = args.runs
     figures: list[tuple[str, list[float], str]] = [
-        (f"W4 RSS per parked run, bytes (from {n} to {2 * n} parked)", marginal, "<= 2048"),
+        # 913: the performance issue's no-regression mark (the first goal was 2,048).
+        (f"W4 RSS per parked run, bytes (from {n} to {2 * n} parked)", marginal, "<= 913"),
         (f"W4 RSS per parked run, bytes (first {n} parked, with one-time growth)", per_run, ""),
         (f"W4 reopen with {2 * n} parked, s", reopen, "<= 1"),
         (f"W4 back at the sleep after SIGKILL, {args.killed} runs, s", recover, "<= 0.1"),

@@ -7,6 +7,7 @@ host can move time itself instead of waiting for it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import itertools
 import time
@@ -44,13 +45,18 @@ class WallClock:
         # The engine's loop: timers are set from inside workflow turns too,
         # where asyncio's running loop is the run's own.
         self.loop = loop
+        # Every timer's callback runs in this one empty context: asyncio would
+        # copy the arming code's context into each handle (64 bytes a parked
+        # run keeps, W4), and an engine's timer belongs to no caller's context.
+        self._context = contextvars.Context()
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
     def call_at(self, at_ms: int, callback: Callable[[], object]) -> TimerHandle:
         loop = self.loop if self.loop is not None else asyncio.get_running_loop()
-        return loop.call_later(max(0.0, (at_ms - self.now_ms()) / 1000), callback)
+        delay = max(0.0, (at_ms - self.now_ms()) / 1000)
+        return loop.call_later(delay, callback, context=self._context)
 
 
 class _VirtualHandle:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from fusee.record import Parent, Record, Signal, Status
     from fusee.store import RunRow
 
-__all__ = ["RunState", "Shard", "shard_index"]
+__all__ = ["Alarms", "RunState", "Shard", "shard_index"]
 
 # A global: an enum member read from its class goes through the enum's slow
 # class attribute hook (Python 3.11).
@@ -175,6 +176,86 @@ class RunState:
         self.driver.host_data = None
 
 
+class Alarms(Mapping[tuple[str, int], "Alarm"]):
+    """A shard's armed alarms by (run id, position): one per key, the latest run's.
+
+    Position -1 is a parked run's wake-up. Most runs have one alarm armed
+    at a time (a parked run: its sleep or its wake-up), so an id maps to its
+    lone alarm itself, and to a dict by position only while it has more: a
+    tuple key per alarm would cost every parked run 56 bytes more (W4).
+
+    Example:
+        >>> from fusee.engine._timers import TIMER, Alarm
+        >>> alarms = Alarms()
+        >>> alarms.put(Alarm(None, "r-1", 1, 4, TIMER))  # type: ignore[arg-type]
+        >>> list(alarms), alarms.pop("r-1", 4) is not None, len(alarms)
+        ([('r-1', 4)], True, 0)
+    """
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Alarm | dict[int, Alarm]] = {}
+
+    def at(self, id: str, seq: int) -> Alarm | None:
+        """The alarm at (``id``, ``seq``), or None."""
+        found = self._by_id.get(id)
+        if isinstance(found, dict):
+            return found.get(seq)
+        return found if found is not None and found.seq == seq else None
+
+    def __getitem__(self, key: tuple[str, int]) -> Alarm:
+        alarm = self.at(*key)
+        if alarm is None:
+            raise KeyError(key)
+        return alarm
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        for id, found in self._by_id.items():
+            if isinstance(found, dict):
+                for seq in found:
+                    yield id, seq
+            else:
+                yield id, found.seq
+
+    def __len__(self) -> int:
+        return sum(len(f) if isinstance(f, dict) else 1 for f in self._by_id.values())
+
+    def put(self, alarm: Alarm) -> None:
+        """Arms ``alarm`` at its (id, position), in place of the one there."""
+        by_id, id, seq = self._by_id, alarm.id, alarm.seq
+        found = by_id.get(id)
+        if found is None or (not isinstance(found, dict) and found.seq == seq):
+            by_id[id] = alarm
+        elif isinstance(found, dict):
+            found[seq] = alarm
+        else:
+            by_id[id] = {found.seq: found, seq: alarm}
+
+    def pop(self, id: str, seq: int) -> Alarm | None:
+        """Removes and returns the alarm at (``id``, ``seq``), or None."""
+        by_id = self._by_id
+        found = by_id.get(id)
+        if found is None:
+            return None
+        if not isinstance(found, dict):
+            if found.seq != seq:
+                return None
+            del by_id[id]
+            return found
+        alarm = found.pop(seq, None)
+        if len(found) == 1:
+            by_id[id] = next(iter(found.values()))
+        return alarm
+
+    def clear(self) -> None:
+        """Cancels every alarm and forgets it."""
+        for found in self._by_id.values():
+            for alarm in found.values() if isinstance(found, dict) else (found,):
+                alarm.cancel()
+        self._by_id.clear()
+
+
 class Shard:
     """A share of the runs: its loaded runs and its timers."""
 
@@ -182,9 +263,7 @@ class Shard:
 
     def __init__(self) -> None:
         self.runs: dict[str, RunState] = {}
-        # (id, position) -> the alarm armed there (position -1: a parked
-        # run's wake-up); one per key, the latest run's.
-        self.timers: dict[tuple[str, int], Alarm] = {}
+        self.timers = Alarms()
 
     def add(self, state: RunState) -> None:
         """Makes ``state`` its run's loaded one (a state it replaces is ended)."""
@@ -206,8 +285,6 @@ class Shard:
 
     def clear(self) -> None:
         """Unloads every run and cancels every timer."""
-        for alarm in self.timers.values():
-            alarm.cancel()
         self.timers.clear()
         for state in self.runs.values():
             state.unload()
@@ -222,10 +299,9 @@ class Shard:
         """
         timers, id, run = self.timers, state.id, state.run
         for seq in (*state.due, -1):
-            key = (id, seq)
-            alarm = timers.get(key)
+            alarm = timers.at(id, seq)
             # Not a later run's timer at the same position (a replace).
             if alarm is not None and alarm.run == run:
-                del timers[key]
+                timers.pop(id, seq)
                 alarm.cancel()
         state.due.clear()

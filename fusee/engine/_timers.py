@@ -56,10 +56,9 @@ class Alarm:
     def __call__(self) -> None:
         timers, id, seq = self.timers, self.id, self.seq
         shard = timers.shard_of(id)
-        key = (id, seq)
-        if shard.timers.get(key) is not self:
+        if shard.timers.at(id, seq) is not self:
             return  # disarmed, or replaced by a later run's timer at its position
-        del shard.timers[key]
+        shard.timers.pop(id, seq)
         state = shard.runs.get(id)
         if state is not None:
             state.due.pop(seq, None)
@@ -121,8 +120,7 @@ class Timers:
         state = shard.runs.get(id)
         if state is not None and seq >= 0:
             state.due[seq] = at_ms
-        key = (id, seq)
-        armed = shard.timers.get(key)
+        armed = shard.timers.at(id, seq)
         if armed is not None:
             if armed.run == run:
                 return
@@ -131,7 +129,7 @@ class Timers:
             armed.cancel()
         alarm = Alarm(self, id, run, seq, kind)
         alarm.handle = self.clock.call_at(at_ms, alarm)
-        shard.timers[key] = alarm
+        shard.timers.put(alarm)
 
     def disarm(self, id: str, seq: int) -> None:
         """Cancels timer ``seq`` of run ``id`` (-1: its wake-up), if armed."""
@@ -139,7 +137,7 @@ class Timers:
         state = shard.runs.get(id)
         if state is not None:
             state.due.pop(seq, None)
-        alarm = shard.timers.pop((id, seq), None)
+        alarm = shard.timers.pop(id, seq)
         if alarm is not None:
             alarm.cancel()
 
