@@ -1,4 +1,4 @@
-"""fusee._codegen: the generated ``__init__`` of frozen slotted dataclasses."""
+"""fusee._codegen: the generated ``__init__`` and ``replace`` of frozen slotted dataclasses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fusee._codegen import fast_init
+from fusee._codegen import fast_init, replacer
 
 
 @fast_init
@@ -71,3 +71,34 @@ def test_a_field_left_out_of_init_is_refused() -> None:
 
     with pytest.raises(TypeError, match="does not support field 'y' of Partial"):
         fast_init(Partial)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, _Point(1, 2, ["a"])),
+        ({"y": 5}, _Point(1, 5, ["a"])),
+        ({"x": 0, "tags": []}, _Point(0, 2, [])),
+    ],
+    ids=["none", "one", "two"],
+)
+def test_replacer_copies_every_field_but_those_it_is_given(
+    changes: dict[str, Any], expected: _Point
+) -> None:
+    replace = replacer(_Point)
+    original = _Point(1, 2, ["a"])
+
+    copy = replace(original, **changes)
+
+    assert copy == expected == dataclasses.replace(original, **changes)
+    assert copy is not original
+    assert original == _Point(1, 2, ["a"])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.x = 3  # type: ignore[misc]
+
+
+def test_replacer_refuses_an_unknown_field_and_a_class_with_post_init() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
+        replacer(_Point)(_Point(1), z=2)
+    with pytest.raises(TypeError, match="__post_init__"):
+        replacer(_Checked)

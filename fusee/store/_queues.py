@@ -19,8 +19,10 @@ import builtins
 from bisect import bisect_left, insort
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
+
+from fusee._codegen import fast_init, replacer
 
 if TYPE_CHECKING:
     from fusee.store._base import RunRow
@@ -78,6 +80,7 @@ class QueueLimits:
         return self.concurrency is not None or self.rate_n is not None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class QueueItem:
     """A run waiting in a queue, or admitted from it.
@@ -118,6 +121,11 @@ class QueueItem:
     admitted_ms: int | None = None
     origin: bytes = b""
     signals: tuple[bytes, ...] = ()
+
+
+# `dataclasses.replace` for items: each admission and each run's end changes
+# one (W2 through a queue makes 600 a round).
+_replace: Final[Callable[..., QueueItem]] = replacer(QueueItem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +252,7 @@ class Budget:
             by_key[item.key] += 1
             if rate_n is not None:
                 recent.append(now_ms)
-            admitted.append(replace(item, state="admitted", admitted_ms=now_ms))
+            admitted.append(_replace(item, state="admitted", admitted_ms=now_ms))
         return admitted, wake
 
 
@@ -379,7 +387,7 @@ class ItemBook:
         """Stores ``item`` as queued (its seq the next); None if ``id`` has an active item."""
         if item.id in self._active_seq:
             return None
-        stored = replace(
+        stored = _replace(
             item, seq=self._queue_seq + 1, state="queued", admitted_ms=None, signals=()
         )
         self._set(stored)
@@ -390,7 +398,7 @@ class ItemBook:
         item = self.active(id)
         if item is None or item.state != "queued":
             return False
-        self._set(replace(item, input=input, not_before_ms=not_before_ms))
+        self._set(_replace(item, input=input, not_before_ms=not_before_ms))
         return True
 
     def add_signal(self, id: str, signal: bytes) -> bool:
@@ -398,7 +406,7 @@ class ItemBook:
         item = self.active(id)
         if item is None or item.state != "queued":
             return False
-        self._set(replace(item, signals=(*item.signals, signal)))
+        self._set(_replace(item, signals=(*item.signals, signal)))
         return True
 
     def admit_now(
@@ -457,7 +465,7 @@ class ItemBook:
         budget = self._budgets.get(item.queue)
         if budget is not None:
             budget.release(item)
-        self._set(replace(item, state="done"))
+        self._set(_replace(item, state="done"))
         return item.queue
 
     def remove(self, id: str) -> QueueItem | None:
