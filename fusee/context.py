@@ -291,7 +291,7 @@ class Ctx:
                 # Positional: keywords cost the call a match of each name.
                 inline,
                 read_only,
-                False,
+                False,  # is_await
                 declared,
                 heartbeat_timeout,
             )

@@ -248,7 +248,7 @@ class Alarms(Mapping[tuple[str, int], "Alarm"]):
             by_id[id] = next(iter(found.values()))
         return alarm
 
-    def clear(self) -> None:
+    def cancel_all(self) -> None:
         """Cancels every alarm and forgets it."""
         for found in self._by_id.values():
             for alarm in found.values() if isinstance(found, dict) else (found,):
@@ -285,7 +285,7 @@ class Shard:
 
     def clear(self) -> None:
         """Unloads every run and cancels every timer."""
-        self.timers.clear()
+        self.timers.cancel_all()
         for state in self.runs.values():
             state.unload()
         self.runs.clear()

@@ -184,8 +184,7 @@ class _EagerStepCtx(_LaterStepCtx):
         self._call = call
 
     def make(self) -> _EngineStepCtx:
-        call = self._call
-        return _EngineStepCtx(self._executor, self._state, call.seq, call.attempt, None)
+        return self._executor._step_ctx(self._state, self._call, self._call.attempt)
 
 
 def _made(current: _EngineStepCtx | _EagerStepCtx) -> _EngineStepCtx:
@@ -306,11 +305,7 @@ class StepExecutor:
         tel = state.telemetry
         sctx: _EngineStepCtx | None = None
         if call.takes_ctx or call.is_await or tel is not None:
-            sctx = (
-                self._step_ctx(state, call, call.attempt)
-                if call.is_await
-                else _EngineStepCtx(self, state, seq, call.attempt, None)
-            )
+            sctx = self._step_ctx(state, call, call.attempt)
         # Else the function takes none: one is made only if its code asks.
         current = sctx if sctx is not None else _EagerStepCtx(self, state, call)
         hooks = host.hooks

@@ -68,7 +68,9 @@ def _insert_all(
         )
 
 
-@functools.lru_cache(maxsize=256)
+# As many as sqlite3's own cache of prepared statements, which keys them by
+# these very strings.
+@functools.lru_cache(maxsize=128)
 def _statement(insert: str, count: int, width: int, tail: str) -> str:
     """``insert`` completed for ``count`` rows of ``width`` values: built once per shape."""
     values = f"({', '.join('?' * width)})"

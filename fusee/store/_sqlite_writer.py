@@ -336,14 +336,9 @@ class _SqliteWriter:
                 conn.execute("ROLLBACK")
             conn.execute("BEGIN IMMEDIATE")
         try:
-            _insert_all(
-                conn,
-                _INSERT_ENTRIES,
-                [(e.lsn, e.id, e.run, e.data) for w in writes for e in w.entries],
-            )
-            rows = [row for w in writes for row in w.rows]
-            if rows:
-                _insert_all(conn, _UPSERT_ROWS, rows)
+            entries = [(e.lsn, e.id, e.run, e.data) for w in writes for e in w.entries]
+            _insert_all(conn, _INSERT_ENTRIES, entries)
+            _insert_all(conn, _UPSERT_ROWS, [row for w in writes for row in w.rows])
             reserved = None
             for w in writes:
                 if w.run_reserved is not None:

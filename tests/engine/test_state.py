@@ -36,7 +36,7 @@ def test_a_shards_alarms_answer_as_a_dict_by_run_and_position(
     handles = [_Handle() for _ in model]
     for alarm, handle in zip(model.values(), handles, strict=True):
         alarm.handle = handle
-    alarms.clear()
+    alarms.cancel_all()
     assert len(alarms) == 0
     assert all(h.cancelled for h in handles)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
 
-from fusee.engine._clock import VirtualClock
+from fusee.engine._clock import VirtualClock, WallClock
 from fusee.engine._state import RunState, Shard
 from fusee.engine._timers import TIMER, WAKE, Timers
 
@@ -75,3 +76,21 @@ async def test_arming_a_runs_timer_again_keeps_the_first() -> None:
     assert shard.timers[("a", 0)] is first
     clock.advance_to(5_000)
     assert fired == [("a", 1, 0)]
+
+
+async def test_a_wall_clock_timer_runs_in_no_callers_context() -> None:
+    # An engine's timer fires for no caller: it sees none of the context of
+    # the code that armed it (nor keeps a copy of it while it waits).
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("the caller's")
+    clock = WallClock(asyncio.get_running_loop())
+    seen: list[str] = []
+    fired = asyncio.Event()
+
+    def ring() -> None:
+        seen.append(var.get())
+        fired.set()
+
+    clock.call_at(clock.now_ms(), ring)
+    await fired.wait()
+    assert seen == ["unset"]
