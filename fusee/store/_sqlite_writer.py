@@ -30,6 +30,7 @@ from fusee.errors import StoreError
 from fusee.store._base import Entry, RunRow
 from fusee.store._lock import try_lock, unlock
 from fusee.store._sqlite_open import (
+    _bind_plainly,
     _check_format,
     _close,
     _counters,
@@ -184,6 +185,7 @@ class _SqliteWriter:
 
     def _open_writer(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
         conn: sqlite3.Connection | None = None
+        _bind_plainly()
         try:
             # Used by the loop's thread too (`_write_here`), never at once.
             conn = sqlite3.connect(

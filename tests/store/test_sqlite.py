@@ -296,6 +296,31 @@ async def test_appends_committed_on_the_loop_let_its_other_work_in_now_and_then(
 
 
 @pytest.mark.asyncio
+async def test_bytes_and_none_are_bound_as_they_are_and_a_programs_own_adapter_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sqlite3's adapters are the process's: the store adds an identity
+    # adapter for bytes and None where the program has none of its own.
+    as_bytes, as_none = (bytes, sqlite3.PrepareProtocol), (type(None), sqlite3.PrepareProtocol)
+    monkeypatch.delitem(sqlite3.adapters, as_none, raising=False)
+
+    def own(value: bytes) -> bytes:
+        return value
+
+    monkeypatch.setitem(sqlite3.adapters, as_bytes, own)
+    s = SqliteStore(tmp_path / "data", durability="none")
+    await s.open()
+    try:
+        await s.append([Entry(1, "a", 1, b"\x00journal")], [row("a")])
+        assert sqlite3.adapters[as_bytes] is own
+        assert sqlite3.adapters[as_none](None) is None
+        assert await s.load("a") == [(1, b"\x00journal")]
+        assert await s.get("a") == row("a")
+    finally:
+        await s.close()
+
+
+@pytest.mark.asyncio
 async def test_a_failing_append_fails_those_called_behind_it_but_not_before_it(
     store: SqliteStore,
 ) -> None:
