@@ -26,6 +26,7 @@ every waiter gets the error.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
 import heapq
@@ -154,7 +155,9 @@ class Committer:
         self._taken = 0
         self._stored = 0
         self._batch_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._callbacks: list[tuple[int, int, Callable[[], object]]] = []
+        # By LSN, then as registered: most come in LSN order (a run's gate is
+        # the newest record), so a deque takes them at its end.
+        self._callbacks: collections.deque[tuple[int, Callable[[], object]]] = collections.deque()
         self._order = itertools.count()
         self._loop = asyncio.get_running_loop()
         self.failed: StoreError | None = None
@@ -320,7 +323,11 @@ class Committer:
             if not (self._lost and lsn in self._lost):  # never durable: refused with its lease
                 callback()
         else:
-            heapq.heappush(self._callbacks, (lsn, next(self._order), callback))
+            callbacks = self._callbacks
+            if not callbacks or callbacks[-1][0] <= lsn:
+                callbacks.append((lsn, callback))
+            else:
+                bisect.insort_right(callbacks, (lsn, callback), key=_lsn_of)
 
     @property
     def idle(self) -> bool:
@@ -570,7 +577,7 @@ class Committer:
                     fut.set_result(None)
         callbacks = self._callbacks
         while callbacks and callbacks[0][0] <= durable:
-            lsn, _, callback = heapq.heappop(callbacks)
+            lsn, callback = callbacks.popleft()
             if not (lost and lsn in lost):
                 callback()
         batches = self._batch_waiters
@@ -627,6 +634,10 @@ class Committer:
         self._waiters.clear()
         self._batch_waiters.clear()
         self._callbacks.clear()
+
+
+def _lsn_of(callback: tuple[int, Callable[[], object]]) -> int:
+    return callback[0]
 
 
 def _no_shard(id: str) -> int:
