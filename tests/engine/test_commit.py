@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,14 +23,14 @@ def test_durability_callbacks_run_by_lsn_then_as_registered(gates: list[int]) ->
         committer = Committer(store)
         ran: list[tuple[int, int]] = []
         for n, gate in enumerate(gates):
-            committer.on_durable(gate, lambda gate=gate, n=n: ran.append((gate, n)))
+            committer.on_durable(gate, functools.partial(ran.append, (gate, n)))
         assert ran == []  # nothing is durable yet
         committer.start()
         for _ in range(3):
             committer.append("a", 1, b"x")
         await committer.flush()
         # Durable through 3: a callback registered now runs at once.
-        committer.on_durable(3, lambda: ran.append((3, -1)))
+        committer.on_durable(3, functools.partial(ran.append, (3, -1)))
         for _ in range(3):
             committer.append("a", 1, b"x")
         await committer.flush()

@@ -301,19 +301,20 @@ async def test_bytes_and_none_are_bound_as_they_are_and_a_programs_own_adapter_s
 ) -> None:
     # sqlite3's adapters are the process's: the store adds an identity
     # adapter for bytes and None where the program has none of its own.
+    adapters: dict[Any, Any] = sqlite3.adapters
     as_bytes, as_none = (bytes, sqlite3.PrepareProtocol), (type(None), sqlite3.PrepareProtocol)
-    monkeypatch.delitem(sqlite3.adapters, as_none, raising=False)
+    monkeypatch.delitem(adapters, as_none, raising=False)
 
     def own(value: bytes) -> bytes:
         return value
 
-    monkeypatch.setitem(sqlite3.adapters, as_bytes, own)
+    monkeypatch.setitem(adapters, as_bytes, own)
     s = SqliteStore(tmp_path / "data", durability="none")
     await s.open()
     try:
         await s.append([Entry(1, "a", 1, b"\x00journal")], [row("a")])
-        assert sqlite3.adapters[as_bytes] is own
-        assert sqlite3.adapters[as_none](None) is None
+        assert adapters[as_bytes] is own
+        assert adapters[as_none](None) is None
         assert await s.load("a") == [(1, b"\x00journal")]
         assert await s.get("a") == row("a")
     finally:
