@@ -23,7 +23,7 @@ import re
 from fractions import Fraction
 from typing import Final
 
-__all__ = ["duration_ms", "parse_duration"]
+__all__ = ["duration_ms", "format_ms", "parse_duration"]
 
 _ACCEPTED: Final = (
     "use a number of seconds, a timedelta, or a string like "
@@ -41,6 +41,9 @@ _UNITS: Final[dict[str, Fraction]] = {
     "µs": Fraction(1, 1_000_000),
     "\u03bcs": Fraction(1, 1_000_000),  # Greek mu, which keyboards also type
 }
+
+# The units `format_ms` writes, largest first, in milliseconds.
+_MS_PARTS: Final = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1))
 
 # "ms" before "m" and "s", so "500ms" is not read as 500 minutes and an "s".
 _PART: Final = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)(ms|us|µs|\u03bcs|d|h|m|s)")
@@ -161,3 +164,34 @@ def duration_ms(value: str | int | float | dt.timedelta) -> int:
         1100
     """
     return math.ceil(_parse_exact(value) * 1_000)
+
+
+def format_ms(ms: int) -> str:
+    """Whole milliseconds as the string form a person writes (`parse_duration` reads it back).
+
+    Args:
+        ms: A duration in milliseconds (zero or more).
+
+    Returns:
+        Its parts from days down to milliseconds, the zero ones left out:
+        ``"1h"``, ``"1h30m"``, ``"1s500ms"``; ``"0s"`` for zero.
+
+    Raises:
+        ValueError: ``ms`` is negative.
+
+    Example:
+        >>> format_ms(3_600_000)
+        '1h'
+        >>> format_ms(90_500)
+        '1m30s500ms'
+        >>> duration_ms(format_ms(5_400_000))
+        5400000
+    """
+    if ms < 0:
+        raise _error(ms, "it is negative")
+    parts: list[str] = []
+    for unit, per in _MS_PARTS:
+        count, ms = divmod(ms, per)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"

@@ -25,6 +25,7 @@ when or where they are computed.
 from __future__ import annotations
 
 import datetime
+import re
 import zoneinfo
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -32,9 +33,17 @@ from typing import Any, Final, Literal
 import cronsim
 
 from fusee._definitions import WorkflowDef, checked
-from fusee._durations import duration_ms
+from fusee._durations import duration_ms, format_ms
 
-__all__ = ["OVERLAPS", "Overlap", "Schedule", "manual_run_id", "run_id"]
+__all__ = [
+    "OVERLAPS",
+    "Overlap",
+    "Schedule",
+    "last_tick",
+    "manual_run_id",
+    "run_id",
+    "spec_text",
+]
 
 Overlap = Literal["skip", "buffer_one", "allow", "cancel_other"]
 
@@ -53,6 +62,58 @@ _UTC: Final = datetime.UTC
 
 def _iso(ms: int, timespec: str) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, _UTC).isoformat(timespec=timespec)
+
+
+def _next_cron(cron: str, zone: datetime.tzinfo, after_ms: int) -> int:
+    start = datetime.datetime.fromtimestamp(after_ms / 1000, _UTC).astimezone(zone)
+    tick = next(cronsim.CronSim(cron, start))
+    return int(tick.timestamp() * 1000)
+
+
+# A stored spec's durations: "every 3600000ms", "catch_up 0ms".
+_SPEC_MS: Final = re.compile(r"\b([0-9]+)ms\b")
+
+
+def spec_text(spec: str) -> str:
+    """A stored `Schedule.spec` as people read it: its durations as ``1h``, not ``3600000ms``.
+
+    Example:
+        >>> spec_text("every 3600000ms; overlap skip; catch_up 0ms")
+        'every 1h; overlap skip; catch_up 0s'
+    """
+    return _SPEC_MS.sub(lambda m: format_ms(int(m.group(1))), spec)
+
+
+def last_tick(spec: str, last_tick_ms: int) -> int | None:
+    """A schedule row's last tick (``last_tick_ms``) if it is one: None before the first.
+
+    A row starts with the time its schedule was first opened as its last
+    tick (so that no tick before it runs): that time is no tick of the
+    schedule's ``spec`` (the stored `Schedule.spec`) but by chance. A spec
+    this module does not read keeps every time.
+
+    Example:
+        >>> last_tick("every 60000ms; overlap skip; catch_up 0ms", 120_000)
+        120000
+        >>> last_tick("every 60000ms; overlap skip; catch_up 0ms", 120_001) is None
+        True
+    """
+    if not last_tick_ms:
+        return None
+    what = spec.split(";", 1)[0].strip()
+    every = re.fullmatch(r"every ([0-9]+)ms", what)
+    cron, sep, tz = what.removeprefix("cron ").rpartition(" ")
+    if every is not None:
+        period = int(every.group(1))
+        ticked = period > 0 and last_tick_ms % period == 0
+    elif what.startswith("cron ") and sep:
+        try:
+            ticked = _next_cron(cron, zoneinfo.ZoneInfo(tz), last_tick_ms - 1) == last_tick_ms
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, cronsim.CronSimError):
+            ticked = True
+    else:
+        ticked = True
+    return last_tick_ms if ticked else None
 
 
 def run_id(name: str, tick_ms: int) -> str:
@@ -197,9 +258,7 @@ class Schedule:
         if self.every_ms:
             return (after_ms // self.every_ms + 1) * self.every_ms
         assert self.cron is not None
-        start = datetime.datetime.fromtimestamp(after_ms / 1000, _UTC).astimezone(self.zone)
-        tick = next(cronsim.CronSim(self.cron, start))
-        return int(tick.timestamp() * 1000)
+        return _next_cron(self.cron, self.zone, after_ms)
 
     def ticks(self, after_ms: int, until_ms: int) -> list[int]:
         """The ticks after ``after_ms`` up to ``until_ms`` (inclusive), in order.

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fusee._durations import duration_ms, parse_duration
+from fusee._durations import duration_ms, format_ms, parse_duration
 
 ACCEPTED = (
     "use a number of seconds, a timedelta, or a string like "
@@ -203,3 +203,28 @@ def test_a_timedelta_never_becomes_fewer_milliseconds(delta: dt.timedelta) -> No
     ms = duration_ms(delta)
 
     assert dt.timedelta(milliseconds=ms - 1) < delta <= dt.timedelta(milliseconds=ms)
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        pytest.param(3_600_000, "1h", id="an-hour"),
+        pytest.param(5_400_000, "1h30m", id="hours-and-minutes"),
+        pytest.param(86_400_000 + 1, "1d1ms", id="a-day-and-a-millisecond"),
+        pytest.param(1_500, "1s500ms", id="seconds-and-milliseconds"),
+        pytest.param(0, "0s", id="zero"),
+    ],
+)
+def test_milliseconds_format_as_a_person_writes_them(ms: int, text: str) -> None:
+    assert format_ms(ms) == text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=10**15))
+def test_a_formatted_duration_parses_back_to_its_milliseconds(ms: int) -> None:
+    assert duration_ms(format_ms(ms)) == ms
+
+
+def test_a_negative_duration_does_not_format() -> None:
+    with pytest.raises(ValueError, match="it is negative"):
+        format_ms(-1)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import fusee
-from fusee._schedule import manual_run_id, run_id
+from fusee._schedule import last_tick, manual_run_id, run_id, spec_text
 
 
 @fusee.workflow("job")
@@ -75,3 +75,32 @@ def test_the_spec_changes_with_what_the_schedule_ticks_on() -> None:
     b = fusee.Schedule("s", job, every="2m", input=1)
     c = fusee.Schedule("s", job, every="1m", input=1, overlap="allow")
     assert len({a.spec, b.spec, c.spec}) == 3
+
+
+@pytest.mark.parametrize(
+    ("schedule", "stored_ms", "shown"),
+    [
+        pytest.param(dict(every="1h"), ms(2026, 1, 1, 3), True, id="every-on-its-tick"),
+        pytest.param(dict(every="1h"), ms(2026, 1, 1, 3) + 30_000, False, id="every-off-it"),
+        pytest.param(
+            dict(cron="0 2 * * *", tz="Europe/Paris"),
+            ms(2026, 1, 1, 1),
+            True,
+            id="cron-on-its-tick",
+        ),
+        pytest.param(
+            dict(cron="0 2 * * *", tz="Europe/Paris"), ms(2026, 1, 1, 2), False, id="cron-off-it"
+        ),
+    ],
+)
+def test_a_rows_last_tick_is_shown_only_when_it_is_a_tick(
+    schedule: dict[str, Any], stored_ms: int, shown: bool
+) -> None:
+    spec = fusee.Schedule("s", job, input=1, **schedule).spec
+    assert last_tick(spec, stored_ms) == (stored_ms if shown else None)
+    assert last_tick(spec, 0) is None
+
+
+def test_a_spec_reads_with_its_durations_as_written() -> None:
+    s = fusee.Schedule("s", job, every="1h30m", input=1, overlap="allow", catch_up="10m")
+    assert spec_text(s.spec) == "every 1h30m; overlap allow; catch_up 10m"

@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rich.table import Table
 from rich.text import Text
@@ -41,6 +41,10 @@ from fusee.engine._journal import decode_journal
 from fusee.engine._run import dedup_key
 from fusee.errors import PayloadError
 from fusee.store import RUN_STATUSES
+
+
+NARROW: Final = 110
+"""Below this many columns `fusee list` writes its times on two lines."""
 
 
 def _attr_filters(pairs: Sequence[str]) -> dict[str, Any]:
@@ -109,18 +113,29 @@ async def list_command(args: argparse.Namespace, out: Output) -> int:
         out.say(("no runs match", "dim"))
         return 0
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for name in ("id", "workflow", "status", "run", "started", "finished"):
-        table.add_column(name, no_wrap=True)
+    # A narrow terminal folds the ids, names and attributes; a status and a
+    # run number are never cut (`complet…` says nothing), and a time breaks
+    # at its space, into a date over a time of day.
+    table.add_column("id", overflow="fold")
+    table.add_column("workflow", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("run", no_wrap=True, justify="right")
+    table.add_column("started", no_wrap=True)
+    table.add_column("finished", no_wrap=True)
     table.add_column("attributes", overflow="fold", ratio=1)
     table.add_column("parent", overflow="fold")
+    narrow = out.console.width < NARROW
     for r in rows:
+        started, finished = local_time(r.started_ms), local_time(r.finished_ms)
+        if narrow:
+            started, finished = started.replace(" ", "\n"), finished.replace(" ", "\n")
         table.add_row(
             r.id,
             r.workflow,
             Text(r.status, style=STATUS_STYLE.get(r.status, "")),
             str(r.run),
-            local_time(r.started_ms),
-            local_time(r.finished_ms),
+            started,
+            finished,
             short(jsonable(dict(r.attributes)), 60) if r.attributes else "",
             r.parent or "",
         )

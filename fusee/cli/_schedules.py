@@ -12,6 +12,8 @@ import dataclasses
 
 from rich.table import Table
 
+from fusee._schedule import last_tick, spec_text
+
 from fusee.cli._inbox import send_command
 from fusee.cli._output import CliError, Output, local_time
 from fusee.cli._reading import reading
@@ -53,10 +55,10 @@ async def _list(args: argparse.Namespace, out: Output) -> int:
             r.name,
             r.workflow,
             state,
-            local_time(r.last_tick_ms or None),
+            local_time(last_tick(r.spec, r.last_tick_ms)),
             local_time(r.next_ms or None) if not r.removed else "",
             r.last_run,
-            r.spec,
+            spec_text(r.spec),
         )
     out.table(table)
     return 0

@@ -194,3 +194,27 @@ async def test_fork_starts_a_new_run_from_a_journal_before_a_position(tmp_path: 
             assert code == 1
             assert message in one_line_error(err)
         assert await engine.store.get("g-4") is None
+
+
+@pytest.mark.asyncio
+async def test_list_at_80_columns_shows_every_status_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    async with engine_on(tmp_path) as engine:
+        for n in range(3):
+            await engine.execute(wfs.greet, f"greet-customer-{n}-of-the-spring-sale", "ana")
+        waiting = await engine.start(wfs.gated, "order-2026-12-03-0001", wfs.Order("o1", 5))
+        await waiting.signal(wfs.go, True)
+        await waiting.result()
+        cancelled = await engine.start(wfs.gated, "order-2026-12-03-0002", wfs.Order("o2", 7))
+        await cancelled.cancel("out of stock")
+        with pytest.raises(fusee.Cancelled):
+            await cancelled.result()
+    code, out, err = await acli("list", "--data", str(tmp_path))
+    assert code == 0, err
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out, out
+    words = out.split()
+    assert words.count("completed") == 5  # three greets, an order and its child
+    assert words.count("cancelled") == 1

@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 
 import fusee
+from fusee._schedule import run_id
 from fusee.cli import main
+from fusee.cli._output import local_time
+from fusee.store import SqliteStore
+from fusee.testing import TestEngine
 
 from .conftest import Watch, acli, cli, one_line_error
 
@@ -107,3 +111,37 @@ def worker_of(module: str, data: Path) -> Iterator[Watch]:
 async def _stop(data: Path) -> None:
     async with await fusee.Client.connect(data, durability="none") as client:
         await client.post("stop", "", {})
+
+
+hourly = fusee.Schedule("hourly", nightly_job, every="1h")
+
+
+@pytest.mark.asyncio
+async def test_schedules_list_shows_the_last_tick_and_the_interval_as_written(
+    tmp_path: Path,
+) -> None:
+    opened_ms = 1_767_225_600_000 + 30_000  # 2026-01-01T00:00:30Z: between two ticks
+    async with TestEngine(
+        workflows=[nightly_job],
+        store=SqliteStore(tmp_path, durability="none"),
+        schedules=[hourly],
+        start_ms=opened_ms,
+    ) as t:
+        await t.settle()
+        code, out, err = await acli("schedules", "--data", str(tmp_path))
+        assert code == 0, err
+        [row] = [line.split() for line in out.splitlines() if line.startswith("hourly")]
+        # Not ticked yet: no last tick (the time it was first opened is none).
+        assert local_time(opened_ms).split()[1] not in row
+        assert row[:3] == ["hourly", "nightly_job", "active"]
+        assert "every 1h; overlap skip; catch_up 0s" in out
+        assert "3600000ms" not in out
+
+        await t.advance("1h")
+        await t.settle()
+        tick_ms = opened_ms - 30_000 + 3_600_000
+        code, out, err = await acli("schedules", "--data", str(tmp_path))
+        assert code == 0, err
+        [row] = [line.split() for line in out.splitlines() if line.startswith("hourly")]
+        assert row[3:5] == local_time(tick_ms).split()
+        assert run_id("hourly", tick_ms) in out
