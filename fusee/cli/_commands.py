@@ -42,7 +42,6 @@ from fusee.engine._run import dedup_key
 from fusee.errors import PayloadError
 from fusee.store import RUN_STATUSES
 
-
 NARROW: Final = 110
 """Below this many columns `fusee list` writes its times on two lines."""
 

@@ -13,7 +13,6 @@ import dataclasses
 from rich.table import Table
 
 from fusee._schedule import last_tick, spec_text
-
 from fusee.cli._inbox import send_command
 from fusee.cli._output import CliError, Output, local_time
 from fusee.cli._reading import reading
