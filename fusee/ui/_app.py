@@ -40,6 +40,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee._queue import stats_json
+from fusee._schedule import last_tick, spec_text
 from fusee.engine._queues import queue_stats
 from fusee.engine._run import KEEP_INPUT
 from fusee.errors import FuseeError, NotFound, PayloadError
@@ -56,6 +57,8 @@ KEEPALIVE_S: Final = 15.0
 MAX_LIMIT: Final = 500
 DEFAULT_LIMIT: Final = 50
 MAX_WATCHED_IDS: Final = 500
+SCAN_BATCHES: Final = 10
+"""A page of top-level runs reads this many store pages at most, past the children."""
 ACTIONS: Final = ("signal", "cancel", "resume", "fork", "schedule")
 """What an app with `Actions` may do (``GET /api/info``'s ``actions``)."""
 SCHEDULE_VERBS: Final = ("pause", "resume", "trigger")
@@ -209,6 +212,14 @@ def _filters(q: QueryParams) -> dict[str, Any]:
     }
 
 
+def _with_children(q: QueryParams) -> bool:
+    """``children``: 1 lists child runs too (the default), 0 top-level runs only."""
+    text = q.get("children") or "1"
+    if text not in ("0", "1"):
+        raise _BadRequest(f"children={text!r}: pass 1 to list child runs too, 0 to leave them out")
+    return text == "1"
+
+
 def _limit(q: QueryParams) -> int:
     text = q.get("limit") or str(DEFAULT_LIMIT)
     try:
@@ -306,6 +317,8 @@ async def _page(store: Store, q: QueryParams) -> dict[str, Any]:
     limit = _limit(q)
     cursor = q.get("after")
     after = decode_cursor(cursor) if cursor else None
+    if not _with_children(q):
+        return await _top_level_page(store, filters, limit, after)
     # One row more than the page says whether there is a next page.
     rows = await store.list(**filters, limit=limit + 1, newest_first=True, after=after)
     more = len(rows) > limit
@@ -314,6 +327,34 @@ async def _page(store: Store, q: QueryParams) -> dict[str, Any]:
         "runs": [row_json(r) for r in rows],
         "next": encode_cursor(rows[-1]) if more and rows else None,
     }
+
+
+async def _top_level_page(
+    store: Store, filters: dict[str, Any], limit: int, after: tuple[int, str] | None
+) -> dict[str, Any]:
+    """A page of the runs that have no parent.
+
+    A store lists by start time, children and all: the page reads on past
+    the children, `SCAN_BATCHES` reads at most, so that a store of many
+    children and few parents answers at once too. A page cut short so
+    holds fewer runs than its limit, and its ``next`` goes on from where it
+    stopped.
+    """
+    kept: list[RunRow] = []
+    for _ in range(SCAN_BATCHES):
+        rows = await store.list(**filters, limit=limit + 1, newest_first=True, after=after)
+        for row in rows:
+            if row.parent is None:
+                kept.append(row)
+                if len(kept) > limit:
+                    return {
+                        "runs": [row_json(r) for r in kept[:limit]],
+                        "next": encode_cursor(kept[limit - 1]),
+                    }
+        if len(rows) <= limit:
+            return {"runs": [row_json(r) for r in kept], "next": None}
+        after = (rows[-1].started_ms, rows[-1].id)
+    return {"runs": [row_json(r) for r in kept], "next": encode_cursor(rows[-1])}
 
 
 def _divergence(row: RunRow) -> dict[str, Any] | None:
@@ -465,22 +506,26 @@ async def _queues(request: Request) -> Response:
 def schedule_json(row: ScheduleRow) -> dict[str, Any]:
     """A schedule's row as the API serves it, with its times in ms and ISO 8601.
 
+    Its spec's durations read as written (``every 1h``), and its last tick
+    is null until it has ticked.
+
     Example:
-        >>> schedule_json(ScheduleRow("nightly", "report", "every 60000ms"))["next_at"] is None
-        True
+        >>> schedule_json(ScheduleRow("nightly", "report", "every 60000ms"))["spec"]
+        'every 1m'
     """
+    tick_ms = last_tick(row.spec, row.last_tick_ms)
     return {
         "name": row.name,
         "workflow": row.workflow,
-        "spec": row.spec,
+        "spec": spec_text(row.spec),
         "paused": row.paused,
         "removed": row.removed,
         "last_run": row.last_run or None,
         # 0 stands for "none yet" in the row.
-        "last_tick_at": iso(row.last_tick_ms or None),
+        "last_tick_at": iso(tick_ms),
         "next_at": iso(row.next_ms or None),
         "buffered_at": iso(row.buffered_ms or None),
-        "last_tick_ms": row.last_tick_ms or None,
+        "last_tick_ms": tick_ms,
         "next_ms": row.next_ms or None,
         "buffered_ms": row.buffered_ms or None,
     }
@@ -627,6 +672,7 @@ async def _runs_events(request: Request) -> Response:
     q = request.query_params
     filters = _filters(q)
     limit = _limit(q)
+    children = _with_children(q)
     watched = [i for i in q.get("ids", "").split(",") if i][:MAX_WATCHED_IDS]
 
     async def body() -> AsyncIterator[bytes]:
@@ -634,7 +680,7 @@ async def _runs_events(request: Request) -> Response:
         async for keepalive in _ticks(request):
             top = await store.list(**filters, limit=limit, newest_first=True)
             extra = await asyncio.gather(*(store.get(i) for i in watched))
-            rows = {r.id: r for r in top}
+            rows = {r.id: r for r in top if children or r.parent is None}
             for r in extra:
                 if r is not None:
                     rows.setdefault(r.id, r)
@@ -693,6 +739,8 @@ async def _act(request: Request) -> Response:
                     'step name, "input": ... (optional: the old run\'s)}'
                 )
             await actions.fork(id, new_id, at, body.get("input", KEEP_INPUT))
+            # The answer names the run the fork started (the page opens it).
+            return JSONResponse({"ok": True, "id": new_id, "from": id, "action": verb})
         else:
             return _error(404, f"no action {verb!r}; there are signal, cancel, resume and fork")
     except ValueError as e:

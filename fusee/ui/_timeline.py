@@ -61,6 +61,9 @@ __all__ = ["Timeline", "iso", "jsonable", "payload", "row_json"]
 # make a page of a million lines.
 STREAM_TAIL: Final = 50
 
+OPEN: Final = frozenset({"running", "retrying", "paused", "waiting", "set", "started"})
+"""The statuses of an operation that has not ended (a detached child's is not one)."""
+
 
 def row_json(row: RunRow) -> dict[str, Any]:
     """A run's row as the API serves it: the CLI's fields, with the times in ms too.
@@ -240,6 +243,7 @@ class Timeline:
             self.outcome["lsn"] = lsn
             self._head_dirty = True
             self._anchor(lsn, rec.finished_ms)
+            self._cut_off(lsn, "cancelled" if rec.status is Status.CANCELLED else "abandoned")
         elif isinstance(rec, Update | UpdateDone):
             self._fold_update(lsn, rec)
         elif isinstance(rec, Awaiting | Completed):
@@ -255,6 +259,26 @@ class Timeline:
             op.update(status="set", end_lsn=lsn, result=payload(rec.payload))
         else:
             self._fold_stream(lsn, rec)
+
+    def _cut_off(self, lsn: int, status: str) -> None:
+        """The run ended at ``lsn``: what it still waited for ends there with ``status``.
+
+        The journal records no end of such an operation (a wait, a timer, a
+        step in flight when the run was cancelled, an update's handler): the
+        run's end is its end.
+        """
+        for op in self.ops.values():
+            if op["end_lsn"] is not None or op["status"] not in OPEN:
+                continue
+            op.update(status=status, end_lsn=lsn, cut_off=True)
+            for attempt in op["attempts"]:
+                if attempt["status"] in OPEN:
+                    attempt["status"] = status
+            self._touch("operations", op["seq"])
+        for update in self.updates:
+            if update["status"] in OPEN:
+                update["status"] = status
+                self._touch("updates", update["ordinal"])
 
     def _fold_start(self, lsn: int, rec: Start) -> None:
         self.start = {
@@ -406,18 +430,27 @@ class Timeline:
                     "result": None,
                     "error": None,
                     "done_lsn": None,
+                    "seq": None,
                 }
             )
             self._touch("updates", ordinal)
             return
-        if rec.ordinal >= len(self.updates):
+        known = rec.ordinal < len(self.updates)
+        # The handler's return takes a position of the journal: a row of its own,
+        # from the update's arrival to its return.
+        op = self._op(lsn, rec.seq, "update", self.updates[rec.ordinal]["name"] if known else "")
+        op.update(status=_status(rec.status), end_lsn=lsn, ordinal=rec.ordinal)
+        if known:
+            op["first_lsn"] = self.updates[rec.ordinal]["lsn"]
+        if rec.status is Status.OK:
+            op["result"] = payload(rec.payload)
+        else:
+            op["error"] = _error(rec.payload)
+        if not known:
             return
         update = self.updates[rec.ordinal]
-        update.update(status=_status(rec.status), done_lsn=lsn)
-        if rec.status is Status.OK:
-            update["result"] = payload(rec.payload)
-        else:
-            update["error"] = _error(rec.payload)
+        update.update(status=op["status"], done_lsn=lsn, seq=rec.seq)
+        update["result"], update["error"] = op["result"], op["error"]
         self._touch("updates", rec.ordinal)
 
     def _fold_completion(self, lsn: int, rec: Awaiting | Completed) -> None:
@@ -473,6 +506,18 @@ class Timeline:
 
     # --- output --------------------------------------------------------------------------------
 
+    def gaps(self) -> list[int]:
+        """The positions below the last one that have no record (yet).
+
+        An operation the code started writes its first record when it has
+        one: a step in flight has none until it ends. The page shows each
+        such position, so that no position is skipped unseen.
+        """
+        top = max(self.ops, default=-1)
+        if len(self.ops) == top + 1:
+            return []
+        return [seq for seq in range(top) if seq not in self.ops]
+
     def _head(self) -> dict[str, Any]:
         return {
             "start": self.start,
@@ -480,6 +525,7 @@ class Timeline:
             "cancel": self.cancel,
             "records": self.records,
             "last_lsn": self.last_lsn,
+            "gaps": self.gaps(),
         }
 
     def mark(self) -> None:

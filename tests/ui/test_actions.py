@@ -6,12 +6,17 @@ import asyncio
 import io
 from pathlib import Path
 
+import httpx2
 import pytest
 
 import fusee
 from fusee.cli import main
 from fusee.engine._run import KEEP_INPUT
+from fusee.record import Signal, decode
+from fusee.ui import create_app
 from fusee.ui._actions import ClientActions
+
+from .conftest import served
 
 go = fusee.signal("go", int)
 
@@ -67,3 +72,22 @@ def test_fusee_ui_refuses_another_address_without_a_token(tmp_path: Path) -> Non
     code = main(["ui", "--data", str(tmp_path), "--host", "0.0.0.0"], stdout=out, stderr=err)
     assert code == 1
     assert "token" in err.getvalue()
+
+
+@pytest.mark.asyncio
+async def test_a_signal_to_a_finished_run_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    async with await fusee.Engine.open(tmp_path, workflows=[waiter], durability="none") as engine:
+        run = await engine.start(waiter, "w-1")
+        await run.signal(go, 5)
+        assert await run.result() == 5
+        app = create_app(str(tmp_path), actions=ClientActions(str(tmp_path)))
+        with served(app) as url:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                r = await http.post(f"{url}/api/runs/w-1/signal", json={"name": "go", "payload": 6})
+                cancel = await http.post(f"{url}/api/runs/w-1/cancel", json={})
+        records = [decode(data) for _, data in await engine.store.load("w-1")]
+    assert r.status_code == 409, r.text
+    assert "has finished (completed)" in r.json()["error"], r.json()
+    assert cancel.status_code == 409, cancel.text
+    # Nothing was recorded: the run's one signal is the one it took.
+    assert len([r for r in records if isinstance(r, Signal)]) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,23 @@ import pytest
 from starlette.testclient import TestClient
 
 import fusee
+from fusee._schedule import run_id
 from fusee.engine._run import KEEP_INPUT
 from fusee.ui import create_app, serve
+from fusee.ui._timeline import iso
 
 from .conftest import served
-from .workflows import GREETED, add_greets, add_schedules, make_store, release, start_waiting
+from .workflows import (
+    GREETED,
+    WORKFLOWS,
+    add_greets,
+    add_schedules,
+    cancel_waiting,
+    make_store,
+    release,
+    run_updated,
+    start_waiting,
+)
 
 ALL_IDS = {*GREETED, "order-1", "ship-o1", "flaky-1", "boom-1"}
 
@@ -68,6 +81,9 @@ def test_the_list_has_every_run_newest_first(client: TestClient) -> None:
             {"workflow": "greet", "status": "completed"}, set(GREETED), id="workflow-and-status"
         ),
         pytest.param({"workflow": "nobody"}, set(), id="no-match"),
+        pytest.param({"children": "0"}, ALL_IDS - {"ship-o1"}, id="top-level-only"),
+        pytest.param({"children": "1"}, ALL_IDS, id="children-too"),
+        pytest.param({"children": "0", "workflow": "ship"}, set(), id="a-child-workflow"),
     ],
 )
 def test_filters_narrow_the_list(
@@ -111,6 +127,22 @@ def test_pages_cover_the_list_without_duplicates_or_gaps(client: TestClient, lim
     assert pages == -(-len(ALL_IDS) // limit)
 
 
+def test_pages_of_top_level_runs_skip_the_children_without_gaps(client: TestClient) -> None:
+    seen: list[str] = []
+    after = None
+    while True:
+        params: dict[str, Any] = {"limit": 1, "children": "0"}
+        if after is not None:
+            params["after"] = after
+        page = client.get("/api/runs", params=params).json()
+        seen += [r["id"] for r in page["runs"]]
+        after = page["next"]
+        if after is None:
+            break
+    assert seen == [r["id"] for r in runs(client) if r["parent"] is None]
+    assert "ship-o1" not in seen
+
+
 def test_pages_of_a_filter_stay_within_it(client: TestClient) -> None:
     first = client.get("/api/runs", params={"attr": "customer=ana", "limit": 5}).json()
     second = client.get(
@@ -129,6 +161,7 @@ def test_pages_of_a_filter_stay_within_it(client: TestClient) -> None:
         pytest.param({"after": "not-a-cursor"}, "is not a cursor", id="cursor"),
         pytest.param({"since": "yesterday"}, "is not a time", id="time"),
         pytest.param({"attr": "customer"}, "KEY=VALUE", id="attribute"),
+        pytest.param({"children": "no"}, "pass 1 to list child runs too", id="children"),
     ],
 )
 def test_bad_parameters_are_refused_with_a_message(
@@ -196,6 +229,45 @@ def test_a_runs_timeline_has_its_steps_retries_timer_signal_and_child(client: Te
     assert anchors[-1] == [run["outcome"]["lsn"], run["run"]["finished_ms"]]
     assert anchors == sorted(anchors)
     assert run["divergence"] is None
+
+
+def test_a_cancelled_runs_wait_ends_cancelled_at_the_runs_end(tmp_path: Path) -> None:
+    data = make_store(tmp_path)
+    cancel_waiting(data, "order-9", "out of stock")
+    with TestClient(create_app(str(data)), base_url="http://127.0.0.1") as c:
+        run = c.get("/api/runs/order-9").json()
+    assert run["outcome"]["status"] == "cancelled"
+    assert run["outcome"]["error"]["message"] == "out of stock"
+    wait = run["operations"][-1]
+    assert (wait["kind"], wait["name"]) == ("wait", "go")
+    assert wait["status"] == "cancelled"
+    assert wait["end_lsn"] == run["outcome"]["lsn"]
+    assert [op["status"] for op in run["operations"][:-1]] == ["set", "ok", "fired"]
+
+
+def test_every_position_has_a_row_an_updates_too(tmp_path: Path) -> None:
+    data = make_store(tmp_path)
+    run_updated(data, "tally-1")
+    with TestClient(create_app(str(data)), base_url="http://127.0.0.1") as c:
+        run = c.get("/api/runs/tally-1").json()
+    seqs = [op["seq"] for op in run["operations"]]
+    assert seqs == list(range(len(seqs)))
+    assert run["gaps"] == []
+    [update] = run["updates"]
+    row = next(op for op in run["operations"] if op["kind"] == "update")
+    assert (row["name"], row["status"], row["result"], row["seq"]) == (
+        "bump",
+        "ok",
+        3,
+        update["seq"],
+    )
+    # The row spans the handler: from the update's arrival to its return.
+    assert (row["first_lsn"], row["end_lsn"]) == (update["lsn"], update["done_lsn"])
+    assert [op["name"] for op in run["operations"] if op["kind"] == "step"] == [
+        "open",
+        "add",
+        "close",
+    ]
 
 
 def test_a_paused_run_shows_the_attempt_that_ran_out(client: TestClient) -> None:
@@ -398,7 +470,8 @@ def test_actions_reach_the_actions_object(data: Path) -> None:
         assert form.status_code == 400
         assert c.post("/api/runs/order-1/explode", json={}).status_code == 404
         fork = c.post("/api/runs/order-1/fork", json={"new_id": "order-2", "at": 2})
-        assert fork.json() == {"ok": True, "id": "order-1", "action": "fork"}
+        # The answer names the new run, and the run it was forked from.
+        assert fork.json() == {"ok": True, "id": "order-2", "from": "order-1", "action": "fork"}
         fork = c.post("/api/runs/order-1/fork", json={"new_id": "o-3", "at": "go", "input": 5})
         assert fork.status_code == 200
         assert c.post("/api/runs/order-1/fork", json={"at": 1}).status_code == 400
@@ -441,6 +514,49 @@ def test_the_schedules_route_gives_the_stores_schedule_rows(tmp_path: Path) -> N
     for field in ("last_tick", "next", "buffered"):
         ms, at = nightly[f"{field}_ms"], nightly[f"{field}_at"]
         assert (ms is None) == (at is None)
+
+
+def test_a_schedules_last_tick_is_its_tick_and_its_spec_reads_as_written(tmp_path: Path) -> None:
+    data = make_store(tmp_path)
+    add_schedules(data)
+    with TestClient(create_app(str(data)), base_url="http://127.0.0.1") as c:
+        before = {s["name"]: s for s in c.get("/api/schedules").json()}
+    hourly = before["hourly-greet"]
+    assert hourly["spec"] == "every 1h; overlap buffer_one; catch_up 0s"
+    # Opened, not ticked: the time it was first opened is no tick.
+    assert (hourly["last_tick_ms"], hourly["last_tick_at"]) == (None, None)
+    tick_ms = in_an_hour(data)
+    with TestClient(create_app(str(data)), base_url="http://127.0.0.1") as c:
+        after = {s["name"]: s for s in c.get("/api/schedules").json()}
+    hourly = after["hourly-greet"]
+    assert hourly["last_tick_ms"] == tick_ms
+    assert hourly["last_tick_at"] == iso(tick_ms)
+    assert hourly["last_run"] == run_id("hourly-greet", tick_ms)
+
+
+def in_an_hour(data: Path) -> int:
+    """Runs a test engine on ``data`` an hour past now: hourly-greet ticks; the tick."""
+    from fusee.store import SqliteStore
+    from fusee.testing import TestEngine
+
+    from .workflows import SCHEDULES, in_thread
+
+    ticked: list[int] = []
+
+    async def tick() -> None:
+        now_ms = int(time.time() * 1000)
+        async with TestEngine(
+            workflows=WORKFLOWS,
+            store=SqliteStore(data, durability="none"),
+            schedules=SCHEDULES,
+            start_ms=now_ms,
+        ) as t:
+            await t.advance("1h")
+            await t.settle()
+            ticked.append((now_ms // 3_600_000 + 1) * 3_600_000)
+
+    in_thread(tick)
+    return ticked[0]
 
 
 def test_an_empty_store_has_no_schedules(client: TestClient) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import fusee
 
 go = fusee.signal("go", bool)
+bump = fusee.update("bump", int)
 
 # A step of `flaky` fails while this is False (it is, in these tests): the run pauses.
 FLAKY_OK = {"ok": False}
@@ -71,7 +72,22 @@ async def boom(ctx: fusee.Ctx) -> None:
     raise KeyError("sku")
 
 
-WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [greet, ship, gated, flaky, boom]
+@fusee.workflow("tally")
+async def tally(ctx: fusee.Ctx, start: int) -> int:
+    """Takes `bump` updates (each a step in its handler) until `go`."""
+    total = {"n": start}
+
+    async def add(n: int) -> int:
+        total["n"] = await ctx.step("add", lambda: total["n"] + n)
+        return total["n"]
+
+    ctx.on_update(bump, add)
+    await ctx.step("open", lambda: start)
+    await ctx.wait_for(go)
+    return await ctx.step("close", lambda: total["n"])
+
+
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [greet, ship, gated, flaky, boom, tally]
 
 SCHEDULES = [
     fusee.Schedule("nightly-greet", greet, cron="0 2 * * *", tz="Europe/Paris", input="ana"),
@@ -142,6 +158,34 @@ async def _release(data: Path, id: str) -> None:
         run = engine.get(id)
         await run.signal(go, True)
         await run.result()
+
+
+async def _cancel_waiting(data: Path, id: str, reason: str) -> None:
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        run = await engine.start(gated, id, Order(id, 7))
+        while not await _waits(engine, id):
+            await asyncio.sleep(0.01)
+        await run.cancel(reason)
+        with contextlib.suppress(fusee.Cancelled):
+            await run.result()
+
+
+def cancel_waiting(data: Path, id: str, reason: str) -> None:
+    """Starts a `gated` run ``id`` and cancels it while it waits for `go`."""
+    in_thread(_cancel_waiting, data, id, reason)
+
+
+async def _updated(data: Path, id: str) -> None:
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        run = await engine.start(tally, id, 1)
+        assert await run.update(bump, 2) == 3
+        await run.signal(go, True)
+        assert await run.result() == 3
+
+
+def run_updated(data: Path, id: str) -> None:
+    """Runs a `tally` ``id`` that takes one `bump` update, then `go`."""
+    in_thread(_updated, data, id)
 
 
 async def _schedules(data: Path) -> None:
