@@ -29,10 +29,13 @@ from .workflows import (
     WORKFLOWS,
     add_greets,
     add_schedules,
+    cancel_waiting,
     enqueue_mails,
     go,
     make_store,
     release,
+    run_updated,
+    start_racing,
     start_waiting,
 )
 
@@ -78,20 +81,41 @@ def row_ids(page: Page) -> list[str]:
 
 def test_the_runs_page_lists_the_runs(page: Page, url: str, tmp_path: Path) -> None:
     page.goto(f"{url}/")
-    expect(page.locator("#runs tbody tr")).to_have_count(len(GREETED) + 4)
+    expect(page.locator("#runs tbody tr")).to_have_count(len(GREETED) + 3)
     ids = row_ids(page)
-    assert ids[:4] == ["boom-1", "flaky-1", "ship-o1", "order-1"]
-    assert set(ids[4:]) == set(GREETED)
+    assert ids[:3] == ["boom-1", "flaky-1", "order-1"]
+    assert set(ids[3:]) == set(GREETED)
     expect(page.locator('tr[data-id="flaky-1"] .badge')).to_have_text("paused")
-    expect(page.locator('tr[data-id="ship-o1"]')).to_contain_text("order-1")
     expect(page.locator("#live")).to_have_class("live on")
     page.screenshot(path=str(tmp_path / "runs.png"))
     assert (tmp_path / "runs.png").stat().st_size > 10_000
 
 
+def test_child_runs_are_listed_once_asked_for_with_their_parent(page: Page, url: str) -> None:
+    page.goto(f"{url}/")
+    # Top-level runs by default: order-1's child is on order-1's page.
+    expect(page.locator('tr[data-id="order-1"]')).to_be_visible()
+    expect(page.locator('tr[data-id="ship-o1"]')).to_have_count(0)
+    expect(page.locator("#f-children")).not_to_be_checked()
+    page.check("#f-children")
+    expect(page.locator('tr[data-id="ship-o1"]')).to_be_visible()
+    assert "children=1" in page.url
+    expect(page.locator("#runs tbody tr")).to_have_count(len(GREETED) + 4)
+    assert row_ids(page)[:4] == ["boom-1", "flaky-1", "ship-o1", "order-1"]
+    parent = page.locator('tr[data-id="ship-o1"] td:last-child a')
+    expect(parent).to_have_text("order-1")
+    # Filters keep the choice.
+    page.select_option("#f-status", "completed")
+    page.click("#f-apply")
+    expect(page.locator('tr[data-id="ship-o1"]')).to_be_visible()
+    page.uncheck("#f-children")
+    expect(page.locator('tr[data-id="ship-o1"]')).to_have_count(0)
+    expect(page.locator('tr[data-id="order-1"]')).to_be_visible()
+
+
 def test_a_filter_narrows_the_list(page: Page, url: str) -> None:
     page.goto(f"{url}/")
-    expect(page.locator("#runs tbody tr")).to_have_count(len(GREETED) + 4)
+    expect(page.locator("#runs tbody tr")).to_have_count(len(GREETED) + 3)
     page.select_option("#f-status", "paused")
     page.click("#f-apply")
     expect(page.locator("#runs tbody tr")).to_have_count(1)
@@ -114,8 +138,8 @@ def test_the_next_page_continues_the_list(page: Page, url: str) -> None:
     expect(page.locator("#runs tbody tr")).to_have_count(10)
     second = row_ids(page)
     assert not set(first) & set(second)
-    assert first[-1] == "g-17"
-    assert second[0] == "g-16"
+    assert first[-1] == "g-16"
+    assert second[0] == "g-15"
 
 
 def test_a_runs_page_shows_its_timeline(page: Page, url: str, tmp_path: Path) -> None:
@@ -133,7 +157,8 @@ def test_a_runs_page_shows_its_timeline(page: Page, url: str, tmp_path: Path) ->
     expect(attempts.nth(0).locator(".attempt-error")).to_have_text(
         "ConnectionError: card network unreachable"
     )
-    expect(page.locator(".op-row[data-seq='1'] .bar.attempt")).to_have_count(2)
+    # The journal holds no time of an attempt's own: each is a point, not a bar.
+    expect(page.locator(".op-row[data-seq='1'] .mark.point.attempt")).to_have_count(2)
     expect(page.locator("#outcome")).to_contain_text("shipped FR-o1")
     expect(page.locator("#signals")).to_contain_text("go")
     expect(page.locator("#streams")).to_contain_text("shipped FR-o1")
@@ -267,8 +292,10 @@ def test_a_signal_sent_from_the_run_page_reaches_the_run(page: Page, tmp_path: P
         expect(page.locator("#outcome")).to_contain_text("shipped FR-order-2")
         expect(page.locator("#signals")).to_contain_text("go")
         expect(page.locator("h1 .badge")).to_have_text("completed")
-        # An ended run has no cancel to offer.
+        # An ended run has no signal nor cancel to offer.
         expect(page.locator("#cancel")).to_be_hidden()
+        expect(page.locator("#signal")).to_be_hidden()
+        expect(page.locator("#run-ended")).to_be_visible()
         page.screenshot(path=str(tmp_path / "signalled.png"), full_page=True)
     assert (tmp_path / "signalled.png").stat().st_size > 10_000
 
@@ -285,8 +312,11 @@ def test_cancel_from_the_run_page_cancels_the_run(page: Page, tmp_path: Path) ->
         page.click("#cancel-submit")
         expect(page.locator("h1 .badge")).to_have_text("cancelled")
         expect(page.locator("#outcome")).to_contain_text("cancelled")
-        expect(page.locator(".note-box")).to_contain_text("out of stock")
+        expect(page.locator("#outcome")).to_contain_text("out of stock")
+        expect(page.locator(".note-box")).to_have_count(0)
+        expect(page.locator('.op-row[data-seq="3"] .badge')).to_have_text("cancelled")
         expect(page.locator("#cancel")).to_be_hidden()
+        expect(page.locator("#signal")).to_be_hidden()
         page.screenshot(path=str(tmp_path / "cancelled.png"), full_page=True)
     assert (tmp_path / "cancelled.png").stat().st_size > 10_000
 
@@ -339,6 +369,11 @@ def test_the_schedules_view_lists_pauses_and_triggers_schedules(page: Page, tmp_
         expect(page.locator("#schedules tbody tr")).to_have_count(2)
         nightly = page.locator('tr[data-name="nightly-greet"]')
         expect(nightly).to_contain_text("cron 0 2 * * * Europe/Paris")
+        # The spec's durations as written; no tick yet, so no last tick.
+        expect(page.locator('tr[data-name="hourly-greet"] .spec')).to_have_text(
+            "every 1h; overlap buffer_one; catch_up 0s"
+        )
+        expect(page.locator('tr[data-name="hourly-greet"] .last-tick')).to_have_text("")
         expect(nightly.locator(".badge")).to_have_text("active")
         nightly.locator("button.pause").click()
         expect(nightly.locator(".badge")).to_have_text("paused")
@@ -353,3 +388,74 @@ def test_the_schedules_view_lists_pauses_and_triggers_schedules(page: Page, tmp_
         expect(page.locator("h1 .run-id")).to_contain_text("hourly-greet")
         expect(page.locator("#outcome")).to_contain_text("hello bo")
     assert (tmp_path / "schedules.png").stat().st_size > 10_000
+
+
+@pytest.fixture(scope="module")
+def field(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of runs that ended or stopped midway: cancelled, updated, one step in flight."""
+    data = tmp_path_factory.mktemp("field")
+    cancel_waiting(data, "order-9", "out of stock")
+    run_updated(data, "tally-1")
+    start_racing(data, "race-1")
+    return data
+
+
+@pytest.fixture(scope="module")
+def field_url(field: Path) -> Iterator[str]:
+    with served(create_app(str(field))) as base:
+        yield base
+
+
+def test_a_cancelled_run_shows_one_banner_and_its_wait_cancelled(
+    page: Page, field_url: str, tmp_path: Path
+) -> None:
+    page.goto(f"{field_url}/runs/order-9")
+    expect(page.locator("h1 .badge")).to_have_text("cancelled")
+    expect(page.locator(".error-box, .note-box, .outcome")).to_have_count(1)
+    expect(page.locator("#outcome")).to_contain_text("out of stock")
+    wait = page.locator('.op-row[data-seq="3"]')
+    expect(wait.locator(".op-name")).to_have_text("go")
+    expect(wait.locator(".badge")).to_have_text("cancelled")
+    wait.click()
+    expect(page.locator(".op-details")).to_contain_text("with the run: the journal records no end")
+    page.screenshot(path=str(tmp_path / "cancelled.png"), full_page=True)
+
+
+def test_an_updates_position_has_its_row_on_the_timeline(page: Page, field_url: str) -> None:
+    page.goto(f"{field_url}/runs/tally-1")
+    rows = page.locator("#timeline .op-row")
+    expect(rows).to_have_count(5)
+    seqs = [rows.nth(i).get_attribute("data-seq") for i in range(5)]
+    assert seqs == ["0", "1", "2", "3", "4"]
+    update = page.locator('.op-row.kind-update[data-seq="3"]')
+    expect(update.locator(".op-name")).to_have_text("bump")
+    expect(update.locator(".badge")).to_have_text("ok")
+    expect(update.locator(".bar.update")).to_have_count(1)
+    expect(page.locator("#updates")).to_contain_text("bump")
+
+
+def test_a_position_without_a_record_shows_a_row_saying_so(page: Page, field_url: str) -> None:
+    page.goto(f"{field_url}/runs/race-1")
+    expect(page.locator("#timeline .wf-row[data-seq]")).to_have_count(2)
+    gap = page.locator('.gap-row[data-seq="0"]')
+    expect(gap).to_contain_text("no record yet: in flight")
+    expect(page.locator('.op-row[data-seq="1"] .op-name')).to_have_text("nap")
+
+
+def test_a_step_without_its_own_time_is_a_point_not_a_bar(page: Page, url: str) -> None:
+    page.goto(f"{url}/runs/g-03")
+    step = page.locator('.op-row[data-seq="1"]')
+    expect(step.locator(".op-name")).to_have_text("greet")
+    expect(step.locator(".mark.point.attempt.ok")).to_have_count(1)
+    expect(step.locator(".bar")).to_have_count(0)
+
+
+def test_a_finished_run_offers_no_signal_form(page: Page, field: Path) -> None:
+    with acting(field) as base:
+        for id in ("order-9", "tally-1"):
+            page.goto(f"{base}/runs/{id}")
+            expect(page.locator("#run-actions")).to_be_visible()
+            expect(page.locator("#run-ended")).to_be_visible()
+            expect(page.locator("#signal")).to_be_hidden()
+            expect(page.locator("#cancel")).to_be_hidden()
+            expect(page.locator("#fork-section")).to_be_visible()

@@ -87,7 +87,17 @@ async def tally(ctx: fusee.Ctx, start: int) -> int:
     return await ctx.step("close", lambda: total["n"])
 
 
-WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [greet, ship, gated, flaky, boom, tally]
+@fusee.workflow("racer")
+async def racer(ctx: fusee.Ctx) -> None:
+    """A step that takes an hour beside a timer: the timer's record comes first."""
+
+    async def slow() -> None:
+        await asyncio.sleep(3600)
+
+    await asyncio.gather(ctx.step("slow", slow), ctx.sleep("nap", "1h"))
+
+
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [greet, ship, gated, flaky, boom, tally, racer]
 
 SCHEDULES = [
     fusee.Schedule("nightly-greet", greet, cron="0 2 * * *", tz="Europe/Paris", input="ana"),
@@ -186,6 +196,20 @@ async def _updated(data: Path, id: str) -> None:
 def run_updated(data: Path, id: str) -> None:
     """Runs a `tally` ``id`` that takes one `bump` update, then `go`."""
     in_thread(_updated, data, id)
+
+
+async def _start_racing(data: Path, id: str) -> None:
+    from fusee.record import Timer, decode
+
+    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+        await engine.start(racer, id)
+        while not any(isinstance(decode(d), Timer) for _, d in await engine.store.load(id)):
+            await asyncio.sleep(0.01)
+
+
+def start_racing(data: Path, id: str) -> None:
+    """Starts a `racer` ``id`` and stops its engine with its step in flight, its timer set."""
+    in_thread(_start_racing, data, id)
 
 
 async def _schedules(data: Path) -> None:

@@ -3,7 +3,7 @@
 // from the store goes into the page as text (textContent), never as HTML.
 "use strict";
 
-const STATUSES_FALLBACK = ["cancelled", "completed", "continued", "failed", "paused", "running", "suspended"];
+const STATUSES_FALLBACK = ["cancelled", "completed", "continued", "diverged", "failed", "paused", "queued", "running", "suspended"];
 // The statuses of a run that has not ended: a cancel applies to these.
 const UNFINISHED = ["queued", "running", "suspended", "paused", "diverged"];
 
@@ -132,7 +132,8 @@ const FILTERS = ["status", "workflow", "attr", "since", "until"];
 
 function apiQuery(params) {
   // The page's address keeps what the person typed; the API takes times in ms.
-  const q = new URLSearchParams();
+  // Top-level runs by default, as Temporal's list: children=1 shows theirs too.
+  const q = new URLSearchParams({ children: params.get("children") === "1" ? "1" : "0" });
   for (const key of FILTERS) {
     const v = params.get(key);
     if (!v) continue;
@@ -163,8 +164,10 @@ async function runsPage(main, info) {
     el("label", {}, "Attribute ", el("input", { name: "attr", id: "f-attr", value: params.get("attr") || "", placeholder: "customer=ada" })),
     el("label", {}, "Started from ", el("input", { type: "datetime-local", step: "1", name: "since", id: "f-since", value: params.get("since") || "" })),
     el("label", {}, "to ", el("input", { type: "datetime-local", step: "1", name: "until", id: "f-until", value: params.get("until") || "" })),
+    el("label", { title: "runs started by another run's ctx.child" }, el("input", { type: "checkbox", name: "children", value: "1", id: "f-children", checked: params.get("children") === "1" }), " child runs"),
     el("button", { type: "submit", id: "f-apply", text: "Apply" }),
     el("a", { href: "/", class: "clear", text: "clear" }));
+  form.elements.children.addEventListener("change", () => form.requestSubmit());
   const tbody = el("tbody");
   const table = el("table", { class: "runs", id: "runs" },
     el("thead", {}, el("tr", {}, ["id", "workflow", "status", "run", "started", "finished", "took", "attributes", "parent"].map((h) => el("th", { text: h })))),
@@ -243,7 +246,7 @@ async function runsPage(main, info) {
 // --- the run page ----------------------------------------------------------------------
 
 const KIND_LABEL = { step: "step", timer: "timer", wait: "wait", child: "child", send: "send", value: "value",
-  attributes: "attributes", event: "event", completion: "completion" };
+  attributes: "attributes", event: "event", completion: "completion", update: "update" };
 
 function mergeByKey(list, items) {
   for (const item of items || []) {
@@ -253,7 +256,7 @@ function mergeByKey(list, items) {
 }
 
 function applyChanges(detail, changes) {
-  for (const k of ["start", "outcome", "cancel", "records", "last_lsn"]) if (k in changes) detail[k] = changes[k];
+  for (const k of ["start", "outcome", "cancel", "records", "last_lsn", "gaps"]) if (k in changes) detail[k] = changes[k];
   if ("run" in changes) { detail.run = changes.run; detail.divergence = changes.divergence; }
   if ("children" in changes) detail.children = changes.children;
   for (const k of ["operations", "signals", "updates", "streams", "patches", "corrupt"]) mergeByKey(detail[k], changes[k]);
@@ -302,16 +305,24 @@ function opBars(op, clock, detail) {
   const endMs = ended ? clock.at(op.end_lsn) : clock.end;
   if (op.kind === "step") {
     for (const a of op.attempts) {
-      let from = a.due_ms ?? clock.at(a.after_lsn);
-      let to = a.lsn !== null ? clock.at(a.lsn) : clock.end;
-      if (a.started_ms !== null && a.run_ms !== null) {
-        if (a.due_ms !== null && a.started_ms > a.due_ms) bars.push(bar(clock, a.due_ms, a.started_ms, "queue", `attempt ${a.attempt} queued ${fmtDur(a.queue_ms)}`));
-        from = a.started_ms;
-        to = a.started_ms + a.run_ms;
-      }
       const cls = a.status === "ok" ? "ok" : a.status === "running" ? "running" : a.status === "cancelled" ? "cancelled" : "failed";
       const title = `attempt ${a.attempt}: ${a.status}${a.error ? ` (${errorText(a.error)})` : ""}`;
-      bars.push(bar(clock, from, to, `attempt ${cls}`, title));
+      let to;
+      if (a.started_ms !== null && a.run_ms !== null) {
+        // The attempt's own times: a bar as long as it ran.
+        if (a.due_ms !== null && a.started_ms > a.due_ms) bars.push(bar(clock, a.due_ms, a.started_ms, "queue", `attempt ${a.attempt} queued ${fmtDur(a.queue_ms)}`));
+        to = a.started_ms + a.run_ms;
+        bars.push(bar(clock, a.started_ms, to, `attempt ${cls}`, title));
+      } else if (a.lsn !== null) {
+        // No time of its own: a point where its record lies, never a bar
+        // stretched to the next time the journal holds.
+        to = clock.at(a.lsn);
+        bars.push(el("div", { class: `mark point attempt ${cls}`, style: `left:${clock.pct(to)}%`, title: `${title}, at about ${fmtTime(to)} (no time of its own in the journal)` }));
+      } else {
+        // In flight: from where it began to now.
+        to = clock.end;
+        bars.push(bar(clock, a.due_ms ?? clock.at(a.after_lsn), to, `attempt ${cls}`, title));
+      }
       if (a.paused) bars.push(bar(clock, to, a.resumed_lsn ? clock.at(a.resumed_lsn) : clock.end, "paused", "paused: waiting for a resume"));
       else if (a.retry_at_ms !== null) bars.push(bar(clock, to, Math.max(to, a.retry_at_ms), "backoff", `retry at ${fmtTime(a.retry_at_ms)}`));
     }
@@ -340,6 +351,8 @@ function opDetails(op) {
   }
   if (op.kind === "child" && op.child) rows.push(fact("child run", runLink(op.child.id)), fact("detached", op.child.detached ? "yes" : "no"));
   if (op.kind === "send") rows.push(fact("to", runLink(op.target)));
+  if (op.kind === "update") rows.push(fact("update", `#${op.ordinal} (in Updates below)`));
+  if (op.cut_off) rows.push(fact("ended", "with the run: the journal records no end of its own"));
   if (op.progress !== undefined && op.progress !== null) rows.push(fact("progress", JSON.stringify(op.progress)));
   if (op.attempts.length && op.kind === "step") {
     rows.push(el("table", { class: "attempts" },
@@ -376,7 +389,16 @@ function waterfall(detail, expanded, rerender) {
   const rows = [head, el("div", { class: "wf-row run-row" }, el("span", { class: "c-seq" }), el("span", { class: "c-kind", text: "run" }),
     el("span", { class: "c-name", text: detail.run.workflow }), el("span", { class: "c-status" }, badge(detail.outcome ? detail.outcome.status : detail.run.status)),
     el("div", { class: "track" }, runMarks))];
+  const gaps = detail.gaps || [];
+  const gapRow = (seq) => el("div", { class: "wf-row gap-row", "data-seq": seq },
+    el("span", { class: "c-seq", text: seq }), el("span", { class: "c-kind", text: "—" }),
+    el("span", { class: "c-name muted", text: detail.outcome ? "no record: started, never recorded" : "no record yet: in flight" }),
+    el("span", { class: "c-status" }), el("div", { class: "track" }));
+  let g = 0;
   for (const op of detail.operations) {
+    // Every position has a row: one without a record of its own (a step in
+    // flight) gets a row that says so, never a silent gap.
+    while (g < gaps.length && gaps[g] < op.seq) rows.push(gapRow(gaps[g++]));
     const open = expanded.has(op.seq);
     const retries = op.attempts.filter((a) => a.status === "failed").length;
     const row = el("div", { class: `wf-row op-row kind-${op.kind}${open ? " open" : ""}`, "data-seq": op.seq, tabindex: "0",
@@ -390,9 +412,10 @@ function waterfall(detail, expanded, rerender) {
     if (lastError && !open) rows.push(el("div", { class: "wf-note attempt-error", text: `attempt ${lastError.attempt}: ${errorText(lastError.error)}` }));
     if (open) rows.push(opDetails(op));
   }
+  while (g < gaps.length) rows.push(gapRow(gaps[g++]));
   return el("section", { class: "waterfall", id: "timeline" },
     el("h2", { text: "Timeline" }),
-    el("p", { class: "muted small", text: "One row per operation, by position. Bars are placed by the times the journal records; a record without one sits between the times around it. Click a row for its attempts and payloads." }),
+    el("p", { class: "muted small", text: "One row per position of the journal: each operation, an update's handler at its place. Bars are placed by the times the journal records; a step without a time of its own is a point where its record lies, between the times around it. Click a row for its attempts and payloads." }),
     el("div", { class: "legend" }, ["ok", "failed", "running", "backoff", "paused", "timer", "wait", "child"].map((c) => el("span", {}, el("i", { class: `swatch ${c}` }), c))),
     rows);
 }
@@ -426,13 +449,20 @@ function runView(detail, expanded, rerender) {
   if (detail.outcome) {
     const o = detail.outcome;
     if (o.error) {
-      parts.push(el("div", { class: "error-box", id: "outcome" }, el("strong", { text: `${o.status}: ` }), errorText(o.error),
+      const reason = o.error.message;
+      const why = o.status !== "cancelled" ? errorText(o.error) : typeof reason === "string" ? reason : JSON.stringify(reason);
+      parts.push(el("div", { class: "error-box", id: "outcome" }, el("strong", { text: `${o.status}: ` }), why,
         o.error.traceback ? el("pre", { class: "traceback", text: o.error.traceback }) : null));
     } else {
       parts.push(el("div", { class: "outcome", id: "outcome" }, el("strong", { text: `${o.status}` }), jsonView("result", o.result, true)));
     }
   }
-  if (detail.cancel) parts.push(el("div", { class: "note-box" }, "Cancelled: ", JSON.stringify(detail.cancel.reason)));
+  // One banner per run: a cancelled run's outcome says why; a cancel the run
+  // has not acted on yet (or one it ended before) gets a note of its own.
+  if (detail.cancel && !(detail.outcome && detail.outcome.status === "cancelled")) {
+    parts.push(el("div", { class: "note-box", id: "cancel-note" }, detail.outcome ? "A cancel was asked for, after the run had ended: " : "Cancel requested: ",
+      JSON.stringify(detail.cancel.reason)));
+  }
   if (detail.start) parts.push(jsonView("input", detail.start.input, false));
   parts.push(waterfall(detail, expanded, rerender));
   if (detail.children.length) parts.push(el("section", { id: "children" }, el("h2", { text: "Children" }), tree(detail.children)));
@@ -473,8 +503,8 @@ function forkForm(id) {
     }
     message.textContent = "forking…";
     try {
-      await post(`/api/runs/${encodeURIComponent(id)}/fork`, body);
-      history.pushState(null, "", `/runs/${encodeURIComponent(body.new_id)}`);
+      const answer = await post(`/api/runs/${encodeURIComponent(id)}/fork`, body);
+      history.pushState(null, "", `/runs/${encodeURIComponent(answer.id)}`);
       live.close();
       await route();
     } catch (err) {
@@ -547,15 +577,20 @@ function runActions(id) {
     act("resume", {}, "resume sent: its paused steps get a fresh retry budget");
   } }, el("span", { class: "muted small", text: "A step ran out of retries: " }), el("button", { type: "submit", id: "resume-submit", text: "Resume" }));
 
+  const ended = el("p", { class: "muted small", id: "run-ended", text: "This run has ended: it takes no signal, update or cancel. A fork of it goes on from any position." });
   const section = el("section", { id: "run-actions" }, el("h2", { text: "Actions" }),
     el("p", { class: "muted small", text: "The serving worker applies these; the page shows what they do as the journal records it." }),
-    signalForm, signalMessage, el("div", { class: "action-row" }, cancel, resume), runMessage);
+    signalForm, signalMessage, ended, el("div", { class: "action-row" }, cancel, resume), runMessage);
   let known = "";
   return {
     section,
     update(detail) {
       const status = detail.run.status;
-      cancel.hidden = !UNFINISHED.includes(status);
+      // A run that has ended takes no signal, nor a cancel.
+      const open = UNFINISHED.includes(status);
+      signalForm.hidden = !open;
+      ended.hidden = open;
+      cancel.hidden = !open;
       resume.hidden = status !== "paused";
       const list = signalNames(detail);
       if (list.join("\n") !== known) {
@@ -683,7 +718,7 @@ async function schedulesPage(main, info) {
         " ", el("button", { type: "button", class: "trigger", onclick: () => act(s.name, "trigger"), text: "Trigger now" })) : (can ? el("td") : null);
       return el("tr", { "data-name": s.name },
         el("td", {}, el("strong", { text: s.name })), el("td", { text: s.workflow }), el("td", { class: "spec", text: s.spec }),
-        el("td", {}, badge(state)), buttons, el("td", { text: fmtTime(s.last_tick_ms) }), el("td", { text: fmtTime(s.next_ms) }),
+        el("td", {}, badge(state)), buttons, el("td", { class: "last-tick", text: fmtTime(s.last_tick_ms) }), el("td", { class: "next-tick", text: fmtTime(s.next_ms) }),
         el("td", { class: "last-run" }, s.last_run ? runLink(s.last_run) : ""));
     }));
     count.textContent = rows.length ? `${rows.length} schedule${rows.length === 1 ? "" : "s"}` : "this store has no schedules";
