@@ -116,3 +116,23 @@ def test_the_testing_pages_pytest_example_passes_and_type_checks_in_a_new_projec
     assert "1 passed" in tested.stdout, tested.stdout
     checked = venv.mypy("--strict", "test_greet.py", cwd=tmp_path)
     assert "Success" in checked.stdout, checked.stdout
+
+
+@pytest.mark.parametrize(
+    ("page", "where"),
+    [
+        pytest.param("ui.md", "- Filters: status", id="ui-runs-page-filters"),
+        pytest.param("ui.md", "| `status` |", id="ui-api-status-parameter"),
+        pytest.param("concepts.md", "## Statuses", id="concepts-statuses"),
+    ],
+)
+def test_a_page_that_lists_the_statuses_lists_every_one(page: str, where: str) -> None:
+    from fusee import RunStatus
+
+    text = (DOCS / page).read_text()
+    start = text.index(where) + len(where)
+    # The list runs to the end of its table row, or of its paragraph (the one
+    # under a heading).
+    end = text.find("\n", start) if where.startswith("|") else text.find("\n\n", start + 2)
+    listed = set(re.findall(r"`([a-z]+)`", text[start:end]))
+    assert {str(s) for s in RunStatus} <= listed, f"{page}: missing statuses"

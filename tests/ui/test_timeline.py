@@ -6,6 +6,7 @@ from fusee import _codec
 from fusee.record import (
     PAUSED,
     Attempt,
+    Cancel,
     Done,
     Heartbeat,
     Record,
@@ -14,8 +15,10 @@ from fusee.record import (
     Status,
     Step,
     StepTime,
+    Timer,
     Update,
     UpdateDone,
+    Wait,
     encode,
 )
 from fusee.ui._timeline import Timeline
@@ -100,3 +103,33 @@ def test_a_record_that_does_not_decode_is_shown_as_corrupt() -> None:
     [corrupt] = t.json()["corrupt"]
     assert corrupt["lsn"] == 2
     assert "journal record" in corrupt["error"]
+
+
+def test_a_runs_end_is_sent_as_the_end_of_what_it_waited_for() -> None:
+    t = fold(
+        Start(run=1, id="a", wtype="wf", started_ms=5),
+        Wait(1, 0, "go", 0),
+        Timer(1, 1, "nap", 3_600_000),
+    )
+    t.json()
+    t.add(4, encode(Cancel(1, _codec.encode("out of stock"))))
+    t.add(5, encode(Done(1, Status.CANCELLED, 99, _codec.encode("out of stock"))))
+    changes = t.changes()
+    assert changes is not None
+    assert [(op["name"], op["status"], op["end_lsn"]) for op in changes["operations"]] == [
+        ("go", "cancelled", 5),
+        ("nap", "cancelled", 5),
+    ]
+
+
+def test_positions_without_a_record_are_listed_as_gaps() -> None:
+    t = fold(
+        Start(run=1, id="a", wtype="wf"),
+        Timer(1, 1, "nap", 10),
+        Step(1, 3, "late", 1, Status.OK, _codec.encode(1)),
+    )
+    assert t.json()["gaps"] == [0, 2]
+    t.add(4, encode(Step(1, 0, "slow", 1, Status.OK, _codec.encode(0))))
+    changes = t.changes()
+    assert changes is not None
+    assert changes["gaps"] == [2]
