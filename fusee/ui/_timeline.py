@@ -1,15 +1,18 @@
 """A run's journal as the UI shows it: operations by position, with their attempts.
 
 `Timeline` takes a journal's ``(lsn, data)`` records one at a time, in log
-order, and keeps what the run page draws: one entry per operation (by its
-``seq``), the run's signals, updates and streams, its outcome, and the times
-the records carry (``anchors``). Everything it holds is JSON data already:
-payloads are decoded once, when their record arrives.
+order, and keeps what the run page draws: one entry per journal position
+(by its ``seq``: each operation, and an update handler's return), the
+positions with no record yet (``gaps``), the run's signals, updates and
+streams, its outcome, and the times the records carry (``anchors``).
+Everything it holds is JSON data already: payloads are decoded once, when
+their record arrives.
 
 The rule: a timeline only reads records, it never infers what they do not
 say. A time the journal does not carry is None (the page places such a
-record between the times around it), and a record it cannot decode becomes
-a ``corrupt`` entry, never a guess.
+record between the times around it), a record it cannot decode becomes a
+``corrupt`` entry, never a guess, and an operation still open when the run's
+end is recorded ends there, as that end says (cancelled, or abandoned).
 """
 
 from __future__ import annotations
