@@ -164,7 +164,7 @@ async function runsPage(main, info) {
     el("label", {}, "Attribute ", el("input", { name: "attr", id: "f-attr", value: params.get("attr") || "", placeholder: "customer=ada" })),
     el("label", {}, "Started from ", el("input", { type: "datetime-local", step: "1", name: "since", id: "f-since", value: params.get("since") || "" })),
     el("label", {}, "to ", el("input", { type: "datetime-local", step: "1", name: "until", id: "f-until", value: params.get("until") || "" })),
-    el("label", { title: "runs started by another run's ctx.child" }, el("input", { type: "checkbox", name: "children", value: "1", id: "f-children", checked: params.get("children") === "1" }), " child runs"),
+    el("label", { title: "runs started by another run's ctx.child" }, "Child runs ", el("input", { type: "checkbox", name: "children", value: "1", id: "f-children", checked: params.get("children") === "1" })),
     el("button", { type: "submit", id: "f-apply", text: "Apply" }),
     el("a", { href: "/", class: "clear", text: "clear" }));
   form.elements.children.addEventListener("change", () => form.requestSubmit());
