@@ -274,7 +274,7 @@ class RunPaused(FuseeError):
         super().__init__(
             f"run '{id}' paused: step '{step}' failed {attempts} attempt(s), the last with "
             f"{error}; fix the cause and call run.resume() in the test, or open "
-            "TestEngine(..., on_pause=\"wait\") to wait for a resume"
+            'TestEngine(..., on_pause="wait") to wait for a resume'
         )
 
     def __reduce__(self) -> tuple[object, ...]:

@@ -360,7 +360,8 @@ async def test_execute_of_a_run_that_pauses_raises_run_paused_naming_step_attemp
             3,
             "ConnectionError: gateway down",
         )
-        assert "run.resume()" in str(e) and 'on_pause="wait"' in str(e)
+        assert "run.resume()" in str(e)
+        assert 'on_pause="wait"' in str(e)
         assert (await t.get("c-1").describe()).status == "paused"
         # From its journal, loaded again: still paused, and said so again.
         await t.crash()
@@ -397,9 +398,7 @@ async def test_a_run_paused_again_after_a_resume_names_its_attempts_since_the_st
         ),
     ],
 )
-async def test_on_pause_wait_makes_result_wait_for_the_resume(
-    make: Any, fusee_engine: Any
-) -> None:
+async def test_on_pause_wait_makes_result_wait_for_the_resume(make: Any, fusee_engine: Any) -> None:
     gateway = _Gateway()
     wf = _checkout(gateway)
     async with make(wf, fusee_engine) as t:
