@@ -97,6 +97,8 @@ _STATUS_OF_END = {
 # Ended runs whose end `Run.result` answers from memory (`Engine._ends`),
 # and runs this engine continued as new (`Engine._continued`): the newest kept.
 _ENDS_KEPT = 1024
+# How many rows `Engine.list` reads at a time while it filters by status.
+_LIST_PAGE = 100
 
 
 class Engine:
@@ -142,9 +144,13 @@ class Engine:
             raise ValueError(f"shards must be an int >= 1, got {shards!r}")
         self.park_after_ms = duration_ms(park_after)
         self.clock: Clock = clock if clock is not None else WallClock()
+        given = "profile" if profile is not None else "FUSEE_PROFILE"
         profile = profile if profile is not None else os.environ.get("FUSEE_PROFILE")
-        if profile not in (None, "", "dev", "prod"):
-            raise ValueError(f"profile must be 'dev' or None, got {profile!r}")
+        if profile not in (None, "", "dev"):
+            raise ValueError(
+                f"{given} must be 'dev' (strict replay, step timings) or unset for the "
+                f"default, which is what production runs; got {profile!r}"
+            )
         self.strict = profile == "dev"
         self.watchdog_s = parse_duration(watchdog) if watchdog is not None else None
         self.hooks = hooks if hooks is not None else Hooks()
@@ -229,7 +235,9 @@ class Engine:
             park_after: How long a suspended run stays in memory.
             durability: ``"fsync"`` (default) or ``"none"`` (tests, demos).
             profile: ``"dev"`` replays each run's journal against the code
-                when it waits or ends, reporting a difference at once.
+                when it waits or ends, reporting a difference at once; None
+                (default, for production) reads ``FUSEE_PROFILE``, and
+                unset there too, does not. No other value is accepted.
             watchdog: Report workflow code that runs this long without
                 yielding (None: never).
             lease: On a shared store, how long a shard lease lasts: a dead
@@ -866,18 +874,27 @@ class Engine:
             ...         print(info.id)
         """
         await self.committer.flush()
-        rows = await self.store.list(
-            status=None, workflow=workflow, attributes=attributes, limit=None
-        )
+        # The status is filtered here, on what describe says (a loaded run's
+        # state), so rows are read a page at a time until ``limit`` match:
+        # without a status every row matches and a page is ``limit`` rows.
+        page = None if limit is None else (limit if status is None else max(limit, _LIST_PAGE))
+        after: tuple[int, str] | None = None
         count = 0
-        for row in rows:
-            info = self._info_of(row)
-            if status is not None and info.status != status:
-                continue
-            yield info
-            count += 1
-            if limit is not None and count >= limit:
+        while True:
+            rows = await self.store.list(
+                workflow=workflow, attributes=attributes, limit=page, after=after
+            )
+            for row in rows:
+                info = self._info_of(row)
+                if status is not None and info.status != status:
+                    continue
+                yield info
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            if page is None or len(rows) < page or not rows:
                 return
+            after = (rows[-1].started_ms, rows[-1].id)
 
     async def queue_stats(self) -> builtins.list[QueueStats]:
         """Queued and running runs per queue and per key, by queue name.
