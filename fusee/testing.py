@@ -116,6 +116,10 @@ class TestEngine:
             ``"raise"`` (default) raises `fusee.RunPaused`, naming the step,
             its attempts and its last error; ``"wait"`` waits for a resume
             (from another task of the test, or an update's handler).
+        tracer_provider: The OpenTelemetry tracer provider its engines'
+            spans go to (an SDK provider with an in-memory exporter, say),
+            as in `fusee.Engine.open`; default: the global one.
+        meter_provider: The same for metrics.
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -139,10 +143,14 @@ class TestEngine:
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
         on_pause: Literal["raise", "wait"] = "raise",
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         if on_pause not in ("raise", "wait"):
             raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
         self.on_pause = on_pause
+        self._tracer_provider = tracer_provider
+        self._meter_provider = meter_provider
         self.workflows = list(workflows)
         self.queues = list(queues)
         self.schedules_given = list(schedules)
@@ -208,6 +216,8 @@ class TestEngine:
             worker=self._worker,
             queues=self.queues,
             schedules=self.schedules_given,
+            tracer_provider=self._tracer_provider,
+            meter_provider=self._meter_provider,
         )
         self._engine = engine
         await engine.recover()

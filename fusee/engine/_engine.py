@@ -16,6 +16,7 @@ import asyncio
 import builtins
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -133,6 +134,8 @@ class Engine:
         worker: str | None = None,
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -185,7 +188,7 @@ class Engine:
         self.events = Events(store, self.committer, self.clock, self.loop, self.check_open)
         self.events.wait = self.hooks.wait_result
         self.steps = StepExecutor(self.host, self.loop)
-        self.telemetry = Telemetry()
+        self.telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
         self.closed = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
         # Starts in flight, by id: an ATTACH to one returns once it is durable.
@@ -223,6 +226,8 @@ class Engine:
         worker: str | None = None,
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -248,6 +253,10 @@ class Engine:
             queues: The `fusee.Queue` values runs may be started through.
             schedules: The `fusee.Schedule` values this engine ticks
                 (reconciled with the store's on open; see ``engine.schedules``).
+            tracer_provider: The OpenTelemetry tracer provider its spans go
+                to (default: the global one, as set when the engine opens).
+            meter_provider: The OpenTelemetry meter provider its metrics go
+                to (default: the global one).
 
         Example:
             >>> async def main() -> None:
@@ -279,6 +288,8 @@ class Engine:
             worker=worker,
             queues=queues,
             schedules=schedules,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
         )
         try:
             await engine.recover()
@@ -665,6 +676,7 @@ class Engine:
                         priority=priority,
                         id_policy=IdPolicy(id_policy),
                         debounce=debounce,
+                        trace=self.telemetry.caller_trace(),
                     )
                     return Run(self, id)
                 except StaleLease:
@@ -795,9 +807,17 @@ class Engine:
             input=data,
             meta=_start_meta(trace, meta),
         )
+        telemetry = self.telemetry.run(start, "started")
+        if telemetry is not None and (start.meta is None or start.meta.trace is None):
+            # Started outside any span, the run's first span roots its trace:
+            # its Start records that span, so that every later stay (woken,
+            # recovered, on another worker) joins the same trace.
+            trace = telemetry.traceparent()
+            if trace is not None:
+                start = dataclasses.replace(start, meta=_start_meta(trace, start.meta))
         lsn = self.committer.append(id, run, encode(start))
         state = self.runs.make_state(wf, [start], lsn)
-        state.telemetry = self.telemetry.run(start, "started")
+        state.telemetry = telemetry
         state.start_lsn = lsn
         state.shard.add(state)
         self.runs.put_row(state)
