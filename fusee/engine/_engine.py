@@ -444,6 +444,7 @@ class Engine:
             start.policy,
             unconsumed_signals(records),
             carried_from_records(records),
+            start.meta.trace if start.meta is not None else None,
         )
 
     async def close(self) -> None:
@@ -1146,6 +1147,7 @@ class Engine:
                     state.policy,
                     unconsumed,
                     carried_from_state(state),
+                    state.driver.machine.info().trace,
                 )
                 return
             self.queues.ended(state.id)
@@ -1181,18 +1183,28 @@ class Engine:
         policy: int,
         signals: Iterable[Signal],
         meta: Meta | None,
+        trace: bytes | None,
     ) -> None:
         """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed.
 
         ``meta`` carries the messages the id's runs took (fusee.engine._carry),
-        so that a resend counts once in the next run too.
+        so that a resend counts once in the next run too; ``trace`` is the
+        last run's ``traceparent``, so that the runs of one id share a trace.
         """
         continued = self._continued
         continued[(id, run)] = None
         if len(continued) > _ENDS_KEPT:
             continued.popitem(last=False)
         self.create_run(
-            wf, id, input, parent=parent, policy=policy, run=run + 1, signals=signals, meta=meta
+            wf,
+            id,
+            input,
+            parent=parent,
+            policy=policy,
+            run=run + 1,
+            signals=signals,
+            trace=trace,
+            meta=meta,
         )
 
     def outbox_done(self, state: RunState, seq: int) -> None:

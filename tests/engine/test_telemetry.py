@@ -291,3 +291,33 @@ async def test_every_span_of_a_run_woken_and_recovered_shares_the_trace_of_its_s
         assert first.parent is None
         for stay in stays:
             assert stay is first or (stay.parent and stay.parent.span_id == first.context.span_id)
+
+
+@fusee.workflow("rounds")
+async def rounds(ctx: fusee.Ctx, n: int) -> int:
+    await ctx.sleep("rest", "1h")  # parked, then woken
+    await ctx.step("work", lambda: n)
+    if n < 2:
+        ctx.continue_as_new(n + 1)
+    return n
+
+
+async def test_the_runs_an_id_continues_as_new_share_the_trace_of_its_first_start(
+    host: Host,
+) -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    async with host(workflows=[rounds], tracer_provider=provider) as t:
+        run = await t.start(rounds, "r-1", 0)
+        await t.advance("90m")  # the second run is parked
+        await t.crash()
+        assert await run.result() == 2
+        await t.crash()
+        assert await run.result() == 2
+    provider.shutdown()
+    finished = spans.get_finished_spans()
+    numbers = {(s.attributes or {}).get("fusee.run.number") for s in finished}
+    assert numbers >= {1, 2, 3}
+    assert len([s for s in finished if s.name == "fusee.step work"]) == 3
+    assert len({s.context.trace_id for s in finished}) == 1
