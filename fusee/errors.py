@@ -249,8 +249,8 @@ class RunFinished(FuseeError):
 class RunPaused(FuseeError):
     """In `fusee.testing.TestEngine`, the run a test awaits paused: only a resume moves it on.
 
-    A step ran out of attempts under ``on_error="pause"``; outside tests the
-    run waits for ``run.resume()`` (or ``fusee resume``). The test host
+    A step ran out of attempts (`fusee.Retry`'s ``on_exhausted="pause"``);
+    outside tests the run waits for ``run.resume()`` (or ``fusee resume``). The test host
     raises this from ``execute()`` and ``result()`` instead of waiting
     forever, unless it was opened with ``TestEngine(..., on_pause="wait")``.
 

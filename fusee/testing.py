@@ -111,8 +111,9 @@ class TestEngine:
         queues: The `fusee.Queue` values runs may be started through, on
             the virtual clock (rate windows and debounces count its time).
         on_pause: What ``execute()`` and ``result()`` do when the run they
-            await pauses (a step ran out of attempts under
-            ``on_error="pause"``) and nothing else is left to happen:
+            await pauses (a step ran out of attempts, under `fusee.Retry`'s
+            default ``on_exhausted="pause"``) and nothing else can move it
+            on (the engine is idle, no timer of the run's own is left):
             ``"raise"`` (default) raises `fusee.RunPaused`, naming the step,
             its attempts and its last error; ``"wait"`` waits for a resume
             (from another task of the test, or an update's handler).
@@ -562,6 +563,10 @@ class TestEngine:
         # A parked run is loaded before its result is awaited (`Engine._result`).
         state = engine.runs.loaded(id)
         if state is None or state.driver.end is not None or not state.driver.machine.is_paused():
+            return None
+        if state.due:
+            # A timer of its own (a sleep or a wait's deadline in another
+            # branch) may yet move it on: time skips to it first.
             return None
         return _pause_of(id, await engine.store.load(id, state.run))
 

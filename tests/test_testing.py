@@ -388,6 +388,25 @@ async def test_a_run_paused_again_after_a_resume_names_its_attempts_since_the_st
         assert (caught.value.step, caught.value.attempts) == ("charge", 6)
 
 
+async def test_a_paused_step_raced_against_a_timer_lets_the_timer_decide() -> None:
+    gateway = _Gateway()
+
+    @fusee.workflow("patient")
+    async def patient(ctx: fusee.Ctx) -> str:
+        which, _ = await fusee.select(
+            ctx.step("charge", gateway.charge, retry=fusee.Retry(attempts=2, initial="1s")),
+            ctx.sleep("give-up", "1d"),
+        )
+        return "charged" if which == 0 else "gave up"
+
+    async with TestEngine(workflows=[patient]) as t:
+        assert await asyncio.wait_for(t.execute(patient, "p-1"), DEADLOCK_S) == "gave up"
+        assert gateway.calls == 2
+        await t.crash()
+        assert await t.get("p-1").result() == "gave up"
+        assert gateway.calls == 2
+
+
 @pytest.mark.parametrize(
     "make",
     [
