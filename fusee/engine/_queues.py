@@ -677,7 +677,7 @@ def _origin(origin: bytes) -> tuple[Parent | None, int, bytes | None]:
     """What `_origin_of` packed: parent link (none for a run started from outside), flags, trace."""
     if not origin:
         return None, 0, None
-    # Items queued before the trace was kept hold four fields.
+    # An item an earlier fusee queued holds four fields: no trace.
     id, run, seq, flags, *rest = _codec.decode(origin)
     parent = Parent(str(id), int(run), int(seq)) if id is not None else None
     trace = bytes(rest[0]) if rest and rest[0] else None
