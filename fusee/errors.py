@@ -14,6 +14,8 @@ FuseeError
 ├── RunFinished           a signal, update or cancel sent to a run that has ended
 ├── RunQueued             a query, update, resume or fork of a run its queue has
 │                         not admitted yet (it has no journal, no code running)
+├── RunPaused             TestEngine: the awaited run paused (step, attempts,
+│                         last error) and only a resume moves it on
 ├── UpdateRejected        the update's validator refused it (nothing recorded)
 ├── UpdateFailed          the update's handler raised (type, message)
 ├── QueryFailed           the query's handler raised (type, message)
@@ -50,6 +52,7 @@ __all__ = [
     "PayloadError",
     "QueryFailed",
     "RunFinished",
+    "RunPaused",
     "RunQueued",
     "StaleLease",
     "StepFailed",
@@ -241,6 +244,41 @@ class RunFinished(FuseeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.id, self.status, self.what))
+
+
+class RunPaused(FuseeError):
+    """In `fusee.testing.TestEngine`, the run a test awaits paused: only a resume moves it on.
+
+    A step ran out of attempts (`fusee.Retry`'s ``on_exhausted="pause"``);
+    outside tests the run waits for ``run.resume()`` (or ``fusee resume``). The test host
+    raises this from ``execute()`` and ``result()`` instead of waiting
+    forever, unless it was opened with ``TestEngine(..., on_pause="wait")``.
+
+    Attributes:
+        id: The run's id.
+        step: The paused step's name.
+        attempts: How many attempts it made.
+        error: Its last attempt's error, as ``"Type: message"``.
+
+    Example:
+        >>> e = RunPaused("order-1", "charge", 3, "TimeoutError: gateway")
+        >>> (e.step, e.attempts)
+        ('charge', 3)
+    """
+
+    def __init__(self, id: str, step: str, attempts: int, error: str) -> None:
+        self.id = id
+        self.step = step
+        self.attempts = attempts
+        self.error = error
+        super().__init__(
+            f"run '{id}' paused: step '{step}' failed {attempts} attempt(s), the last with "
+            f"{error}; fix the cause and call run.resume() in the test, or open "
+            'TestEngine(..., on_pause="wait") to wait for a resume'
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.id, self.step, self.attempts, self.error))
 
 
 class RunQueued(FuseeError):

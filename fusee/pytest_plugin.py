@@ -4,7 +4,9 @@ Installed with fusee (entry point ``pytest11``), so a test only names the
 fixture. Each call makes a `fusee.testing.TestEngine` (memory store, virtual
 clock, dev profile, crashes and step mocks), not opened yet: open it with
 ``async with``. Keyword arguments go to `TestEngine` (``store=``,
-``park_after=``, ``start_ms=``, ``profile=``, ``watchdog=``).
+``park_after=``, ``start_ms=``, ``profile=``, ``watchdog=``, ``on_pause=``:
+``"raise"`` makes ``result()`` of a run that pauses raise `fusee.RunPaused`,
+``"wait"`` waits for a resume).
 
 The ``fusee_no_errors_logged`` fixture fails a test in which an engine broke
 quietly: the ``fusee`` logger logged an error, asyncio reported an error it

@@ -27,6 +27,7 @@ import ast
 import asyncio
 import builtins
 import contextlib
+import contextvars
 import inspect
 import logging
 import textwrap
@@ -40,8 +41,9 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from fusee._driver import _error_of
 from fusee._durations import parse_duration
 from fusee.engine._clock import VirtualClock
 from fusee.engine._commit import Unrecoverable
@@ -53,10 +55,11 @@ from fusee.errors import (
     Cancelled,
     FuseeError,
     RunFinished,
+    RunPaused,
     UnknownWorkflow,
     WatchdogError,
 )
-from fusee.record import Start, Step, decode
+from fusee.record import PAUSED, Attempt, Resume, Start, Step, decode
 from fusee.store import Entry, RunRow, Store
 from fusee.store._queues import QueueItem
 from fusee.store.memory import MemoryStore
@@ -75,6 +78,12 @@ __all__ = ["TestEngine", "crash_everywhere"]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741 - a workflow's input type
+
+# The run whose result the current task awaits: the wait that skips idle
+# time reads it to tell a paused run from one that waits for the test.
+_awaited: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "fusee_testing_awaited", default=None
+)
 
 
 class TestEngine:
@@ -101,6 +110,17 @@ class TestEngine:
             under a debugger (``sys.gettrace()``), as in the engine.
         queues: The `fusee.Queue` values runs may be started through, on
             the virtual clock (rate windows and debounces count its time).
+        on_pause: What ``execute()`` and ``result()`` do when the run they
+            await pauses (a step ran out of attempts, under `fusee.Retry`'s
+            default ``on_exhausted="pause"``) and nothing else can move it
+            on (the engine is idle, no timer of the run's own is left):
+            ``"raise"`` (default) raises `fusee.RunPaused`, naming the step,
+            its attempts and its last error; ``"wait"`` waits for a resume
+            (from another task of the test, or an update's handler).
+        tracer_provider: The OpenTelemetry tracer provider its engines'
+            spans go to (an SDK provider with an in-memory exporter, say),
+            as in `fusee.Engine.open`; default: the global one.
+        meter_provider: The same for metrics.
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -123,7 +143,15 @@ class TestEngine:
         watchdog: Any = "2s",
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
+        on_pause: Literal["raise", "wait"] = "raise",
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
+        if on_pause not in ("raise", "wait"):
+            raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
+        self.on_pause = on_pause
+        self._tracer_provider = tracer_provider
+        self._meter_provider = meter_provider
         self.workflows = list(workflows)
         self.queues = list(queues)
         self.schedules_given = list(schedules)
@@ -189,6 +217,8 @@ class TestEngine:
             worker=self._worker,
             queues=self.queues,
             schedules=self.schedules_given,
+            tracer_provider=self._tracer_provider,
+            meter_provider=self._meter_provider,
         )
         self._engine = engine
         await engine.recover()
@@ -331,9 +361,11 @@ class TestEngine:
         return self._engine
 
     async def _result(self, id: str) -> Any:
+        awaited = _awaited.set(id)
         try:
             return await self._current()._result(id)
         finally:
+            _awaited.reset(awaited)
             self._raise_watchdog_report()
 
     def _raise_watchdog_report(self) -> None:
@@ -509,12 +541,34 @@ class TestEngine:
             await self._settle(threads=True)
             if fut.done():
                 return
+            paused = await self._paused_error()
+            if paused is not None:
+                # Every waiter is told with `if not fut.done()`: a cancelled
+                # one is skipped when the run moves on after all.
+                fut.cancel()
+                raise paused
             nxt = self.clock.next_at()
             if nxt is None:
                 # Nothing will happen on its own: only the test can move the run.
                 await asyncio.wait([fut], timeout=0.005)
             else:
                 self.clock.advance_to(nxt)
+
+    async def _paused_error(self) -> RunPaused | None:
+        """`fusee.RunPaused` for the run this task awaits, if it is paused and may not wait."""
+        id = _awaited.get()
+        if self.on_pause == "wait" or id is None:
+            return None
+        engine = self.engine
+        # A parked run is loaded before its result is awaited (`Engine._result`).
+        state = engine.runs.loaded(id)
+        if state is None or state.driver.end is not None or not state.driver.machine.is_paused():
+            return None
+        if state.due:
+            # A timer of its own (a sleep or a wait's deadline in another
+            # branch) may yet move it on: time skips to it first.
+            return None
+        return _pause_of(id, await engine.store.load(id, state.run))
 
     async def crash(self) -> None:
         """Loses everything but the store, then recovers as a restarted process would.
@@ -680,6 +734,27 @@ def _reopened(store: Store) -> Store:
         return SqliteStore(store.path.parent, durability=store._durability)
     # The memory store outlives the crash as the object itself (it is the "disk").
     return store
+
+
+def _pause_of(id: str, journal: Iterable[tuple[int, bytes]]) -> RunPaused | None:
+    """`fusee.RunPaused` for the step of ``journal`` paused last, or None if none is paused.
+
+    Example:
+        >>> _pause_of("order-1", []) is None
+        True
+    """
+    paused: dict[int, Attempt] = {}
+    for _, data in journal:
+        rec = decode(data)
+        if isinstance(rec, Attempt) and rec.retry_at_ms == PAUSED:
+            paused[rec.seq] = rec
+        elif isinstance(rec, Attempt | Resume | Step):
+            paused.pop(rec.seq, None)
+    if not paused:
+        return None
+    last = next(reversed(paused.values()))
+    error_type, message = _error_of(last.error)
+    return RunPaused(id, last.name, last.attempt, f"{error_type}: {message}")
 
 
 class _CrashAfter(Unrecoverable):

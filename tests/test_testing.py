@@ -320,3 +320,120 @@ async def test_crash_everywhere_still_logs_what_is_not_its_simulated_crash(
     with caplog.at_level(logging.ERROR, logger="fusee"):
         await crash_everywhere(logs, mocks={("logs", "a"): noisy})
     assert "a real failure" in [r.getMessage() for r in caplog.records]
+
+
+class _Gateway:
+    """A payment gateway that refuses every charge until it is fixed."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.calls = 0
+
+    def charge(self) -> str:
+        self.calls += 1
+        if not self.up:
+            raise ConnectionError("gateway down")
+        return "ch_1"
+
+
+def _checkout(gateway: _Gateway) -> fusee.WorkflowDef[None, str]:
+    @fusee.workflow("checkout")
+    async def checkout(ctx: fusee.Ctx) -> str:
+        await ctx.sleep("cool-off", "1h")
+        return await ctx.step("charge", gateway.charge, retry=fusee.Retry(attempts=3, initial="1s"))
+
+    return checkout
+
+
+async def test_execute_of_a_run_that_pauses_raises_run_paused_naming_step_attempts_and_error() -> (
+    None
+):
+    gateway = _Gateway()
+    wf = _checkout(gateway)
+    async with TestEngine(workflows=[wf]) as t:
+        with pytest.raises(fusee.RunPaused) as caught:
+            await asyncio.wait_for(t.execute(wf, "c-1"), DEADLOCK_S)
+        e = caught.value
+        assert (e.id, e.step, e.attempts, e.error) == (
+            "c-1",
+            "charge",
+            3,
+            "ConnectionError: gateway down",
+        )
+        assert "run.resume()" in str(e)
+        assert 'on_pause="wait"' in str(e)
+        assert (await t.get("c-1").describe()).status == "paused"
+        # From its journal, loaded again: still paused, and said so again.
+        await t.crash()
+        with pytest.raises(fusee.RunPaused, match="step 'charge' failed 3 attempt"):
+            await asyncio.wait_for(t.get("c-1").result(), DEADLOCK_S)
+        assert gateway.calls == 3
+        # Resumed with the cause fixed, the same handle gives the result.
+        gateway.up = True
+        await t.get("c-1").resume()
+        assert await asyncio.wait_for(t.get("c-1").result(), DEADLOCK_S) == "ch_1"
+        assert gateway.calls == 4
+
+
+async def test_a_run_paused_again_after_a_resume_names_its_attempts_since_the_start() -> None:
+    gateway = _Gateway()
+    wf = _checkout(gateway)
+    async with TestEngine(workflows=[wf]) as t:
+        run = await t.start(wf, "c-1")
+        with pytest.raises(fusee.RunPaused):
+            await asyncio.wait_for(run.result(), DEADLOCK_S)
+        await run.resume()
+        with pytest.raises(fusee.RunPaused) as caught:
+            await asyncio.wait_for(run.result(), DEADLOCK_S)
+        assert (caught.value.step, caught.value.attempts) == ("charge", 6)
+
+
+async def test_a_paused_step_raced_against_a_timer_lets_the_timer_decide() -> None:
+    gateway = _Gateway()
+
+    @fusee.workflow("patient")
+    async def patient(ctx: fusee.Ctx) -> str:
+        which, _ = await fusee.select(
+            ctx.step("charge", gateway.charge, retry=fusee.Retry(attempts=2, initial="1s")),
+            ctx.sleep("give-up", "1d"),
+        )
+        return "charged" if which == 0 else "gave up"
+
+    async with TestEngine(workflows=[patient]) as t:
+        assert await asyncio.wait_for(t.execute(patient, "p-1"), DEADLOCK_S) == "gave up"
+        assert gateway.calls == 2
+        await t.crash()
+        assert await t.get("p-1").result() == "gave up"
+        assert gateway.calls == 2
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda wf, _: TestEngine(workflows=[wf], on_pause="wait"), id="test-engine"),
+        pytest.param(
+            lambda wf, fusee_engine: fusee_engine(workflows=[wf], on_pause="wait"),
+            id="pytest-fixture",
+        ),
+    ],
+)
+async def test_on_pause_wait_makes_result_wait_for_the_resume(make: Any, fusee_engine: Any) -> None:
+    gateway = _Gateway()
+    wf = _checkout(gateway)
+    async with make(wf, fusee_engine) as t:
+        run = await t.start(wf, "c-1")
+        result = asyncio.ensure_future(run.result())
+        await t.advance("2h")
+        assert (await run.describe()).status == "paused"
+        assert not result.done()
+        gateway.up = True
+        await run.resume()
+        assert await asyncio.wait_for(result, DEADLOCK_S) == "ch_1"
+        await t.crash()
+        assert await run.result() == "ch_1"
+        assert gateway.calls == 4
+
+
+def test_on_pause_takes_raise_or_wait() -> None:
+    with pytest.raises(ValueError, match='on_pause must be "raise" or "wait", not \'hang\''):
+        TestEngine(on_pause="hang")  # type: ignore[arg-type]

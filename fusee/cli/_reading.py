@@ -15,7 +15,7 @@ from fusee._jsonview import payload as payload_json
 from fusee.cli._output import CliError
 from fusee.record import Done, Status, decode
 from fusee.store import RunRow, Store, open_store
-from fusee.store._postgres_errors import redact_dsn
+from fusee.store._redact import shown_target
 
 # The statuses of runs that have ended for good: their journal ends with Done.
 FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
@@ -38,8 +38,7 @@ def store_target(args: argparse.Namespace) -> str:
 
 def store_shown(args: argparse.Namespace) -> str:
     """The store a command names, as its messages show it: a URL's password as ``***``."""
-    target = store_target(args)
-    return redact_dsn(target) if "://" in target else target
+    return shown_target(store_target(args))
 
 
 @contextlib.asynccontextmanager

@@ -31,6 +31,7 @@ from fusee.cli._reading import FINISHED, done_record, outcome_of, store_target
 from fusee.engine import Engine, RunInfo
 from fusee.errors import FuseeError
 from fusee.record import PAUSED, Attempt, decode
+from fusee.store._redact import shown_target
 
 
 class _Reporter:
@@ -192,7 +193,7 @@ async def _serve(
             recovered += " (other workers serve the rest, or take them once their leases end)"
     out.say(
         ("fusee worker", "bold"),
-        f" (pid {os.getpid()}) on {_shown(engine, target)}: workflows "
+        f" (pid {os.getpid()}) on {shown_target(target)}: workflows "
         + ", ".join(wf.name for wf in workflows)
         + ("; queues " + ", ".join(q.name for q in queues) if queues else "")
         + ("; schedules " + ", ".join(s.name for s in schedules) if schedules else "")
@@ -232,9 +233,3 @@ def _queues_of(modules: Sequence[ModuleType]) -> list[Queue]:
                     "give each queue its own name"
                 )
     return list(queues.values())
-
-
-def _shown(engine: Engine, target: str) -> str:
-    # A URL's password stays out of the output.
-    dsn = getattr(engine.store, "dsn", None)
-    return dsn if isinstance(dsn, str) and "://" in target else target

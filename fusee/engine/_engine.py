@@ -16,6 +16,7 @@ import asyncio
 import builtins
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -97,6 +98,8 @@ _STATUS_OF_END = {
 # Ended runs whose end `Run.result` answers from memory (`Engine._ends`),
 # and runs this engine continued as new (`Engine._continued`): the newest kept.
 _ENDS_KEPT = 1024
+# How many rows `Engine.list` reads at a time while it filters by status.
+_LIST_PAGE = 100
 
 
 class Engine:
@@ -131,6 +134,8 @@ class Engine:
         worker: str | None = None,
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -142,9 +147,13 @@ class Engine:
             raise ValueError(f"shards must be an int >= 1, got {shards!r}")
         self.park_after_ms = duration_ms(park_after)
         self.clock: Clock = clock if clock is not None else WallClock()
+        given = "profile" if profile is not None else "FUSEE_PROFILE"
         profile = profile if profile is not None else os.environ.get("FUSEE_PROFILE")
-        if profile not in (None, "", "dev", "prod"):
-            raise ValueError(f"profile must be 'dev' or None, got {profile!r}")
+        if profile not in (None, "", "dev"):
+            raise ValueError(
+                f"{given} must be 'dev' (strict replay, step timings) or unset for the "
+                f"default, which is what production runs; got {profile!r}"
+            )
         self.strict = profile == "dev"
         self.watchdog_s = parse_duration(watchdog) if watchdog is not None else None
         self.hooks = hooks if hooks is not None else Hooks()
@@ -179,7 +188,7 @@ class Engine:
         self.events = Events(store, self.committer, self.clock, self.loop, self.check_open)
         self.events.wait = self.hooks.wait_result
         self.steps = StepExecutor(self.host, self.loop)
-        self.telemetry = Telemetry()
+        self.telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
         self.closed = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
         # Starts in flight, by id: an ATTACH to one returns once it is durable.
@@ -217,6 +226,8 @@ class Engine:
         worker: str | None = None,
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -229,7 +240,9 @@ class Engine:
             park_after: How long a suspended run stays in memory.
             durability: ``"fsync"`` (default) or ``"none"`` (tests, demos).
             profile: ``"dev"`` replays each run's journal against the code
-                when it waits or ends, reporting a difference at once.
+                when it waits or ends, reporting a difference at once; None
+                (default, for production) reads ``FUSEE_PROFILE``, and
+                unset there too, does not. No other value is accepted.
             watchdog: Report workflow code that runs this long without
                 yielding (None: never).
             lease: On a shared store, how long a shard lease lasts: a dead
@@ -240,6 +253,10 @@ class Engine:
             queues: The `fusee.Queue` values runs may be started through.
             schedules: The `fusee.Schedule` values this engine ticks
                 (reconciled with the store's on open; see ``engine.schedules``).
+            tracer_provider: The OpenTelemetry tracer provider its spans go
+                to (default: the global one, as set when the engine opens).
+            meter_provider: The OpenTelemetry meter provider its metrics go
+                to (default: the global one).
 
         Example:
             >>> async def main() -> None:
@@ -271,6 +288,8 @@ class Engine:
             worker=worker,
             queues=queues,
             schedules=schedules,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
         )
         try:
             await engine.recover()
@@ -425,6 +444,7 @@ class Engine:
             start.policy,
             unconsumed_signals(records),
             carried_from_records(records),
+            start.meta.trace if start.meta is not None else None,
         )
 
     async def close(self) -> None:
@@ -657,6 +677,7 @@ class Engine:
                         priority=priority,
                         id_policy=IdPolicy(id_policy),
                         debounce=debounce,
+                        trace=self.telemetry.caller_trace(),
                     )
                     return Run(self, id)
                 except StaleLease:
@@ -787,9 +808,17 @@ class Engine:
             input=data,
             meta=_start_meta(trace, meta),
         )
+        telemetry = self.telemetry.run(start, "started")
+        if telemetry is not None and (start.meta is None or start.meta.trace is None):
+            # Started outside any span, the run's first span roots its trace:
+            # its Start records that span, so that every later stay (woken,
+            # recovered, on another worker) joins the same trace.
+            trace = telemetry.traceparent()
+            if trace is not None:
+                start = dataclasses.replace(start, meta=_start_meta(trace, start.meta))
         lsn = self.committer.append(id, run, encode(start))
         state = self.runs.make_state(wf, [start], lsn)
-        state.telemetry = self.telemetry.run(start, "started")
+        state.telemetry = telemetry
         state.start_lsn = lsn
         state.shard.add(state)
         self.runs.put_row(state)
@@ -866,18 +895,27 @@ class Engine:
             ...         print(info.id)
         """
         await self.committer.flush()
-        rows = await self.store.list(
-            status=None, workflow=workflow, attributes=attributes, limit=None
-        )
+        # The status is filtered here, on what describe says (a loaded run's
+        # state), so rows are read a page at a time until ``limit`` match:
+        # without a status every row matches and a page is ``limit`` rows.
+        page = None if limit is None else (limit if status is None else max(limit, _LIST_PAGE))
+        after: tuple[int, str] | None = None
         count = 0
-        for row in rows:
-            info = self._info_of(row)
-            if status is not None and info.status != status:
-                continue
-            yield info
-            count += 1
-            if limit is not None and count >= limit:
+        while True:
+            rows = await self.store.list(
+                workflow=workflow, attributes=attributes, limit=page, after=after
+            )
+            for row in rows:
+                info = self._info_of(row)
+                if status is not None and info.status != status:
+                    continue
+                yield info
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+            if page is None or len(rows) < page or not rows:
                 return
+            after = (rows[-1].started_ms, rows[-1].id)
 
     async def queue_stats(self) -> builtins.list[QueueStats]:
         """Queued and running runs per queue and per key, by queue name.
@@ -1109,6 +1147,7 @@ class Engine:
                     state.policy,
                     unconsumed,
                     carried_from_state(state),
+                    state.driver.machine.info().trace,
                 )
                 return
             self.queues.ended(state.id)
@@ -1144,18 +1183,28 @@ class Engine:
         policy: int,
         signals: Iterable[Signal],
         meta: Meta | None,
+        trace: bytes | None,
     ) -> None:
         """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed.
 
         ``meta`` carries the messages the id's runs took (fusee.engine._carry),
-        so that a resend counts once in the next run too.
+        so that a resend counts once in the next run too; ``trace`` is the
+        last run's ``traceparent``, so that the runs of one id share a trace.
         """
         continued = self._continued
         continued[(id, run)] = None
         if len(continued) > _ENDS_KEPT:
             continued.popitem(last=False)
         self.create_run(
-            wf, id, input, parent=parent, policy=policy, run=run + 1, signals=signals, meta=meta
+            wf,
+            id,
+            input,
+            parent=parent,
+            policy=policy,
+            run=run + 1,
+            signals=signals,
+            trace=trace,
+            meta=meta,
         )
 
     def outbox_done(self, state: RunState, seq: int) -> None:

@@ -184,8 +184,11 @@ class Queues:
         priority: int,
         id_policy: IdPolicy,
         debounce: Any,
+        trace: bytes | None = None,
     ) -> None:
         """Queues run ``id`` (or, debounced, replaces the queued one's input); returns once durable.
+
+        ``trace`` is the caller's ``traceparent``: its `Start` carries it once admitted.
 
         Raises:
             fusee.AlreadyExists: The id is taken (see `fusee.IdPolicy`).
@@ -222,7 +225,15 @@ class Queues:
                 raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
         run = row.run + 1 if row is not None else 1
         item = QueueItem(
-            q.name, id, run, wf.name, data, key, priority, not_before_ms=now + debounce_ms
+            q.name,
+            id,
+            run,
+            wf.name,
+            data,
+            key,
+            priority,
+            not_before_ms=now + debounce_ms,
+            origin=_origin_of(None, 0, trace),
         )
         row = RunRow(id, run, wf.name, RunStatus.QUEUED, now)
         stored = await self._enqueue(item, row)
@@ -366,9 +377,17 @@ class Queues:
             self._rounds.pop(name, None)
 
     async def start_child(
-        self, wf: WorkflowDef[Any, Any], rec: Child, link: Parent, queue: str, key: str | None
+        self,
+        wf: WorkflowDef[Any, Any],
+        rec: Child,
+        link: Parent,
+        queue: str,
+        key: str | None,
+        trace: bytes | None = None,
     ) -> None:
         """Queues child ``rec`` of the run ``link`` names, under ``key``; returns once durable.
+
+        ``trace`` is the parent run's ``traceparent``: the child's `Start` carries it.
 
         Raises:
             fusee.UnknownQueue: The engine has no queue named ``queue``.
@@ -376,7 +395,7 @@ class Queues:
         engine = self._engine
         q = self.resolve(queue, False)
         now = engine.clock.now_ms()
-        origin = _codec.encode([link.id, link.run, link.seq, rec.flags])
+        origin = _origin_of(link, rec.flags, trace)
         item = QueueItem(q.name, rec.id, 1, wf.name, rec.input, key, origin=origin)
         row = RunRow(rec.id, 1, wf.name, RunStatus.QUEUED, now, parent=link.id)
         # Already there (a start delivered again after a crash): nothing new.
@@ -403,7 +422,7 @@ class Queues:
         wf = engine.workflows[item.workflow]
         if self.book is None:
             self.admitted[item.id] = item.queue
-        parent, policy = _origin(item.origin)
+        parent, policy, trace = _origin(item.origin)
         signals: list[Signal] = []
         seen: set[int] = set()
         for data in item.signals:
@@ -413,7 +432,14 @@ class Queues:
             seen.add(dedup)
             signals.append(Signal(item.run, name, dedup, payload, by))
         engine.create_run(
-            wf, item.id, item.input, parent=parent, policy=policy, run=item.run, signals=signals
+            wf,
+            item.id,
+            item.input,
+            parent=parent,
+            policy=policy,
+            run=item.run,
+            signals=signals,
+            trace=trace,
         )
 
     async def signal_queued(
@@ -541,7 +567,7 @@ class Queues:
         engine.committer.put_row(RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now))
         await engine.committer.durable(lsn)
         engine.result_ready(id)
-        parent, policy = _origin(item.origin)
+        parent, policy, _ = _origin(item.origin)
         if parent is not None and not policy & DETACHED:
             engine.runs.fire(
                 parent.id, parent.run, parent.seq, ChildCompleted(Status.CANCELLED, done.payload)
@@ -634,12 +660,28 @@ def queue_stats(items: Iterable[QueueItem], names: Iterable[str] = ()) -> list[Q
     ]
 
 
-def _origin(origin: bytes) -> tuple[Parent | None, int]:
-    """A queued child's parent link and policy flags (a run started from outside: none)."""
+def _origin_of(parent: Parent | None, flags: int, trace: bytes | None) -> bytes:
+    """A queue item's origin: a child's parent link and policy flags, and the trace it starts in.
+
+    Example:
+        >>> _origin(_origin_of(None, 0, b"00-ab-cd-01"))
+        (None, 0, b'00-ab-cd-01')
+    """
+    if parent is None and trace is None:
+        return b""
+    link = [parent.id, parent.run, parent.seq] if parent is not None else [None, 0, 0]
+    return _codec.encode([*link, flags, trace])
+
+
+def _origin(origin: bytes) -> tuple[Parent | None, int, bytes | None]:
+    """What `_origin_of` packed: parent link (none for a run started from outside), flags, trace."""
     if not origin:
-        return None, 0
-    id, run, seq, flags = _codec.decode(origin)
-    return Parent(str(id), int(run), int(seq)), int(flags)
+        return None, 0, None
+    # An item an earlier fusee queued holds four fields: no trace.
+    id, run, seq, flags, *rest = _codec.decode(origin)
+    parent = Parent(str(id), int(run), int(seq)) if id is not None else None
+    trace = bytes(rest[0]) if rest and rest[0] else None
+    return parent, int(flags), trace
 
 
 def _policy_hint() -> str:

@@ -1,8 +1,9 @@
 """OpenTelemetry for the engine: a span per run and per step attempt, and metrics.
 
 Through the OpenTelemetry API only (the ``otel`` extra); the application
-installs an SDK and its exporters, before it opens the engine: an engine
-looks for providers once, when it is made. With opentelemetry not
+installs an SDK and its exporters, before it opens the engine, or hands the
+engine its providers (``Engine.open(..., tracer_provider=, meter_provider=)``):
+an engine looks for providers once, when it is made. With opentelemetry not
 installed, or no tracer nor meter provider set then, nothing here runs past
 one check per run (a flag; the run's `RunTelemetry` is None and the step
 executor skips it), and commits are not timed.
@@ -11,8 +12,10 @@ What is emitted:
 
 - ``fusee.run WORKFLOW``: a span per run's stay in this engine's memory, a
   child of the ``traceparent`` its `Start` carries (``Meta.trace``: the
-  caller's current span in `Engine.start`, a Client caller's, or the parent
-  run's span for a child). It ends when the run ends (status error for a
+  caller's current span in `Engine.start`, a Client caller's, kept with a
+  queued run's item until its admission, or the parent run's span for a
+  child; for a run started outside any span, its own first span, so that
+  every stay of a run is in one trace). It ends when the run ends (status error for a
   failed run), when it is parked (``fusee.run.parked``) or when the engine
   closes. A run loaded again, after a crash or to wake it, opens a new span
   (``fusee.run.loaded`` says why: ``recovered`` or ``woken``) covering only
@@ -168,11 +171,15 @@ class Telemetry:
         True
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         # Looked up once: asking OpenTelemetry for its providers costs about
         # a microsecond (it reads the environment), too much for every run.
-        self._tracer_provider = _tracer_provider() if _AVAILABLE else None
-        meter_provider = _meter_provider() if _AVAILABLE else None
+        if _AVAILABLE and tracer_provider is None:
+            tracer_provider = _tracer_provider()
+        if _AVAILABLE and meter_provider is None:
+            meter_provider = _meter_provider()
+        self._tracer_provider = tracer_provider if _AVAILABLE else None
+        meter_provider = meter_provider if _AVAILABLE else None
         self._instruments = _Instruments(meter_provider) if meter_provider is not None else None
         self.is_on = self._tracer_provider is not None or self._instruments is not None
         """Whether a tracer or meter provider was set when the engine was made."""

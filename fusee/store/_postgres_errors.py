@@ -5,16 +5,14 @@ Each message says what happened and what to do.
 `PostgresStore` inherits `_PostgresErrors` for the messages that name the
 store and its server. The rule: no message, ``repr`` or log line shows the
 DSN's password. Every text from the driver goes through `_scrub`, and the
-DSN is shown only as `redact_dsn` writes it.
+DSN is shown only as `fusee.store._redact.redact_dsn` writes it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
-import contextlib
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import urlsplit
 
 from fusee.errors import StoreError
 
@@ -124,38 +122,3 @@ def _fails_every_write(e: BaseException) -> bool:
     """Whether ``e`` comes from the server or the connection, not one write's values."""
     code = getattr(e, "sqlstate", None) or ""
     return _is_connection_lost(e) or code.startswith(("53", "25", "57", "58", "XX"))
-
-
-def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password (in the URL or a ``password=`` parameter) as ``***``."""
-    try:
-        parts = urlsplit(dsn)
-    except ValueError:
-        return "<an unparsable DSN>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        if ":" in userinfo:
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:***@{hosts}"
-    query = parts.query
-    if "password" in query.lower():
-        query = "&".join(
-            "password=***" if pair.split("=", 1)[0].lower() == "password" else pair
-            for pair in query.split("&")
-        )
-    return parts._replace(netloc=netloc, query=query).geturl()
-
-
-def _secrets_of(dsn: str) -> tuple[str, ...]:
-    """The password as it may appear in a message: as written and decoded."""
-    found: builtins.list[str] = []
-    with contextlib.suppress(ValueError):
-        parts = urlsplit(dsn)
-        userinfo = parts.netloc.rpartition("@")[0]
-        if ":" in userinfo:
-            found.append(userinfo.split(":", 1)[1])
-        found += [v for k, v in parse_qsl(parts.query) if k.lower() == "password"]
-    found += [unquote(s) for s in found]
-    # Longest first, so a password containing another is replaced whole.
-    return tuple(sorted({s for s in found if s}, key=len, reverse=True))

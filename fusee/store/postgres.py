@@ -73,12 +73,7 @@ from fusee.store._base import (
     _now_ms,
     _queued,
 )
-from fusee.store._postgres_errors import (
-    _import_asyncpg,
-    _is_connection_lost,
-    _secrets_of,
-    redact_dsn,
-)
+from fusee.store._postgres_errors import _import_asyncpg, _is_connection_lost
 from fusee.store._postgres_queues import PostgresQueues
 from fusee.store._postgres_schedules import PostgresSchedules
 from fusee.store._postgres_sql import (
@@ -94,6 +89,7 @@ from fusee.store._postgres_sql import (
 )
 from fusee.store._postgres_writer import _PostgresWriter, _Write
 from fusee.store._queues import QueueItem
+from fusee.store._redact import redact_dsn, secrets_of
 
 if TYPE_CHECKING:
     import asyncpg
@@ -181,7 +177,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
             )
         self._dsn = dsn
         self._shown = redact_dsn(dsn)
-        self._secrets = _secrets_of(dsn)
+        self._secrets = secrets_of(dsn)
         self._schema = schema
         self._q = f'"{schema}"'
         self._shards_wanted = shards

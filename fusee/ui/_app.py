@@ -45,6 +45,7 @@ from fusee.engine._queues import queue_stats
 from fusee.engine._run import KEEP_INPUT
 from fusee.errors import FuseeError, NotFound, PayloadError
 from fusee.store import RUN_STATUSES, RunRow, ScheduleRow, Store, load_journal, open_store
+from fusee.store._redact import shown_target
 from fusee.ui._timeline import Timeline, iso, row_json
 
 __all__ = ["Actions", "build_app", "open_readonly"]
@@ -809,6 +810,7 @@ def build_app(
             )
         )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_Guard, token=token)])
-    app.state.target = target
+    # Shown in the page's header and GET /api/info: never with a password.
+    app.state.target = shown_target(target)
     app.state.actions = actions
     return app

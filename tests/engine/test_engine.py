@@ -402,6 +402,66 @@ async def test_list_filters_by_status_workflow_and_attributes(host: Host) -> Non
         assert await ids(attributes={"tag": "ana"}) == ["g-ana"]
 
 
+async def test_list_with_a_limit_reads_only_the_rows_it_needs_from_the_store(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with host(workflows=[gated, double]) as t:
+        for i in range(150):
+            await t.start(gated, f"g-{i:03}", "x")
+        # Last in the listing's order (start time, then id).
+        await t.execute(double, "z-1", 1)
+        await t.settle()
+        fetched: list[int] = []
+
+        async def ids(**filters: Any) -> list[str]:
+            store = t.engine.store
+            read = store.list
+
+            async def counted(**kw: Any) -> list[Any]:
+                rows = await read(**kw)
+                fetched.append(len(rows))
+                return rows
+
+            fetched.clear()
+            with monkeypatch.context() as m:
+                m.setattr(store, "list", counted)
+                return [i.id async for i in t.list(**filters)]
+
+        for life in range(2):
+            assert await ids(limit=1) == ["g-000"]
+            assert fetched == [1]
+            assert await ids(workflow="gated", limit=3) == ["g-000", "g-001", "g-002"]
+            assert fetched == [3]
+            # Filtered by status, it reads a page at a time until enough match.
+            assert await ids(status="suspended", limit=2) == ["g-000", "g-001"]
+            assert sum(fetched) < 151
+            assert await ids(status="completed", limit=1) == ["z-1"]
+            assert sum(fetched) == 151
+            assert len(await ids(status="suspended")) == 150
+            assert await ids(limit=0) == []
+            if life == 0:
+                await t.crash()
+                await t.settle()  # recovery loads the unfinished runs in the background
+
+
+@pytest.mark.parametrize(
+    ("argument", "environment", "named"),
+    [
+        pytest.param("prod", None, "profile", id="argument-prod"),
+        pytest.param("debug", None, "profile", id="argument-debug"),
+        pytest.param(None, "prod", "FUSEE_PROFILE", id="environment-prod"),
+    ],
+)
+async def test_a_profile_other_than_dev_is_refused_naming_where_it_came_from(
+    argument: str | None, environment: str | None, named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if environment is not None:
+        monkeypatch.setenv("FUSEE_PROFILE", environment)
+    value = argument or environment
+    with pytest.raises(ValueError, match=rf"^{named} must be 'dev' .* or unset .*; got '{value}'$"):
+        await fusee.Engine.open("memory", workflows=[double], profile=argument)
+
+
 # --- async completions ----------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ store, live and after a crash.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -227,3 +228,96 @@ async def test_a_fork_opens_a_run_span_that_names_the_run_it_was_forked_from(
     assert len(otel.finished("fusee.step play")) == 2
     runs = [(attrs["fusee.status"], v) for attrs, v in otel.points("fusee.runs")]
     assert sorted(runs) == [("completed", 2), ("started", 2)]
+
+
+# --- one trace per run, through parking, waking, queues and crashes ------------------------------
+
+mail = fusee.Queue("mail", concurrency=1)
+
+
+@fusee.workflow("napper")
+async def napper(ctx: fusee.Ctx) -> int:
+    total = 0
+    for i in range(3):
+        # Parked after `park_after`, woken by its timer: a new stay each time.
+        await ctx.sleep(f"nap-{i}", "1h")
+        total += await ctx.step(f"work-{i}", lambda: 1)
+    return total
+
+
+@pytest.mark.parametrize(
+    "queued", [pytest.param(False, id="direct"), pytest.param(True, id="queued")]
+)
+@pytest.mark.parametrize(
+    "in_span", [pytest.param(False, id="no-caller-span"), pytest.param(True, id="caller-span")]
+)
+async def test_every_span_of_a_run_woken_and_recovered_shares_the_trace_of_its_start(
+    host: Host, queued: bool, in_span: bool
+) -> None:
+    # Through public API only: the providers are handed to the engine.
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    caller = provider.get_tracer("test")
+    async with host(workflows=[napper], queues=[mail], tracer_provider=provider) as t:
+        with contextlib.ExitStack() as scope:
+            request = (
+                scope.enter_context(caller.start_as_current_span("request")) if in_span else None
+            )
+            run = await t.start(napper, "n-1", queue=mail if queued else None)
+        await t.advance("2h30m")  # parked and woken twice, parked again
+        assert not t.is_loaded("n-1")
+        await t.crash()
+        assert await run.result() == 3
+        await t.crash()
+        assert await run.result() == 3
+    provider.shutdown()
+    mine = [s for s in spans.get_finished_spans() if s.name != "request"]
+    stays = [s for s in mine if s.name == "fusee.run napper"]
+    loaded = [str((s.attributes or {}).get("fusee.run.loaded", "started")) for s in stays]
+    # A stay per wake (its timers, and the dev profile's result() after the crash).
+    assert loaded[0] == "started"
+    assert len(loaded) >= 4
+    assert set(loaded[1:]) <= {"woken", "recovered"}
+    assert len([s for s in mine if s.name.startswith("fusee.step")]) == 3
+    assert len({s.context.trace_id for s in mine}) == 1
+    first = next(s for s in stays if "fusee.run.loaded" not in (s.attributes or {}))
+    if request is not None:
+        assert mine[0].context.trace_id == request.get_span_context().trace_id
+        assert first.parent is not None
+        assert first.parent.span_id == request.get_span_context().span_id
+    else:
+        # The run's first span roots its trace; its later stays hang under it.
+        assert first.parent is None
+        for stay in stays:
+            assert stay is first or (stay.parent and stay.parent.span_id == first.context.span_id)
+
+
+@fusee.workflow("rounds")
+async def rounds(ctx: fusee.Ctx, n: int) -> int:
+    await ctx.sleep("rest", "1h")  # parked, then woken
+    await ctx.step("work", lambda: n)
+    if n < 2:
+        ctx.continue_as_new(n + 1)
+    return n
+
+
+async def test_the_runs_an_id_continues_as_new_share_the_trace_of_its_first_start(
+    host: Host,
+) -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    async with host(workflows=[rounds], tracer_provider=provider) as t:
+        run = await t.start(rounds, "r-1", 0)
+        await t.advance("90m")  # the second run is parked
+        await t.crash()
+        assert await run.result() == 2
+        await t.crash()
+        assert await run.result() == 2
+    provider.shutdown()
+    finished = spans.get_finished_spans()
+    numbers = {(s.attributes or {}).get("fusee.run.number") for s in finished}
+    assert numbers >= {1, 2, 3}
+    assert len([s for s in finished if s.name == "fusee.step work"]) == 3
+    assert len({s.context.trace_id for s in finished}) == 1
