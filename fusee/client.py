@@ -350,7 +350,7 @@ class SyncRun(Generic[T]):
         _blocking(self._portal, lambda: self._run.signal(signal, payload, dedup=dedup))
 
     def query(self, query: QueryDef[R], arg: Any = None) -> R:
-        """Asks the run's query handler; the answer decodes to ``result_type`` (`fusee.Run.query`)."""
+        """Asks the run's query handler; the answer decodes to its type (`fusee.Run.query`)."""
         return _blocking(self._portal, lambda: self._run.query(query, arg))
 
     def update(self, update: UpdateDef[Any], payload: Any = None, *, id: str | None = None) -> Any:

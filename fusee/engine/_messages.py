@@ -8,7 +8,7 @@ is durable, and a signal is matched to waits in the order the journal
 records them, so replay matches the same signal to the same wait.
 
 A message payload never fails a run. A signal whose definition the engine
-knows (`fusee.KnownSignals`: those of its workflows' modules) is refused
+knows (`fusee._definitions.KnownSignals`: those of its workflows' modules) is refused
 with `fusee.PayloadError` before anything is recorded. One it cannot check
 (sent by name only, or a name of disagreeing definitions) is recorded, and
 a wait whose type it does not fit sets it aside: the wait goes on and takes

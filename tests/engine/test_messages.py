@@ -76,7 +76,7 @@ async def test_a_wrongly_typed_signal_is_refused_before_it_is_recorded_and_the_o
 ) -> None:
     async with host(workflows=[paid_order]) as t:
         run = await t.start(paid_order, "order-1", 40)
-        with pytest.raises(fusee.PayloadError, match="does not fit.*bool"):
+        with pytest.raises(fusee.PayloadError, match=r"does not fit.*bool"):
             await run.signal(definition, "yes please")
         assert await signals_of(t, "order-1") == []
         await t.settle()  # the card is charged: its step's result is durable
@@ -98,7 +98,7 @@ async def test_a_signal_sent_by_ctx_send_is_refused_at_the_sender_or_the_receive
     @fusee.workflow("clerk")
     async def clerk(ctx: fusee.Ctx, target: str) -> str:
         try:
-            ctx.send(target, approval, "yes")  # type: ignore[arg-type]
+            ctx.send(target, approval, "yes")  # type: ignore[misc]
         except fusee.PayloadError:
             refused = "refused here"
         await ctx.step("file", lambda: None)
@@ -121,7 +121,7 @@ async def test_a_signal_sent_by_ctx_send_is_refused_at_the_sender_or_the_receive
         assert_steps_ran_once(t)
 
 
-# --- a wait that does not take what it cannot read -------------------------------------------------
+# --- a wait that does not take what it cannot read ------------------------------------------------
 
 
 async def test_a_signal_no_door_could_check_is_set_aside_at_the_wait_which_goes_on(
@@ -177,7 +177,7 @@ async def test_a_set_aside_signal_is_taken_by_a_later_wait_whose_type_it_fits(ho
         assert await run.result() == [1, "later"]
 
 
-# --- typed answers ----------------------------------------------------------------------------------
+# --- typed answers --------------------------------------------------------------------------------
 
 
 class Basket(pydantic.BaseModel):

@@ -76,7 +76,8 @@ async def test_a_signal_from_the_page_that_does_not_fit_is_refused_or_set_aside(
                 # Nobody but the wait knows `ui-counter-count`: set aside there.
                 for payload in ("five", 5):
                     sent = await http.post(
-                        "/api/runs/c-1/signal", json={"name": "ui-counter-count", "payload": payload}
+                        "/api/runs/c-1/signal",
+                        json={"name": "ui-counter-count", "payload": payload},
                     )
                     assert sent.status_code == 200
                 assert await counting_run.result() == 5
