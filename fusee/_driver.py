@@ -678,7 +678,15 @@ class RunDriver:
                 return
             udef, _, validator = entry
             try:
-                arg = udef.decode(n.payload)
+                try:
+                    arg = udef.decode(n.payload)
+                except PayloadError as e:
+                    # Refused as a door refuses it (its caller gets a
+                    # PayloadError): the run never sees it.
+                    raise PayloadError(
+                        f"the payload of update '{n.name}' does not fit the type its handler "
+                        f"takes, so nothing was recorded: {e}"
+                    ) from None
                 if validator is not None:
                     validator(arg)
             except Exception as e:

@@ -709,6 +709,8 @@ def _update_result(
         return decode(out)
     v = _codec.decode(out)
     if isinstance(v, list) and len(v) == 3 and v[0] == UPDATE_REJECTED:
+        if v[1] == "PayloadError":
+            raise PayloadError(str(v[2]))
         raise UpdateRejected(name, id, str(v[1]), str(v[2]))
     t, m = error_pair(out)
     if status is Status.CANCELLED:

@@ -17,7 +17,7 @@ import pydantic
 import pytest
 
 import fusee
-from fusee.record import Signal, Waited, decode
+from fusee.record import Signal, Update, Waited, decode
 from fusee.testing import TestEngine, crash_everywhere
 
 from .conftest import Host, assert_steps_ran_once
@@ -223,7 +223,16 @@ async def test_query_answers_and_update_results_decode_to_their_declared_types(h
         await t.crash()
         assert await run.update(add_item, "jam") == Basket(items=["tea", "jam"], total_cents=200)
         assert await run.query(progress_q) == Progress(2, 3)
+        # Sent by name with a payload its handler cannot take: refused, unrecorded.
+        with pytest.raises(fusee.PayloadError, match="does not fit the type its handler takes"):
+            await run.update(fusee.update("add-item"), 3)
+        assert await run.query(progress_q) == Progress(2, 3)
         await run.signal(fusee.signal("checkout", None))
         assert await run.result() == 2
+        assert not [
+            r
+            for r in await journal(t, "s-1")
+            if isinstance(r, Update) and r.payload == add_item.encode(3)
+        ]
         # A finished run answers from its journal, typed the same.
         assert await run.query(basket_q) == Basket(items=["tea", "jam"], total_cents=200)
