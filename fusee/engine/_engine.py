@@ -1074,7 +1074,7 @@ class Engine:
         )
         # Set-aside signals were logged when a wait refused them.
         heard = state.consumed | state.set_aside if state.set_aside else state.consumed
-        unheard = [s for i, s in enumerate(unconsumed and state.signals) if i not in heard]
+        unheard = [s for i, s in enumerate(state.signals) if i not in heard] if unconsumed else []
         if unheard and done.status is not Status.CONTINUED:
             log.warning(
                 "run %r ended with signals nobody waited for: %s",
