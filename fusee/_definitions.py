@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
@@ -19,6 +19,7 @@ from fusee._durations import parse_duration
 from fusee.errors import PayloadError
 
 __all__ = [
+    "KnownSignals",
     "QueryDef",
     "Retry",
     "SignalDef",
@@ -146,20 +147,32 @@ class SignalDef(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
-class QueryDef:
-    """A query a workflow answers: its name.
+class QueryDef(Generic[R_co]):
+    """A query a workflow answers: its name and its answer's type.
 
-    Make one with `fusee.query`.
+    Make one with `fusee.query`. ``run.query`` returns the handler's answer,
+    decoded to ``result_type`` (plain values when it is ``Any``).
 
     Example:
-        >>> query("status").name
-        'status'
+        >>> status = query("status", dict[str, int])
+        >>> (status.name, status.decode_result(status.encode({"done": 3})))
+        ('status', {'done': 3})
     """
 
     name: str
+    result_type: Any = Any
+    decode_result: Callable[[bytes], R_co] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_name("query", self.name)
+        object.__setattr__(self, "decode_result", decoder_for(self.result_type))
+
+    @staticmethod
+    def encode(value: object) -> bytes:
+        """The bytes of an argument or an answer (the codec's)."""
+        from fusee._codec import encode
+
+        return encode(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +217,80 @@ class UpdateDef(Generic[T, U]):
             1
         """
         return checked(value, self.decode, f"the payload of update '{self.name}'", self.type)
+
+
+class KnownSignals:
+    """The signal definitions a door knows, by name: payloads are checked against them.
+
+    An engine learns those of the modules its workflows come from (each
+    workflow function's module globals), and ``fusee worker`` those of the
+    modules it imports too. Two definitions of one name that disagree on
+    the payload's type leave that name unchecked: the wait's own type
+    decides, inside the run.
+
+    Example:
+        >>> known = KnownSignals([{"review": signal("review", bool)}])
+        >>> known.check("order-1", "review", SignalDef.encode(True))
+        >>> try:
+        ...     known.check("order-1", "review", SignalDef.encode("yes"))
+        ... except PayloadError:
+        ...     print("refused")
+        refused
+    """
+
+    __slots__ = ("_by_name",)
+
+    def __init__(self, namespaces: Iterable[Mapping[str, Any]] = ()) -> None:
+        # None: definitions of that name disagree on the type.
+        self._by_name: dict[str, SignalDef[Any] | None] = {}
+        self.learn(namespaces)
+
+    @classmethod
+    def of_workflows(cls, workflows: Iterable[WorkflowDef[Any, Any]]) -> KnownSignals:
+        """The signals defined at the top level of the workflows' own modules.
+
+        Example:
+            >>> KnownSignals.of_workflows([]).names()
+            []
+        """
+        return cls(getattr(wf.fn, "__globals__", {}) for wf in workflows)
+
+    def learn(self, namespaces: Iterable[Mapping[str, Any]]) -> None:
+        """Adds the `SignalDef` values of ``namespaces`` (a module's ``vars()``)."""
+        found = self._by_name
+        for namespace in namespaces:
+            for value in list(namespace.values()):
+                if isinstance(value, SignalDef):
+                    if value.name in found and found[value.name] != value:
+                        found[value.name] = None
+                    else:
+                        found.setdefault(value.name, value)
+
+    def names(self) -> list[str]:
+        """The names known, sorted."""
+        return sorted(self._by_name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def check(self, run_id: str, name: str, payload: bytes) -> None:
+        """Refuses ``payload`` for signal ``name`` to run ``run_id`` if it does not fit.
+
+        Raises:
+            fusee.PayloadError: The payload does not fit the known definition
+                (a name not known, or known with disagreeing types, passes).
+        """
+        declared = self._by_name.get(name)
+        if declared is None or declared.type is Any:
+            return
+        try:
+            declared.decode(payload)
+        except PayloadError as e:
+            raise PayloadError(
+                f"signal {name!r} to run {run_id!r} was not sent: its payload does not fit "
+                f"the signal's type {_type_name(declared.type)}, so nothing was recorded; "
+                f"send a {_type_name(declared.type)}: {e}"
+            ) from None
 
 
 def checked(value: object, decode: Callable[[bytes], Any], what: str, hint: object) -> bytes:
@@ -265,13 +352,35 @@ def signal(name: str, type: Any = Any) -> SignalDef[Any]:
     return SignalDef(name, type)
 
 
-def query(name: str) -> QueryDef:
+@overload
+def query(name: str) -> QueryDef[Any]: ...
+@overload
+def query(name: str, result_type: type[R]) -> QueryDef[R]: ...
+@overload
+def query(name: str, result_type: Any) -> QueryDef[Any]: ...
+
+
+def query(name: str, result_type: Any = Any) -> QueryDef[Any]:
     """Defines a query: ``ctx.on_query(q, handler)`` in the workflow, ``run.query(q)`` outside.
 
+    Args:
+        name: The query's name.
+        result_type: The answer's type: ``run.query`` returns the handler's
+            answer decoded to it (a pydantic model, a dataclass, ...). A
+            class gives a `QueryDef` of that type to mypy; without it the
+            answer comes back as plain values (dicts, lists, ...).
+
     Example:
-        >>> status = query("status")
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class Progress:
+        ...     done: int
+        ...     total: int
+        >>> progress = query("progress", Progress)
+        >>> progress.decode_result(progress.encode(Progress(1, 3)))
+        Progress(done=1, total=3)
     """
-    return QueryDef(name)
+    return QueryDef(name, result_type)
 
 
 @overload

@@ -483,6 +483,15 @@ class RunDriver:
         self._ops[seq] = _Op(fut, kind, name, decode, extra)
         return fut
 
+    def wait_decoder(self, seq: int) -> Callable[[bytes], Any] | None:
+        """The decoder of wait ``seq``'s signal type; None if the code has not begun that wait.
+
+        The host asks it before it hands a signal to the wait: a payload it
+        refuses is set aside, and the wait goes on.
+        """
+        op = self._ops.get(seq)
+        return op.decode if op is not None and op.kind == "wait" else None
+
     def dropped(self, seq: int) -> None:
         """The code cancelled operation ``seq``'s future: its result will never be delivered.
 
@@ -669,7 +678,15 @@ class RunDriver:
                 return
             udef, _, validator = entry
             try:
-                arg = udef.decode(n.payload)
+                try:
+                    arg = udef.decode(n.payload)
+                except PayloadError as e:
+                    # Refused as a door refuses it (its caller gets a
+                    # PayloadError): the run never sees it.
+                    raise PayloadError(
+                        f"the payload of update '{n.name}' does not fit the type its handler "
+                        f"takes, so nothing was recorded: {e}"
+                    ) from None
                 if validator is not None:
                     validator(arg)
             except Exception as e:

@@ -1,4 +1,4 @@
-"""Recorded values as JSON: what the CLI and the web UI show of payloads and values.
+"""Recorded values as JSON: what the CLI and the web UI show of payloads, values and signals.
 
 The rule: showing never fails: what JSON cannot hold becomes text, and
 bytes the codec refuses come back as their repr.
@@ -14,9 +14,9 @@ from typing import Any, Final
 
 from fusee import _codec
 from fusee.errors import PayloadError
-from fusee.record import Value, value_kind
+from fusee.record import Record, Signal, Value, Wait, Waited, value_kind
 
-__all__ = ["VALUE_KINDS", "iso", "jsonable", "payload", "recorded_value"]
+__all__ = ["VALUE_KINDS", "SignalMarks", "iso", "jsonable", "payload", "recorded_value"]
 
 VALUE_KINDS: Final = {
     value_kind.CUSTOM: "custom",
@@ -94,3 +94,68 @@ def recorded_value(rec: Value) -> Any:
     if rec.kind == value_kind.UUID and len(data) == 16:
         return str(uuid.UUID(bytes=data))
     return payload(data)
+
+
+class SignalMarks:
+    """Which of a run's signals its waits set aside, read from its journal record by record.
+
+    A wait takes the oldest signal of its name whose payload fits its type,
+    and sets aside one that does not (`fusee.engine._messages`); no record
+    says so. A reader without the workflow's code sees it all the same: a
+    signal is set aside when a wait of its name was open while it was there
+    and it is not consumed. A later wait that takes it (its type fits)
+    clears the mark.
+
+    Example:
+        >>> from fusee.record import WaitOutcome
+        >>> marks = SignalMarks()
+        >>> marks.add(Wait(1, 0, "approval", 0))
+        []
+        >>> marks.add(Signal(1, "approval", 0, b"\\xa3yes"))
+        [0]
+        >>> marks.add(Signal(1, "approval", 0, b"\\xc3"))
+        [1]
+        >>> marks.add(Waited(1, 0, WaitOutcome.signal(1)))
+        [1]
+        >>> [marks.is_set_aside(k) for k in (0, 1)]
+        [True, False]
+    """
+
+    __slots__ = ("_consumed", "_names", "_offered", "_open")
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        # Open waits: their names by position.
+        self._open: dict[int, str] = {}
+        # Signals an open wait was offered, and those a wait took, by ordinal.
+        self._offered: set[int] = set()
+        self._consumed: set[int] = set()
+
+    def add(self, rec: Record) -> list[int]:
+        """Folds in ``rec`` (in log order); returns the ordinals whose mark may have changed."""
+        if isinstance(rec, Signal):
+            ordinal = len(self._names)
+            self._names.append(rec.name)
+            if rec.name in self._open.values():
+                self._offered.add(ordinal)
+                return [ordinal]
+            return []
+        if isinstance(rec, Wait):
+            self._open[rec.seq] = rec.name
+            offered = [
+                k
+                for k, name in enumerate(self._names)
+                if name == rec.name and k not in self._consumed and k not in self._offered
+            ]
+            self._offered.update(offered)
+            return offered
+        if isinstance(rec, Waited):
+            self._open.pop(rec.seq, None)
+            if rec.outcome.is_signal:
+                self._consumed.add(rec.outcome.ordinal)
+                return [rec.outcome.ordinal]
+        return []
+
+    def is_set_aside(self, ordinal: int) -> bool:
+        """Whether signal ``ordinal`` is set aside (a wait refused it; none took it)."""
+        return ordinal in self._offered and ordinal not in self._consumed

@@ -16,6 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fusee._codec import decoder_for
+from fusee._definitions import hints_of
+from fusee.errors import PayloadError
+
 if TYPE_CHECKING:
     from fusee._definitions import Retry, UpdateDef
     from fusee._loop import WorkflowLoop
@@ -84,6 +88,33 @@ class Handlers:
     updates: dict[str, tuple[UpdateDef[Any], Callable[[Any], Any], Callable[[Any], Any] | None]] = (
         field(default_factory=dict)
     )
+
+    def update_result_decoder(self, name: str) -> Callable[[bytes], Any] | None:
+        """What update ``name``'s result decodes to: its `UpdateDef`'s ``result_type``, or
+        else its handler's return annotation (None: plain values).
+
+        Example:
+            >>> from fusee._definitions import update
+            >>> h = Handlers()
+            >>> def bump(n: int) -> float:
+            ...     return n / 2
+            >>> h.updates["bump"] = (update("bump", int), bump, None)
+            >>> h.update_result_decoder("bump")(update("x").encode(3))
+            3.0
+        """
+        entry = self.updates.get(name)
+        if entry is None:
+            return None
+        udef, handler, _ = entry
+        if udef.result_type is not Any:
+            return udef.decode_result
+        hint = hints_of(handler).get("return", Any)
+        if hint is Any:
+            return None
+        try:
+            return decoder_for(hint, name=f"the result of update '{name}'")
+        except PayloadError:
+            return None  # an annotation that is no payload type: plain values
 
 
 class Runtime(Protocol):

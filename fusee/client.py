@@ -24,7 +24,7 @@ from fusee._durations import duration_ms
 from fusee._queue import Queue, QueueStats
 from fusee.engine._queues import queue_stats
 from fusee.engine._remote import Remote
-from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, info_of
+from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, check_id, info_of
 from fusee.engine._telemetry import caller_trace
 from fusee.errors import Cancelled
 from fusee.store import Answer, Command, ScheduleRow, Store, open_store
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ["Client", "ClientSchedules", "SyncClient", "SyncRun", "SyncSchedules"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Client(Remote):
@@ -64,7 +65,6 @@ class Client(Remote):
     def __init__(self, store: Store, *, owned: bool = False) -> None:
         super().__init__(store)
         self._owned = owned
-        self._workflow_of: dict[str, str] = {}
 
     @classmethod
     async def connect(
@@ -151,8 +151,7 @@ class Client(Remote):
             >>> async def main(client: Client) -> None:
             ...     run = await client.start("checkout", "order-1", {"sku": "A1"})
         """
-        if not isinstance(id, str) or not id:
-            raise ValueError(f"a run needs a non-empty string id, got {id!r}")
+        check_id(id, "a run")
         if isinstance(workflow, str):
             name = workflow
         else:
@@ -172,16 +171,19 @@ class Client(Remote):
         if trace is not None:
             fields["trace"] = trace
         await self._call("start", id, fields)
-        self._workflow_of[id] = name
         return Run(self, id)
 
     def get(self, id: str) -> Run[Any]:
         """A handle on the run with id ``id`` (checked when used).
 
+        Raises:
+            ValueError: ``id`` is empty or not valid text.
+
         Example:
             >>> async def main(client: Client) -> None:
             ...     await client.get("order-1").cancel("customer asked")
         """
+        check_id(id, "a run")
         return Run(self, id)
 
     async def list(
@@ -347,8 +349,8 @@ class SyncRun(Generic[T]):
         """Sends ``signal`` to the run (`fusee.Run.signal`)."""
         _blocking(self._portal, lambda: self._run.signal(signal, payload, dedup=dedup))
 
-    def query(self, query: QueryDef, arg: Any = None) -> Any:
-        """Asks the run's query handler (`fusee.Run.query`)."""
+    def query(self, query: QueryDef[R], arg: Any = None) -> R:
+        """Asks the run's query handler; the answer decodes to its type (`fusee.Run.query`)."""
         return _blocking(self._portal, lambda: self._run.query(query, arg))
 
     def update(self, update: UpdateDef[Any], payload: Any = None, *, id: str | None = None) -> Any:

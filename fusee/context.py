@@ -459,8 +459,12 @@ class Ctx:
             seq, arm = self._machine.begin_wait(signal.name, deadline)
         except DeterminismError as e:
             raise self._diverged(e) from None
+        # Registered before its `Wait` is appended: the host offers the
+        # run's signals to the wait then, and the wait's type decides
+        # which it takes.
+        fut = d.register(seq, "wait", signal.name, signal.decode)
         d.append(arm.record)
-        return d.register(seq, "wait", signal.name, signal.decode)
+        return fut
 
     def child(
         self,
@@ -641,7 +645,7 @@ class Ctx:
         """
         return WorkflowStream(self._rt, name)
 
-    def on_query(self, query: QueryDef, handler: Callable[[Any], Any]) -> None:
+    def on_query(self, query: QueryDef[Any], handler: Callable[[Any], Any]) -> None:
         """Answers ``query`` with ``handler(arg)``; it must not change the run.
 
         Example:

@@ -2,31 +2,53 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pydantic
+
 import fusee
+
+
+class Summary(pydantic.BaseModel):
+    total: int
+    signals: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    signals: int
+    bumps: int
+
 
 add = fusee.signal("add", int)
 total = fusee.query("total")
+summary = fusee.query("summary", Summary)
+counts = fusee.query("counts", Counts)
 bump = fusee.update("bump", int)
 
 
 @fusee.workflow("tally")
 async def tally(ctx: fusee.Ctx, start: int) -> int:
     """Adds each ``add`` signal's number to ``start`` until one is 0; ``bump`` adds too."""
-    state = {"total": start}
+    state = {"total": start, "signals": 0, "bumps": 0}
 
     def bumped(by: int) -> int:
         if by < 0:
             raise ValueError("bump by a positive number")
         state["total"] += by
+        state["bumps"] += 1
         return state["total"]
 
     # Before the first await: an update sent as soon as the start returns
     # finds its handler (one sent earlier than that is refused as unknown).
     ctx.on_query(total, lambda _: state["total"])
+    ctx.on_query(summary, lambda _: Summary(total=state["total"], signals=state["signals"]))
+    ctx.on_query(counts, lambda _: Counts(state["signals"], state["bumps"]))
     ctx.on_update(bump, bumped)
     await ctx.step("first", lambda: start)
     while n := await ctx.wait_for(add):
         state["total"] += n
+        state["signals"] += 1
     async with ctx.stream("log") as out:
         await out.append(f"total {state['total']}")
     return state["total"]

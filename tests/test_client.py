@@ -21,7 +21,9 @@ import pytest_asyncio
 from _postgres import Cluster
 
 import fusee
+from fusee import _codec
 from fusee.client import SyncRun
+from fusee.record import Signal, decode
 from fusee.store import MemoryStore, PostgresStore, Store
 
 HERE = Path(__file__).parent
@@ -99,6 +101,47 @@ async def test_signals_with_one_dedup_id_count_once_and_updates_and_queries_answ
     assert [chunk async for chunk in run.stream("log")] == ["total 15"]
 
 
+async def test_a_wrongly_typed_signal_is_refused_before_it_is_recorded(
+    client: fusee.Client,
+) -> None:
+    run = await client.start(wfs.tally, "t-1", 1)
+    # The client has no workflow code: the engine checks the payload against
+    # the definition it knows, and records nothing.
+    with pytest.raises(fusee.PayloadError, match="does not fit the signal's type int"):
+        await run.signal(fusee.signal("add"), "three")
+    with pytest.raises(fusee.PayloadError, match="does not fit"):
+        await run.signal(wfs.add, "three")  # type: ignore[misc]
+    await run.signal(fusee.signal("add"), 2)
+    await run.signal(wfs.add, 0)
+    assert await run.result() == 3
+    row = await client.store.get("t-1")
+    assert row is not None
+    journal = [decode(data) for _, data in await client.store.load("t-1", row.run)]
+    assert [_codec.decode(r.payload) for r in journal if isinstance(r, Signal)] == [2, 0]
+
+
+async def test_query_answers_decode_to_the_querys_result_type(client: fusee.Client) -> None:
+    run = await client.start(wfs.tally, "t-1", 1)
+    await run.signal(wfs.add, 2)
+    assert await run.update(wfs.bump, 4) == 7
+    assert await run.query(wfs.summary) == wfs.Summary(total=7, signals=1)
+    assert await run.query(wfs.counts) == wfs.Counts(signals=1, bumps=1)
+    assert await run.query(fusee.query("summary")) == {"total": 7, "signals": 1}
+    await run.signal(wfs.add, 0)
+    assert await run.result() == 7
+    assert await run.query(wfs.summary) == wfs.Summary(total=7, signals=1)
+
+
+async def test_a_run_id_is_checked_by_get_as_the_engine_checks_it(client: fusee.Client) -> None:
+    async with await fusee.Engine.open("memory", workflows=[]) as engine:
+        for bad in ("", "bad\ud800"):
+            with pytest.raises(ValueError, match="a run") as by_client:
+                client.get(bad)
+            with pytest.raises(ValueError, match="a run") as by_engine:
+                engine.get(bad)
+            assert str(by_client.value) == str(by_engine.value)
+
+
 async def test_a_cancelled_run_raises_cancelled_from_result(client: fusee.Client) -> None:
     run = await client.start(wfs.tally, "t-1", 0)
     await run.cancel("no longer needed")
@@ -159,6 +202,9 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
                 run.signal(wfs.add, 2, dedup="a")
                 assert run.update(wfs.bump, 3) == 6
                 assert run.query(wfs.total) == 6
+                assert run.query(wfs.counts) == wfs.Counts(signals=1, bumps=1)
+                with pytest.raises(fusee.PayloadError, match="does not fit"):
+                    run.signal(fusee.signal("add"), "two")
                 run.signal(wfs.add, 0)
                 result = run.result()
                 ids = [info.id for info in sync.list(status="completed")]

@@ -22,12 +22,12 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from fusee._definitions import SignalDef
+from fusee._definitions import KnownSignals, SignalDef
 from fusee.cli._output import CliError, Output
 from fusee.cli._reading import store_shown, store_target
 from fusee.client import Client
 from fusee.engine._remote import answer_fields
-from fusee.errors import FuseeError, PayloadError, StoreError
+from fusee.errors import FuseeError, StoreError
 from fusee.store import Command
 from fusee.store.sqlite import is_served
 
@@ -196,38 +196,30 @@ def _queued(out: Output, report: dict[str, Any], message: str) -> None:
         out.say(message)
 
 
-def _unknown_signal(name: str, signals: Mapping[str, SignalDef[Any] | None]) -> str:
-    known = ", ".join(repr(n) for n in sorted(signals)) or "none"
+def _unknown_signal(name: str, known: KnownSignals) -> str:
+    names = ", ".join(repr(n) for n in known.names()) or "none"
     return (
-        f"no workflow of this worker declares a signal {name!r} (its modules define: {known}); "
+        f"no workflow of this worker declares a signal {name!r} (its modules define: {names}); "
         "it is delivered anyway, and the run keeps it until its code waits for that name: "
         "check the name"
     )
 
 
 def signal_checker(
-    signals: Mapping[str, SignalDef[Any] | None],
+    signals: KnownSignals | Mapping[str, SignalDef[Any]],
 ) -> Callable[[str, str, bytes], str | None]:
     """The worker's check of a signal before its engine delivers it (`Inbox.check_signal`).
 
-    ``signals`` maps the signal names the worker's modules define to their
-    definition (None where two definitions of one name disagree): a payload
-    is checked against its signal's type, and a name not there is delivered
-    with a warning in the answer.
+    ``signals`` are the signals the worker's modules define (or a mapping of
+    names to definitions): a payload is checked against its signal's type,
+    and a name not there is delivered with a warning in the answer.
     """
+    known = signals if isinstance(signals, KnownSignals) else KnownSignals([signals])
 
     def check(run_id: str, name: str, payload: bytes) -> str | None:
-        if name not in signals:
-            return _unknown_signal(name, signals)
-        declared = signals[name]
-        if declared is not None:
-            try:
-                declared.decode(payload)
-            except PayloadError as e:
-                raise PayloadError(
-                    f"signal {name!r} to run {run_id!r} was not sent: its payload does not "
-                    f"fit the signal's type: {e}"
-                ) from None
+        if name not in known:
+            return _unknown_signal(name, known)
+        known.check(run_id, name, payload)
         return None
 
     return check

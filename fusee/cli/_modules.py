@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fusee._definitions import SignalDef, WorkflowDef
+from fusee._definitions import WorkflowDef
 from fusee.cli._output import CliError
 
 
@@ -81,24 +81,3 @@ def pick(workflows: Sequence[WorkflowDef[Any, Any]], name: str, what: str) -> Wo
             return wf
     names = ", ".join(wf.name for wf in workflows)
     raise CliError(f"{what} has no workflow {name!r} (it has: {names})")
-
-
-def signals_of(
-    modules: Iterable[ModuleType], workflows: Iterable[WorkflowDef[Any, Any]]
-) -> dict[str, SignalDef[Any] | None]:
-    """The signals defined at the top level of ``modules`` and of the workflows' own modules.
-
-    Maps each name to its definition, or to None when definitions of one
-    name disagree on the payload type (then no type is checked).
-    """
-    namespaces = [vars(m) for m in modules]
-    namespaces += [getattr(wf.fn, "__globals__", {}) for wf in workflows]
-    found: dict[str, SignalDef[Any] | None] = {}
-    for namespace in namespaces:
-        for value in list(namespace.values()):
-            if isinstance(value, SignalDef):
-                if value.name in found and found[value.name] != value:
-                    found[value.name] = None
-                else:
-                    found.setdefault(value.name, value)
-    return found

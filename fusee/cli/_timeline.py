@@ -14,7 +14,7 @@ from typing import Any, Final, assert_never
 from rich.table import Table
 from rich.text import Text
 
-from fusee._jsonview import VALUE_KINDS, iso, jsonable, recorded_value
+from fusee._jsonview import VALUE_KINDS, SignalMarks, iso, jsonable, recorded_value
 from fusee._jsonview import payload as payload_json
 from fusee.cli._output import STATUS_STYLE, Output, local_time, short
 from fusee.errors import FuseeError
@@ -80,6 +80,10 @@ class Line:
         }
 
 
+SET_ASIDE: Final = "set aside"
+"""A signal's status while a wait refused it (its payload does not fit) and none took it."""
+
+
 def _status(status: Status) -> str:
     return status.name.lower().replace("_", " ")
 
@@ -92,13 +96,24 @@ class Timeline:
         # The last heartbeat progress of each step running now, by journal
         # position: (name, progress); a step's end or failed attempt drops it.
         self.progress: dict[int, tuple[str, Any]] = {}
+        # The signals' lines by ordinal, marked "set aside" while a wait
+        # refused them and none took them.
+        self.marks = SignalMarks()
+        self.signal_lines: list[Line] = []
 
     def line(self, lsn: int, data: bytes) -> Line:
         try:
             rec = decode(data)
         except FuseeError as e:
             return Line(lsn, None, "corrupt", "", None, "unreadable", str(e), None)
-        return self._line(lsn, rec)
+        line = self._line(lsn, rec)
+        if isinstance(rec, Signal):
+            self.signal_lines.append(line)
+        for ordinal in self.marks.add(rec):
+            if ordinal < len(self.signal_lines):
+                aside = self.marks.is_set_aside(ordinal)
+                self.signal_lines[ordinal].status = SET_ASIDE if aside else ""
+        return line
 
     def _named(self, seq: int, name: str) -> str:
         self.names[seq] = name
@@ -259,7 +274,7 @@ def timeline_table(lines: Iterable[Line], *, header: bool, full: bool = False) -
     table.add_column("time", width=12, no_wrap=True)
     table.add_column("payload", overflow="fold", ratio=1)
     for ln in lines:
-        failed = ln.status in ("failed", "retrying", "paused", "timed out", "unreadable")
+        failed = ln.status in ("failed", "retrying", "paused", "timed out", "unreadable", SET_ASIDE)
         payload = ln.payload
         if _failure(ln) is not None:
             # A traceback is unreadable folded in a cell: `print_failure` prints

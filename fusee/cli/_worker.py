@@ -25,7 +25,7 @@ from fusee._jsonview import payload as payload_json
 from fusee._queue import Queue
 from fusee._schedule import Schedule
 from fusee.cli._inbox import answer_printer, signal_checker, writer_lock
-from fusee.cli._modules import import_module, signals_of, workflows_of
+from fusee.cli._modules import import_module, workflows_of
 from fusee.cli._output import CliError, Output, short
 from fusee.cli._reading import FINISHED, done_record, outcome_of, store_target
 from fusee.engine import Engine, RunInfo
@@ -141,7 +141,6 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
     target = store_target(args)
     modules = [import_module(spec) for spec in args.modules]
     workflows = workflows_of(modules, " and ".join(repr(m) for m in args.modules))
-    signals = signals_of(modules, workflows)
     schedules = [v for m in modules for v in vars(m).values() if isinstance(v, Schedule)]
     queues = _queues_of(modules)
     lock: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
@@ -159,8 +158,10 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
                 schedules=schedules,
                 queues=queues,
             ) as engine:
-                # Before the first await: the inbox's first command sees them.
-                engine.inbox.check_signal = signal_checker(signals)
+                # Before the first await: the inbox's first command sees them,
+                # and every signal the engine records is checked against them.
+                engine.messages.known.learn(vars(m) for m in modules)
+                engine.inbox.check_signal = signal_checker(engine.messages.known)
                 engine.inbox.on_answer = answer_printer(out)
                 await _serve(engine, target, workflows, args, out, schedules, queues)
         finally:

@@ -1110,11 +1110,14 @@ class Engine:
             if state.signals
             else []
         )
-        if unconsumed and done.status is not Status.CONTINUED:
+        # Set-aside signals were logged when a wait refused them.
+        heard = state.consumed | state.set_aside if state.set_aside else state.consumed
+        unheard = [s for i, s in enumerate(state.signals) if i not in heard] if unconsumed else []
+        if unheard and done.status is not Status.CONTINUED:
             log.warning(
                 "run %r ended with signals nobody waited for: %s",
                 state.id,
-                ", ".join(sorted({s.name for s in unconsumed})),
+                ", ".join(sorted({s.name for s in unheard})),
             )
 
         def durable() -> None:

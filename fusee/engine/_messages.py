@@ -6,6 +6,16 @@ once that record is durable.
 The rule: a message is acknowledged (its call returns) only once its record
 is durable, and a signal is matched to waits in the order the journal
 records them, so replay matches the same signal to the same wait.
+
+A message payload never fails a run. A signal whose definition the engine
+knows (`fusee._definitions.KnownSignals`: those of its workflows' modules) is refused
+with `fusee.PayloadError` before anything is recorded. One it cannot check
+(sent by name only, or a name of disagreeing definitions) is recorded, and
+a wait whose type it does not fit sets it aside: the wait goes on and takes
+the next one that fits. No record says so: the decision is the wait's
+decoder's, a function of the payload and the code, so replay and recovery
+make it again the same way, and a reader of the journal sees it as a signal
+left unconsumed while a wait of its name was open (`fusee._jsonview.SignalMarks`).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from fusee import _codec
+from fusee._definitions import KnownSignals
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import carried_of
@@ -25,6 +36,7 @@ from fusee.engine._runs import through_end, unknown_workflow
 from fusee.errors import (
     FuseeError,
     NotFound,
+    PayloadError,
     RunFinished,
     RunQueued,
     StaleLease,
@@ -83,27 +95,62 @@ class Messages:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._tokens = 0
+        # The signal definitions signals are checked against before they are
+        # recorded (``fusee worker`` adds its modules').
+        self.known = KnownSignals.of_workflows(engine.workflows.values())
 
     # --- signals -----------------------------------------------------------------------------
 
     def match(self, state: RunState) -> None:
-        """Hands buffered signals to open waits, oldest wait first."""
+        """Hands buffered signals to open waits, oldest wait first.
+
+        A wait takes the oldest signal of its name whose payload fits its
+        type; one that does not fit is set aside (logged, left unconsumed).
+        """
         if not state.waits:
             return
         timers = self._engine.timers
+        driver = state.driver
         for seq in sorted(state.waits):
             # A delivery runs the code, which may drop another wait or end
             # the run: a wait gone meanwhile takes nothing.
             name = state.waits.get(seq)
             if name is None:
                 continue
+            decode = driver.wait_decoder(seq)
+            if decode is None:
+                # Not begun by the code (yet): its type is not known, so it is
+                # offered its signals once it is (`Runs.wake` after replay).
+                continue
             for ordinal, sig in enumerate(state.signals):
                 if sig.name == name and ordinal not in state.consumed:
+                    try:
+                        decode(sig.payload)
+                    except PayloadError as e:
+                        self._set_aside(state, ordinal, seq, e)
+                        continue
                     state.consumed.add(ordinal)
                     del state.waits[seq]
                     timers.disarm(state.id, seq)
-                    state.driver.complete(seq, SignalMatched(ordinal, sig.payload))
+                    driver.complete(seq, SignalMatched(ordinal, sig.payload))
                     break
+
+    def _set_aside(self, state: RunState, ordinal: int, seq: int, error: PayloadError) -> None:
+        """Logs signal ``ordinal`` set aside by wait ``seq`` (once per signal in this process)."""
+        if state.set_aside is None:
+            state.set_aside = set()
+        elif ordinal in state.set_aside:
+            return
+        state.set_aside.add(ordinal)
+        log.warning(
+            "run %r set aside signal %r #%d: its payload does not fit the type of the wait "
+            "at #%d, which goes on waiting for one that does (%s)",
+            state.id,
+            state.signals[ordinal].name,
+            ordinal,
+            seq,
+            error,
+        )
 
     # --- routing: a run of a shard another worker holds is reached there ----------------------
 
@@ -129,8 +176,11 @@ class Messages:
         """Records signal ``name`` for run ``id``; returns once it is durable.
 
         Raises:
+            fusee.PayloadError: The payload does not fit the signal's known
+                definition (nothing is recorded).
             fusee.RunFinished: The run has ended (or its end is being recorded).
         """
+        self.known.check(id, name, payload)
         await self._routed(
             id,
             lambda: self._signal_here(id, name, payload, dedup, by),
@@ -508,10 +558,11 @@ class Messages:
                 # (everything appended so far is, then), never before, or a
                 # crash could lose what the repeat acknowledged.
                 await engine.committer.durable(state.driver.machine.gate)
-                return _update_result(name, id, outcome)
+                return _update_result(name, id, outcome, _result_decoder(state, name))
             first = state.update_waiters.get(update_id)
             if first is not None:
-                return _update_result(name, id, await asyncio.shield(first))
+                outcome = await asyncio.shield(first)
+                return _update_result(name, id, outcome, _result_decoder(state, name))
         self._tokens += 1
         token = self._tokens
         fut: asyncio.Future[tuple[Status, bytes]] = engine.loop.create_future()
@@ -534,7 +585,7 @@ class Messages:
             state.updates.discard(fut)
             if update_id is not None and state.update_waiters.get(update_id) is fut:
                 del state.update_waiters[update_id]
-        return _update_result(name, id, outcome)
+        return _update_result(name, id, outcome, _result_decoder(state, name))
 
     def _outcome_of(self, state: RunState, update_id: str) -> tuple[Status, bytes] | None:
         ordinal = state.update_ids.get(update_id)
@@ -641,13 +692,25 @@ def _parent_of(entries: list[tuple[int, bytes]]) -> Parent | None:
     return first.parent if isinstance(first, Start) else None
 
 
-def _update_result(name: str, id: str, outcome: tuple[Status, bytes]) -> Any:
+def _result_decoder(state: RunState, name: str) -> Callable[[bytes], Any]:
+    """How update ``name``'s result decodes: to its handler's declared type, if any."""
+    return state.driver.handlers.update_result_decoder(name) or _codec.decode
+
+
+def _update_result(
+    name: str,
+    id: str,
+    outcome: tuple[Status, bytes],
+    decode: Callable[[bytes], Any] = _codec.decode,
+) -> Any:
     """What `fusee.Run.update` returns (or raises) for a recorded or answered outcome."""
     status, out = outcome
     if status is _OK:
-        return _codec.decode(out)
+        return decode(out)
     v = _codec.decode(out)
     if isinstance(v, list) and len(v) == 3 and v[0] == UPDATE_REJECTED:
+        if v[1] == "PayloadError":
+            raise PayloadError(str(v[2]))
         raise UpdateRejected(name, id, str(v[1]), str(v[2]))
     t, m = error_pair(out)
     if status is Status.CANCELLED:

@@ -235,9 +235,28 @@ class Run(Generic[T]):
         data = signal.encode_checked(payload)
         await self._engine._signal(self.id, signal.name, data, dedup_key(dedup), None)
 
-    async def query(self, query: QueryDef, arg: Any = None) -> Any:
-        """Asks the run's query handler; works on parked and finished runs too."""
-        return await self._engine._query(self.id, query.name, _codec.encode(arg))
+    async def query(self, query: QueryDef[R], arg: Any = None) -> R:
+        """Asks the run's query handler; works on parked and finished runs too.
+
+        The answer is decoded to the query's ``result_type`` (plain values
+        without one).
+
+        Raises:
+            fusee.QueryFailed: The handler raised, or the run has none.
+            fusee.PayloadError: The answer does not fit ``result_type``.
+
+        Example:
+            >>> import fusee
+            >>> status = fusee.query("status", dict[str, int])
+            >>> async def main(run: Run[None]) -> dict[str, int]:
+            ...     return await run.query(status)
+        """
+        answer = await self._engine._query(self.id, query.name, _codec.encode(arg))
+        if query.result_type is Any:
+            return answer  # type: ignore[no-any-return]
+        return query.decode_result(
+            _codec.encode(answer, name=f"the answer to query '{query.name}'")
+        )
 
     @overload
     async def update(
@@ -251,7 +270,9 @@ class Run(Generic[T]):
     ) -> Any:
         """Sends an update; returns the handler's result once it is durable.
 
-        The result is decoded to the update's ``result_type``.
+        The result is decoded to the update's ``result_type``; without one,
+        through an engine, to the handler's return annotation (a `Client`,
+        which has no workflow code, returns plain values then).
 
         Raises:
             fusee.PayloadError: ``payload`` does not fit the update's type

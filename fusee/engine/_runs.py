@@ -233,6 +233,12 @@ class Runs:
         state.shard.add(state)
         self.rebuild(state, records, recovering=recovering)
         state.driver.start()
+        if state.driver.end is None:
+            # Signals its journal holds for waits still open (a crash came
+            # between them), or set aside: offered once the code, replayed,
+            # has reached its waits again, since a wait's type decides
+            # whether it takes a signal (`Messages.match`).
+            engine.messages.match(state)
         done = records[-1]
         if state.driver.end is not None and isinstance(done, Done):
             # A journal that ends with the run's `Done` under a row still
@@ -320,7 +326,6 @@ class Runs:
             engine.timers.arm(id, run, seq, at, TIMER)
         for seq, at in deadlines.items():
             engine.timers.arm(id, run, seq, at, DEADLINE)
-        engine.messages.match(state)
         for child in children.values():
             state.outbox.add(child.seq)
             engine.spawn(engine.messages.start_child(state, child))

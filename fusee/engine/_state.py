@@ -61,6 +61,11 @@ class RunState:
     # Signals by ordinal, the ones consumed, and open waits by position.
     signals: list[Signal]
     consumed: set[int]
+    # Signals a wait set aside (their payload does not fit its type), by
+    # ordinal: logged once each. Memory only: the journal decides the rest
+    # (a set-aside signal stays unconsumed, and the wait's type refuses it
+    # again after a crash).
+    set_aside: set[int] | None
     dedups: set[int]
     waits: dict[int, str]
     # Whether the run was asked to cancel (its journal has a `Cancel`): a
@@ -131,6 +136,7 @@ class RunState:
         self.policy = policy
         self.signals = []
         self.consumed = set()
+        self.set_aside = None
         self.dedups = set()
         self.waits = {}
         self.cancelled = False

@@ -19,8 +19,9 @@ class ClientActions:
     """`fusee.ui.Actions` over a `fusee.Client` connected to ``target`` on first use.
 
     The signal's payload is checked against the signal's declared type by the
-    worker that applies it (it knows the workflows' code), before anything is
-    recorded.
+    engine that applies it (it knows its workflows' modules), before anything
+    is recorded: one that does not fit raises `fusee.PayloadError` (the API's
+    422).
 
     Example:
         >>> ClientActions("./data")  # doctest: +ELLIPSIS

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from fusee._jsonview import VALUE_KINDS, iso, jsonable, payload, recorded_value
+from fusee._jsonview import VALUE_KINDS, SignalMarks, iso, jsonable, payload, recorded_value
 from fusee.errors import FuseeError
 from fusee.record import (
     DETACHED,
@@ -148,6 +148,7 @@ class Timeline:
         self.cancel: dict[str, Any] | None = None
         self.ops: dict[int, dict[str, Any]] = {}
         self.signals: list[dict[str, Any]] = []
+        self._marks = SignalMarks()
         self.updates: list[dict[str, Any]] = []
         self.streams: dict[str, dict[str, Any]] = {}
         self.patches: list[dict[str, Any]] = []
@@ -364,6 +365,15 @@ class Timeline:
             self._anchor(lsn, rec.time.started_ms + rec.time.elapsed_us // 1000)
 
     def _fold_wait(self, lsn: int, rec: Wait | Waited | Signal) -> None:
+        self._fold_signal(lsn, rec)
+        # After the record is in: a signal's "set_aside" says a wait refused
+        # it (its payload does not fit) and none took it.
+        for ordinal in self._marks.add(rec):
+            if ordinal < len(self.signals):
+                self.signals[ordinal]["set_aside"] = self._marks.is_set_aside(ordinal)
+                self._touch("signals", ordinal)
+
+    def _fold_signal(self, lsn: int, rec: Wait | Waited | Signal) -> None:
         if isinstance(rec, Signal):
             ordinal = len(self.signals)
             self.signals.append(
@@ -375,6 +385,7 @@ class Timeline:
                     "payload": payload(rec.payload),
                     "by": payload(rec.by),
                     "consumed_by": None,
+                    "set_aside": False,
                 }
             )
             self._touch("signals", ordinal)

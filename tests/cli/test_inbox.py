@@ -51,6 +51,24 @@ async def test_a_programs_own_engine_applies_the_commands_too(tmp_path: Path) ->
         assert "open for writing in another process" in one_line_error(err)
 
 
+@pytest.mark.asyncio
+async def test_a_programs_own_engine_refuses_a_signal_payload_that_does_not_fit(
+    tmp_path: Path,
+) -> None:
+    data = str(tmp_path)
+    async with engine_on(tmp_path) as engine:
+        run = await engine.start(wfs.gated, "gated-1", wfs.Order("o1", 5))
+        code, out, err = await acli("signal", "gated-1", "go", '"yes"', "--data", data)
+        assert (code, out) == (1, "")
+        assert "payload does not fit the signal's type bool" in one_line_error(err)
+        code, out, err = await acli("signal", "gated-1", "go", "true", "--data", data)
+        assert (code, out.strip()) == (0, "signal 'go' delivered to run 'gated-1'"), err
+        assert await run.result() == "shipped FR-o1"
+    code, out, _ = await acli("show", "gated-1", "--json", "--data", data)
+    records = json.loads(out)["records"]
+    assert [r["payload"] for r in records if r["kind"] == "signal"] == [True]
+
+
 def test_a_program_holding_the_writer_lock_keeps_a_worker_out(tmp_path: Path) -> None:
     with writer_lock(tmp_path):
         code, _, err = cli("worker", MODULE, "--data", str(tmp_path))

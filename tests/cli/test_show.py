@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import cli_workflows as wfs
 import pytest
@@ -182,3 +183,34 @@ async def test_show_follow_on_a_terminal_draws_live_bars(tmp_path: Path) -> None
     assert "step #0" in text
     assert "1/4" in text
     assert "run 'dl-1' completed" in text
+
+
+def counting(name: str) -> fusee.WorkflowDef[None, Any]:
+    """A workflow made by a factory: only its wait knows its signal's type."""
+    count = fusee.signal(f"{name}-count", int)
+
+    @fusee.workflow(name)
+    async def flow(ctx: fusee.Ctx) -> Any:
+        return await ctx.wait_for(count)
+
+    return flow
+
+
+@pytest.mark.asyncio
+async def test_show_marks_a_signal_its_wait_set_aside(tmp_path: Path) -> None:
+    counter = counting("cli-counter")
+    by_name = fusee.signal("cli-counter-count")
+    async with await fusee.Engine.open(tmp_path, workflows=[counter], durability="none") as engine:
+        run = await engine.start(counter, "c-1")
+        await run.signal(by_name, "five")
+        await run.signal(by_name, 5)
+        assert await run.result() == 5
+
+    code, out, _ = await acli("show", "c-1", "--data", str(tmp_path), "--json")
+    assert code == 0
+    records = json.loads(out)["records"]
+    signals = [(r["payload"], r["status"]) for r in records if r["kind"] == "signal"]
+    assert signals == [("five", "set aside"), (5, "")]
+    assert [r["status"] for r in records if r["kind"] == "waited"] == ["signal #1"]
+    code, out, _ = await acli("show", "c-1", "--data", str(tmp_path))
+    assert "set aside" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -37,6 +38,55 @@ async def flaky(ctx: fusee.Ctx) -> str:
     except fusee.Cancelled:
         return "cancelled"
     return await ctx.step("boom", boom, retry=fusee.Retry(attempts=1))
+
+
+def counting(name: str) -> fusee.WorkflowDef[None, Any]:
+    """A workflow made by a factory: its signal lives in the closure, so only its wait knows
+    the signal's type."""
+    count = fusee.signal(f"{name}-count", int)
+
+    @fusee.workflow(name)
+    async def flow(ctx: fusee.Ctx) -> Any:
+        return await ctx.wait_for(count)
+
+    return flow
+
+
+counter = counting("ui-counter")
+
+
+@pytest.mark.asyncio
+async def test_a_signal_from_the_page_that_does_not_fit_is_refused_or_set_aside(
+    tmp_path: Path,
+) -> None:
+    async with await fusee.Engine.open(
+        tmp_path, workflows=[waiter, counter], durability="none"
+    ) as engine:
+        waiting = await engine.start(waiter, "w-1")
+        counting_run = await engine.start(counter, "c-1")
+        app = create_app(str(tmp_path), actions=ClientActions(str(tmp_path)))
+        with served(app) as url:
+            async with httpx2.AsyncClient(base_url=url, timeout=30) as http:
+                # The engine knows `go` (its workflow's module defines it).
+                bad = await http.post("/api/runs/w-1/signal", json={"name": "go", "payload": "5"})
+                assert bad.status_code == 422
+                assert "does not fit the signal's type int" in bad.json()["error"]
+                ok = await http.post("/api/runs/w-1/signal", json={"name": "go", "payload": 5})
+                assert ok.status_code == 200
+                assert await waiting.result() == 5
+                # Nobody but the wait knows `ui-counter-count`: set aside there.
+                for payload in ("five", 5):
+                    sent = await http.post(
+                        "/api/runs/c-1/signal",
+                        json={"name": "ui-counter-count", "payload": payload},
+                    )
+                    assert sent.status_code == 200
+                assert await counting_run.result() == 5
+                page = (await http.get("/api/runs/c-1")).json()
+        assert [(s["payload"], s["set_aside"], s["consumed_by"]) for s in page["signals"]] == [
+            ("five", True, None),
+            (5, False, 0),
+        ]
 
 
 @pytest.mark.asyncio

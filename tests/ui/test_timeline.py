@@ -11,6 +11,7 @@ from fusee.record import (
     Heartbeat,
     Record,
     Resume,
+    Signal,
     Start,
     Status,
     Step,
@@ -19,6 +20,8 @@ from fusee.record import (
     Update,
     UpdateDone,
     Wait,
+    Waited,
+    WaitOutcome,
     encode,
 )
 from fusee.ui._timeline import Timeline
@@ -133,3 +136,23 @@ def test_positions_without_a_record_are_listed_as_gaps() -> None:
     changes = t.changes()
     assert changes is not None
     assert changes["gaps"] == [2]
+
+
+def test_a_signal_a_wait_set_aside_is_marked_until_a_later_wait_takes_it() -> None:
+    t = fold(
+        Start(run=1, id="a", wtype="wf", started_ms=0),
+        Wait(1, 0, "count", 0),
+        Signal(1, "count", 0, _codec.encode("five")),
+        Signal(1, "count", 0, _codec.encode(5)),
+        Waited(1, 0, WaitOutcome.signal(1)),
+    )
+    shown = t.json()["signals"]
+    assert [(s["payload"], s["set_aside"], s["consumed_by"]) for s in shown] == [
+        ("five", True, None),
+        (5, False, 0),
+    ]
+    # A later wait (of another type) takes it: the mark goes.
+    t.add(6, encode(Wait(1, 1, "count", 0)))
+    t.add(7, encode(Waited(1, 1, WaitOutcome.signal(0))))
+    [changed] = t.changes()["signals"]  # type: ignore[index]
+    assert (changed["ordinal"], changed["set_aside"], changed["consumed_by"]) == (0, False, 1)
