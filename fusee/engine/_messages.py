@@ -465,7 +465,7 @@ class Messages:
             return
         if queued is not None:
             try:
-                await engine.queues.start_child(wf, rec, link, *queued)
+                await engine.queues.start_child(wf, rec, link, *queued, trace=trace)
             except UnknownQueue as e:
                 runs.fire(
                     link.id,

@@ -321,3 +321,30 @@ async def test_the_runs_an_id_continues_as_new_share_the_trace_of_its_first_star
     assert numbers >= {1, 2, 3}
     assert len([s for s in finished if s.name == "fusee.step work"]) == 3
     assert len({s.context.trace_id for s in finished}) == 1
+
+
+@fusee.workflow("parent-of-napper")
+async def parent_of_napper(ctx: fusee.Ctx, queued: bool) -> int:
+    return await ctx.child(napper, "n-child", queue=mail if queued else None)
+
+
+@pytest.mark.parametrize(
+    "queued", [pytest.param(False, id="direct"), pytest.param(True, id="queued")]
+)
+async def test_a_child_run_queued_or_not_shares_its_parents_trace(host: Host, queued: bool) -> None:
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    async with host(
+        workflows=[parent_of_napper, napper], queues=[mail], tracer_provider=provider
+    ) as t:
+        run = await t.start(parent_of_napper, "p-1", queued)
+        await t.advance("2h30m")  # the child parked and woken twice
+        await t.crash()
+        assert await run.result() == 3
+        await t.crash()
+        assert await run.result() == 3
+    provider.shutdown()
+    finished = spans.get_finished_spans()
+    assert {s.name for s in finished} >= {"fusee.run parent-of-napper", "fusee.run napper"}
+    assert len({s.context.trace_id for s in finished}) == 1
