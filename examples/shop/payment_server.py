@@ -11,7 +11,7 @@ client that retries with the same key is charged once either way.
 the server may live in another process than the workers), ``GET
 /settlement`` the day's total.
 
-    python -m examples.shop.payment_server [PORT]    # serves until Ctrl-C
+    python -m examples.shop.payment_server [PORT]    # serves until Ctrl-C (PORT 0: any free one)
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -31,7 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-__all__ = ["Ledger", "PaymentServer", "make_app"]
+__all__ = ["Ledger", "PaymentServer", "make_app", "serving_in_a_process"]
 
 
 class Ledger:
@@ -154,8 +156,33 @@ class PaymentServer:
             sock.close()
 
 
+@contextmanager
+def serving_in_a_process(*, seed: int = 30) -> Iterator[str]:
+    """The fake payment API in a process of its own; yields its URL.
+
+    Its own process: no worker's crash takes its counts along, and it never
+    waits for the caller's interpreter (its lock, its event loop).
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "examples.shop.payment_server", "0", str(seed)],
+        cwd=Path(__file__).resolve().parents[2],  # where `examples` is a package
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("payment API on "):
+            raise RuntimeError(f"the payment server did not start: {line!r}")
+        yield line.removeprefix("payment API on ").strip()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
 if __name__ == "__main__":
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8400
-    with PaymentServer(port=port).running() as server:
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    with PaymentServer(port=port, seed=seed).running() as server:
         print(f"payment API on {server.url}", flush=True)
         threading.Event().wait()

@@ -14,6 +14,7 @@ and closed when the worker stops. The payment API's address comes from
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,6 +59,7 @@ class PaymentService:
 
     async def charge(self, order: Order, s: fusee.StepCtx) -> Charge:
         """Charges ``order`` once, whatever the retries: ``s.key`` is the idempotency key."""
+        await _own_task()
         response = await self.http.post(
             "/charges",
             json={"order_id": order.id, "amount_cents": order.total_cents},
@@ -71,9 +73,18 @@ class PaymentService:
 
     async def settlement(self) -> Settlement:
         """The day's charges, as the payment API counts them."""
+        await _own_task()
         response = await self.http.get("/settlement")
         response.raise_for_status()
         return Settlement.model_validate(response.json())
+
+
+async def _own_task() -> None:
+    # WORKAROUND (lead: remove once a step's first attempt runs in one task):
+    # the eager first attempt runs until its first suspension in the
+    # engine's calling task, and httpx's anyio cancel scope must be entered
+    # and left in one task. Suspending first moves the rest into the step's task.
+    await asyncio.sleep(0)
 
 
 class Warehouse:
@@ -100,7 +111,7 @@ class Warehouse:
 payments = PaymentService()
 warehouse = Warehouse()
 
-# How long one request to the payment API may take before it counts as failed.
+# How long one request to the payment API may take before it fails (and is retried).
 _HTTP_TIMEOUT_S = 10.0
 
 

@@ -50,8 +50,6 @@ APPROVAL_FROM_CENTS = 100_000
 # The payment API fails about a request in three: enough attempts that a
 # run of bad luck does not pause an order, spaced so a busy API recovers.
 PAYMENT_RETRY = fusee.Retry(attempts=12, initial="200ms", backoff=2.0, max_interval="5s")
-# An attempt that hangs (a lost connection) is failed and retried after this.
-PAYMENT_TIMEOUT = "30s"
 
 orders = fusee.Queue("orders", per_key=1)
 approval = fusee.signal("approval", Approval)
@@ -97,7 +95,6 @@ async def order(ctx: fusee.Ctx, o: Order) -> Receipt:
         "charge",
         partial(payments.charge, o),
         retry=PAYMENT_RETRY,
-        timeout=PAYMENT_TIMEOUT,
         result_type=Charge,
     )
     view.charge_id = charge.id
@@ -114,7 +111,6 @@ async def settle(ctx: fusee.Ctx) -> Settlement:
         "settlement",
         payments.settlement,
         retry=PAYMENT_RETRY,
-        timeout=PAYMENT_TIMEOUT,
         result_type=Settlement,
     )
 
