@@ -53,7 +53,9 @@ PAYMENT_RETRY = fusee.Retry(attempts=12, initial="200ms", backoff=2.0, max_inter
 
 orders = fusee.Queue("orders", per_key=1)
 approval = fusee.signal("approval", Approval)
-status = fusee.query("status")  # answers an OrderView
+# WORKAROUND (lead: fusee.query("status", OrderView) once typed query
+# answers land; callers then get an OrderView, not a dict to validate).
+status = fusee.query("status")
 change_address = fusee.update("change_address", Address, OrderView)
 
 
@@ -62,6 +64,7 @@ async def ship(ctx: fusee.Ctx, o: Order) -> Shipment:
     """Labels the parcel and hands it to the carrier."""
     tracking = await ctx.step("label", partial(warehouse.label, o.id))
     parcel = Shipment(order_id=o.id, tracking=tracking, address=o.address)
+    # WORKAROUND (lead: drop result_type= once a partial's return annotation is read).
     return await ctx.step("dispatch", partial(warehouse.dispatch, parcel), result_type=Shipment)
 
 
@@ -91,6 +94,7 @@ async def order(ctx: fusee.Ctx, o: Order) -> Receipt:
             outcome = "expired" if decision is None else "rejected"
             return Receipt(order_id=o.id, outcome=outcome)
     view.stage = "charging"
+    # WORKAROUND (lead: drop result_type= once a partial's return annotation is read).
     charge = await ctx.step(
         "charge",
         partial(payments.charge, o),
@@ -107,12 +111,7 @@ async def order(ctx: fusee.Ctx, o: Order) -> Receipt:
 @fusee.workflow("settle")
 async def settle(ctx: fusee.Ctx) -> Settlement:
     """The day's settlement, as the payment API counts it."""
-    return await ctx.step(
-        "settlement",
-        payments.settlement,
-        retry=PAYMENT_RETRY,
-        result_type=Settlement,
-    )
+    return await ctx.step("settlement", payments.settlement, retry=PAYMENT_RETRY)
 
 
 nightly = fusee.Schedule("nightly-settlement", settle, cron="0 2 * * *")
