@@ -6,20 +6,20 @@ as many copies of it as you like:
 
     SHOP_STORE=./data uvicorn examples.shop.api:app
 
-A request that waits for an order's end (``GET /orders/{id}/receipt``)
-waits at most ``timeout`` seconds and answers 504 past it: a worker that
-died holding the order's shard leaves it waiting until its lease runs out
-(``fusee worker --lease``, 10 s by default), and a web request should not
-hang that long without saying so.
+Every call that the run's worker answers waits at most a bound and answers
+504 past it: a worker that died holding the order's shard leaves its runs
+unanswered until its lease runs out (``fusee worker --lease``, 10 s by
+default), and a web request should not hang that long without saying so.
+What the request posted is stored meanwhile, and the next worker applies it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 
@@ -27,6 +27,22 @@ import fusee
 from examples.shop.models import Address, Approval, Order, OrderView, Receipt
 from examples.shop.workflows import approval, change_address, order, orders, status
 from fusee.store import Store
+
+T = TypeVar("T")
+
+# How long a request waits for the worker serving an order.
+ANSWER_WITHIN_S = 10.0
+
+
+async def bounded(call: Awaitable[T], what: str, timeout: float = ANSWER_WITHIN_S) -> T:
+    """``call``'s value, or a 504 once ``timeout`` seconds have gone by without one."""
+    try:
+        return await asyncio.wait_for(call, timeout)
+    except TimeoutError:
+        raise HTTPException(
+            504, f"{what}: no answer within {timeout:g}s; ask again later", {"Retry-After": "5"}
+        ) from None
+
 
 __all__ = ["app", "create_app"]
 
@@ -56,7 +72,10 @@ def create_app(store: str | Store | None = None) -> FastAPI:
     async def place(o: Order, request: Request) -> dict[str, str]:
         try:
             # One order at a time per customer: the queue's key.
-            run = await client_of(request).start(order, o.id, o, queue=orders, key=o.customer)
+            run = await bounded(
+                client_of(request).start(order, o.id, o, queue=orders, key=o.customer),
+                f"order {o.id} is stored and will be placed",
+            )
         except fusee.AlreadyExists:
             raise HTTPException(409, f"order {o.id} exists") from None
         return {"id": run.id, "status": (await run.describe()).status}
@@ -65,7 +84,11 @@ def create_app(store: str | Store | None = None) -> FastAPI:
     async def approve(id: str, decision: Approval, request: Request) -> dict[str, str]:
         try:
             # The reviewer as the dedup id: a retried request decides once.
-            await client_of(request).get(id).signal(approval, decision, dedup=f"{id}/{decision.by}")
+            run = client_of(request).get(id)
+            await bounded(
+                run.signal(approval, decision, dedup=f"{id}/{decision.by}"),
+                f"the decision on order {id} is stored and will be applied",
+            )
         except fusee.NotFound:
             raise HTTPException(404, f"no order {id}") from None
         except fusee.RunFinished:
@@ -79,7 +102,7 @@ def create_app(store: str | Store | None = None) -> FastAPI:
             info = await run.describe()
             if info.status == "queued":
                 return {"id": id, "stage": "queued"}
-            view = OrderView.model_validate(await run.query(status))
+            view = OrderView.model_validate(await bounded(run.query(status), f"order {id}"))
         except fusee.NotFound:
             raise HTTPException(404, f"no order {id}") from None
         return view.model_dump()
@@ -87,7 +110,11 @@ def create_app(store: str | Store | None = None) -> FastAPI:
     @app.patch("/orders/{id}/address")
     async def move(id: str, address: Address, request: Request) -> OrderView:
         try:
-            view: OrderView = await client_of(request).get(id).update(change_address, address)
+            run = client_of(request).get(id)
+            view: OrderView = await bounded(
+                run.update(change_address, address),
+                f"the address of order {id} is stored and will be applied",
+            )
         except fusee.NotFound:
             raise HTTPException(404, f"no order {id}") from None
         except (fusee.UpdateRejected, fusee.RunFinished, fusee.RunQueued) as e:
@@ -95,18 +122,11 @@ def create_app(store: str | Store | None = None) -> FastAPI:
         return view
 
     @app.get("/orders/{id}/receipt")
-    async def receipt(id: str, request: Request, timeout: float = 10.0) -> Receipt:
-        run = client_of(request).get(id)
+    async def receipt(id: str, request: Request, timeout: float = ANSWER_WITHIN_S) -> Receipt:
         try:
-            result = await asyncio.wait_for(run.result(), timeout)
+            result = await bounded(client_of(request).get(id).result(), f"order {id}", timeout)
         except fusee.NotFound:
             raise HTTPException(404, f"no order {id}") from None
-        except TimeoutError:
-            raise HTTPException(
-                504,
-                f"order {id} has not ended within {timeout:g}s; ask again later",
-                headers={"Retry-After": "5"},
-            ) from None
         return Receipt.model_validate(result)
 
     return app
