@@ -16,6 +16,9 @@ import httpx2
 import pytest
 import pytest_asyncio
 from example_runner import ROOT
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import fusee
 from examples.shop import services
@@ -32,6 +35,7 @@ from examples.shop.workflows import (
     ship,
     status,
 )
+from fusee.engine._telemetry import use_providers
 from fusee.store import MemoryStore
 from fusee.testing import TestEngine, crash_everywhere
 
@@ -266,3 +270,44 @@ def test_the_demo_ships_one_order_rejects_one_and_charges_once_each(tmp_path: Pa
     assert "o-3: rejected None None" in out
     assert "PATCH /orders/o-1/address: 409" in out
     assert "charges by order: {'o-1': 1, 'o-2': 1}" in out
+
+
+@pytest.mark.asyncio
+async def test_an_orders_trace_runs_from_the_request_to_each_charge_attempt(
+    shop: str, tmp_path: Path
+) -> None:
+    spans = InMemorySpanExporter()
+    tracer = TracerProvider()
+    tracer.add_span_processor(SimpleSpanProcessor(spans))
+    app = create_app(str(tmp_path))
+    # A worker sets its providers before its engine opens (its setup hook
+    # runs first): the engine looks for them once, when it opens.
+    with use_providers(tracer):
+        async with (
+            await fusee.Engine.open(
+                tmp_path, workflows=WORKFLOWS, queues=[orders], durability="none"
+            ),
+            app.router.lifespan_context(app),
+            httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=app), base_url="http://shop"
+            ) as http,
+        ):
+            with tracer.get_tracer("shop-tests").start_as_current_span("POST /orders") as request:
+                assert (await http.post("/orders", json=SMALL.model_dump())).status_code == 201
+            got = await http.get(f"/orders/{SMALL.id}/receipt", params={"timeout": 60})
+            assert got.json()["outcome"] == "shipped"
+    tracer.shutdown()
+    finished = spans.get_finished_spans()
+    (run,) = [s for s in finished if s.name == "fusee.run order"]
+    (child,) = [s for s in finished if s.name == "fusee.run ship"]
+    attempts = [s for s in finished if s.name == "fusee.step charge"]
+    assert run.parent is not None
+    assert child.parent is not None
+    # One trace: the request's span, the order's run, its charge attempts, its child.
+    assert run.parent.span_id == request.get_span_context().span_id
+    assert run.context is not None
+    assert child.parent.span_id == run.context.span_id
+    assert attempts, [s.name for s in finished]
+    assert {a.parent.span_id for a in attempts if a.parent} == {run.context.span_id}
+    trace_id = request.get_span_context().trace_id
+    assert {s.context.trace_id for s in (run, child, *attempts) if s.context} == {trace_id}
