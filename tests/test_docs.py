@@ -70,6 +70,21 @@ def test_every_included_snippet_exists() -> None:
             assert (ROOT / path).is_file(), f"{page.name} includes missing {path}"
 
 
+def test_the_api_reference_lists_every_error_of_the_tree_and_both_clients() -> None:
+    import fusee.errors
+
+    listed = set(re.findall(r"^::: fusee\.(\w+)$", (DOCS / "api.md").read_text(), re.MULTILINE))
+    missing = {*fusee.errors.__all__, "Client", "SyncClient"} - listed
+    assert not missing, f"docs/api.md does not list {sorted(missing)}"
+
+
+def test_the_concepts_page_names_every_status() -> None:
+    from fusee import RunStatus
+
+    statuses = (DOCS / "concepts.md").read_text().split("## Statuses", 1)[1].split("\n## ", 1)[0]
+    assert [s.value for s in RunStatus if f"`{s.value}`" not in statuses] == []
+
+
 @pytest.fixture(scope="session")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> FreshVenv:
     return fresh_venv(tmp_path_factory)

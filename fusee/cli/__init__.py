@@ -266,6 +266,13 @@ def _parser() -> argparse.ArgumentParser:
         help="Postgres: this worker's name (default host/pid/random); restarted under the "
         "same name, it takes its shards back at once",
     )
+    p.add_argument(
+        "--setup",
+        metavar="MODULE:FUNCTION",
+        help="an async context manager function (e.g. examples.shop.services:connected) "
+        "entered before the engine opens and left after it closes: it builds what the "
+        "steps use (HTTP clients, connections)",
+    )
     p.add_argument("--max-seconds", type=float, help=argparse.SUPPRESS)
     p.set_defaults(handler=worker_command)
 

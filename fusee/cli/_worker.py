@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
@@ -147,17 +147,26 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
     if "://" not in target:
         Path(target).mkdir(parents=True, exist_ok=True)
         lock = writer_lock(target, commands=True)
+    setup = _setup_of(args.setup)
     with lock, _showing_logs(out):
         try:
-            async with await Engine.open(
-                target,
-                workflows=workflows,
-                durability=args.durability,
-                lease=args.lease,
-                worker=args.name,
-                schedules=schedules,
-                queues=queues,
-            ) as engine:
+            async with contextlib.AsyncExitStack() as resources:
+                # Entered before the engine opens and left after it closes:
+                # recovered runs' steps find what it builds, and none runs
+                # once it is torn down.
+                if setup is not None:
+                    await resources.enter_async_context(_entered(setup, args.setup))
+                engine = await resources.enter_async_context(
+                    await Engine.open(
+                        target,
+                        workflows=workflows,
+                        durability=args.durability,
+                        lease=args.lease,
+                        worker=args.name,
+                        schedules=schedules,
+                        queues=queues,
+                    )
+                )
                 # Before the first await: the inbox's first command sees them,
                 # and every signal the engine records is checked against them.
                 engine.messages.known.learn(vars(m) for m in modules)
@@ -167,6 +176,31 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
         finally:
             out.say(("fusee worker stopped; unfinished runs resume when a worker starts", "dim"))
     return 0
+
+
+def _setup_of(spec: str | None) -> Callable[[], Any] | None:
+    """The ``--setup MODULE:FUNCTION`` function, imported (None without one)."""
+    if spec is None:
+        return None
+    module_spec, sep, name = spec.rpartition(":")
+    if not sep or not module_spec or not name:
+        raise CliError(
+            f"--setup expects MODULE:FUNCTION (like examples.shop.services:connected), not {spec!r}"
+        )
+    fn = getattr(import_module(module_spec), name, None)
+    if not callable(fn):
+        raise CliError(f"--setup {spec}: module {module_spec!r} has no function {name!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+def _entered(setup: Callable[[], Any], spec: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    made = setup()
+    if not isinstance(made, contextlib.AbstractAsyncContextManager):
+        raise CliError(
+            f"--setup {spec}: it returned {type(made).__name__}, not an async context manager; "
+            "decorate it with @contextlib.asynccontextmanager"
+        )
+    return made
 
 
 async def _serve(

@@ -92,12 +92,12 @@ async def engine_on(data: Path, **kw: Any) -> AsyncIterator[fusee.Engine]:
 
 
 @contextlib.contextmanager
-def worker(data: Path | str, *extra: str) -> Iterator[Watch]:
-    """A `fusee worker` on ``data`` in a thread, stopped by a command at the end."""
+def worker(data: Path | str, *extra: str, module: str = MODULE) -> Iterator[Watch]:
+    """A `fusee worker` of ``module`` on ``data`` in a thread, stopped by a command at the end."""
     out = Watch()
     codes: list[int] = []
     where = "--store" if "://" in str(data) else "--data"
-    argv = ["worker", MODULE, where, str(data), "--durability", "none", "--max-seconds", "60"]
+    argv = ["worker", module, where, str(data), "--durability", "none", "--max-seconds", "60"]
 
     def serve() -> None:
         codes.append(main([*argv, *extra], stdout=out, stderr=out))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import asyncpg
 import cli_workflows as wfs
+import pytest
 from _postgres import Cluster
 
 from fusee.cli._inbox import worker_holder
@@ -222,3 +223,89 @@ def test_a_worker_serves_a_postgres_store_and_the_commands_take_its_url(
         code, out, err = cli(*argv, "--store", url)
         assert postgres_cluster.password not in out + err, argv
         assert "***@127.0.0.1" in out + err, (argv, out, err)
+
+
+SETUP_MODULE = '''
+import contextlib
+import functools
+
+import fusee
+
+EVENTS: list[str] = []
+
+
+class Greeter:
+    """A service whose connection the worker's setup opens."""
+
+    prefix: str | None = None
+
+    def greet(self, name: str) -> str:
+        if self.prefix is None:
+            raise RuntimeError("the greeter is not set up")
+        return f"{self.prefix} {name}"
+
+
+greeter = Greeter()
+
+
+@contextlib.asynccontextmanager
+async def connected():
+    greeter.prefix = "bonjour"
+    EVENTS.append("entered")
+    try:
+        yield
+    finally:
+        greeter.prefix = None
+        EVENTS.append("left")
+
+
+def not_a_context_manager():
+    return 3
+
+
+@fusee.workflow("hail")
+async def hail(ctx: fusee.Ctx, name: str) -> str:
+    return await ctx.step("hail", functools.partial(greeter.greet, name))
+'''
+
+
+def test_a_workers_setup_builds_the_services_its_steps_use_and_closes_them(
+    tmp_path: Path,
+) -> None:
+    module = tmp_path / "worker_setup_hook.py"
+    module.write_text(SETUP_MODULE)
+    data = str(tmp_path / "data")
+    with worker(data, "--setup", "worker_setup_hook:connected", module=str(module)) as log:
+        code, out, err = cli("start", f"{module}:hail", "h-1", '"ana"', "--data", data)
+        assert code == 0, err
+        code, out, _ = cli("result", "h-1", "--wait", "--timeout", "20", "--data", data)
+        assert json.loads(out) == "bonjour ana"
+        assert log.wait_for("h-1 (hail) completed: bonjour ana")
+    # Entered once before the engine opened, left once after it closed.
+    assert sys.modules["worker_setup_hook"].EVENTS == ["entered", "left"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        pytest.param("worker_setup_bad", "--setup expects MODULE:FUNCTION", id="no-function"),
+        pytest.param(
+            "worker_setup_bad:nope",
+            "module 'worker_setup_bad' has no function 'nope'",
+            id="missing-function",
+        ),
+        pytest.param(
+            "worker_setup_bad:not_a_context_manager",
+            "it returned int, not an async context manager",
+            id="not-a-context-manager",
+        ),
+    ],
+)
+def test_a_bad_setup_stops_the_worker_with_a_clear_error(
+    tmp_path: Path, spec: str, message: str
+) -> None:
+    module = tmp_path / "worker_setup_bad.py"
+    module.write_text(SETUP_MODULE)
+    code, _, err = cli("worker", str(module), "--data", str(tmp_path), "--setup", spec)
+    assert code == 1
+    assert message in one_line_error(err)
