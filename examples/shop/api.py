@@ -102,7 +102,7 @@ def create_app(store: str | Store | None = None) -> FastAPI:
             info = await run.describe()
             if info.status == "queued":
                 return {"id": id, "stage": "queued"}
-            view = OrderView.model_validate(await bounded(run.query(status), f"order {id}"))
+            view = await bounded(run.query(status), f"order {id}")
         except fusee.NotFound:
             raise HTTPException(404, f"no order {id}") from None
         return view.model_dump()

@@ -53,9 +53,7 @@ PAYMENT_RETRY = fusee.Retry(attempts=12, initial="200ms", backoff=2.0, max_inter
 
 orders = fusee.Queue("orders", per_key=1)
 approval = fusee.signal("approval", Approval)
-# WORKAROUND (lead: fusee.query("status", OrderView) once typed query
-# answers land; callers then get an OrderView, not a dict to validate).
-status = fusee.query("status")
+status = fusee.query("status", OrderView)
 change_address = fusee.update("change_address", Address, OrderView)
 
 
