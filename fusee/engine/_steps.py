@@ -16,6 +16,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import sys
 import threading
 import time
 import types
@@ -227,51 +228,75 @@ class StepExecutor:
         self.probes: dict[types.CodeType, asyncio.Future[None]] = {}
 
     def run(self, state: RunState, call: StepCall) -> None:
-        """Runs ``call`` for ``state``'s run: eagerly once its gate is durable, else as a task."""
+        """Runs ``call`` for ``state``'s run in a task of its own, once its gate is durable."""
         host = self.host
         mocks = host.hooks.mocks
-        # Whether the first attempt may run eagerly (`_run_eagerly`): an
-        # async step with no timeout and no delay, not mocked.
+        # Whether the first attempt may start eagerly (`_eager`): an async
+        # step with no timeout and no delay, not mocked.
         if (
             call.timeout_s is None
             and call.not_before_ms == 0
             and (call.is_async or returns_awaitable(call.fn))
             and not (mocks and (state.workflow.name, call.name) in mocks)
         ):
-            # Run it once its gate is durable, from the committer's release
-            # (never inside this turn: the step is not workflow code).
+            # Its task starts once its gate is durable, from the committer's
+            # release (never inside this turn: the step is not workflow
+            # code), in the context a task made here would copy: the code
+            # sees the same context variables on every path.
+            context = contextvars.copy_context()
             gate = state.driver.machine.gate
             committer = host.committer
             if call.read_only or gate <= committer.durable_lsn:
-                self.loop.call_soon(self._eager, state, call)
+                self.loop.call_soon(self._eager, state, call, context)
             else:
-                committer.on_durable(gate, functools.partial(self._eager, state, call))
+                committer.on_durable(gate, functools.partial(self._eager, state, call, context))
             return
-        self._start_task(state, call, None)
+        self._track(self.loop.create_task(self._run_step(state, call, None)), state)
 
-    def _eager(self, state: RunState, call: StepCall) -> None:
+    def _eager(self, state: RunState, call: StepCall, context: contextvars.Context) -> None:
+        """Starts the task of a step whose gate is durable; it runs at once where Python allows.
+
+        The task runs the attempt from its first line to its end: anything
+        the code binds to its task (a cancel scope, ``asyncio.timeout``)
+        holds. On Python 3.12 and later the task starts eagerly, here, with
+        itself as the current task: a coroutine that returns without
+        suspending is done before this returns, with no loop iteration of
+        its own, and is never tracked.
+        """
         if not state.loaded:
             return
+        coro = self._run_first(state, call)
+        if sys.version_info >= (3, 12):
+            task = asyncio.Task(coro, loop=self.loop, context=context, eager_start=True)
+            if task.done():
+                # Not tracked: nothing is left to cancel or wait for.
+                _failed(task)
+                return
+        else:
+            task = self.loop.create_task(coro, context=context)
+        self._track(task, state)
+
+    async def _run_first(self, state: RunState, call: StepCall) -> None:
+        """The task of a step whose first attempt starts at once: it finishes in this task."""
         try:
             first = self._run_eagerly(state, call)
         except Exception:
-            # Called from the committer's release: an error here must not
-            # stop the committer, which every run depends on.
+            # Run from the committer's release on Python 3.12 and later: an
+            # error here must not reach the committer, which every run
+            # depends on.
             log.exception("fusee step %r of run %r failed to start", call.name, state.id)
             return
         if first is not None:
-            self._start_task(state, call, first)
+            await self._run_step(state, call, first)
 
-    def _start_task(self, state: RunState, call: StepCall, first: _First | None) -> None:
-        task = self.loop.create_task(self._run_step(state, call, first))
+    def _track(self, task: asyncio.Task[None], state: RunState) -> None:
         state.steps.add(task)
         task.add_done_callback(functools.partial(self._task_done, state))
 
     def _task_done(self, state: RunState, task: asyncio.Task[None]) -> None:
         state.steps.discard(task)
         self._attempts.pop(task, None)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("fusee step task failed", exc_info=task.exception())
+        _failed(task)
         if not state.steps:
             state.driver.host.turned(state.driver)
 
@@ -290,13 +315,14 @@ class StepExecutor:
         return not state.driver.machine.step_pending(seq) or state.driver.loop.is_closed()
 
     def _run_eagerly(self, state: RunState, call: StepCall) -> _First | None:
-        """The first attempt of an async step, called at once on the engine's loop.
+        """The first attempt of an async step, up to its coroutine's first suspension.
 
-        Called once the step's gate is durable. Most step coroutines return
-        without suspending: their result then goes to the run with no task,
-        no future and no loop iteration of their own (what Python 3.12 calls
-        an eager task). Returns None when the attempt is finished (or the run
-        no longer wants it), else what a task must finish.
+        Called in the step's task (`_run_first`). Most step coroutines return
+        without suspending: their result then goes to the run with none of
+        `_run_step`'s bookkeeping (and, started eagerly, with no loop
+        iteration of their own). Returns None when the attempt is finished
+        (or the run no longer wants it), else what `_run_step` must finish,
+        in this same task.
         """
         host = self.host
         seq = call.seq
@@ -556,6 +582,28 @@ class StepExecutor:
                 task.cancel()
 
 
+def _undeclared(call: StepCall, result: Any, kind: str, path: str, record: object) -> PayloadError:
+    """The error of a step whose result holds a typed record but declares no result type."""
+    name = type(record).__qualname__
+    if not path:
+        what, hint = f"a {kind} ({name})", name
+    else:
+        container = type(result).__name__
+        what = f"a {container} holding a {kind} ({name}) at {path}"
+        hint = {"list": f"list[{name}]", "dict": f"dict[str, {name}]"}.get(container, "...")
+    return PayloadError(
+        f"step '{call.name}' returned {what} but declares no result type, so it would come "
+        "back as a dict; annotate the step function's return type, or pass "
+        f"result_type={hint} to ctx.step"
+    )
+
+
+def _failed(task: asyncio.Task[None]) -> None:
+    """Logs the error a step task ended with: an executor's bug (attempts' errors are caught)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("fusee step task failed", exc_info=task.exception())
+
+
 def _encode_result(call: StepCall, result: Any) -> bytes:
     """A step's result as bytes; refused if its type would be lost on the way back.
 
@@ -563,13 +611,9 @@ def _encode_result(call: StepCall, result: Any) -> bytes:
     dataclass as a dict), while the workflow's types say otherwise.
     """
     if not call.declared and not call.is_await:
-        kind = _codec.structured_kind(result)
-        if kind is not None:
-            raise PayloadError(
-                f"step '{call.name}' returned a {kind} ({type(result).__qualname__}) but declares "
-                "no result type, so it would come back as a dict; annotate the step function's "
-                f"return type, or pass result_type={type(result).__qualname__} to ctx.step"
-            )
+        found = _codec.structured_part(result)
+        if found is not None:
+            raise _undeclared(call, result, *found)
     try:
         return _codec.encode(result)
     except PayloadError:
