@@ -1357,13 +1357,14 @@ def structured_kind(value: object) -> str | None:
     return None
 
 
-def structured_part(value: object) -> tuple[str, str, object] | None:
+def structured_part(value: object) -> tuple[str, str, object, str] | None:
     """The first typed record in ``value`` or in the lists, tuples and dicts it holds.
 
     Returns:
-        ``(kind, path, record)`` (the path as ``[0]['key']``, empty for
-        ``value`` itself), or None when decoding ``value`` with no hint
-        loses no type.
+        ``(kind, path, record, hint)``: the path as ``[0]['key']`` (empty for
+        ``value`` itself) and a type that would keep the record, such as
+        ``list[Item]``; or None when decoding ``value`` with no hint loses
+        no type.
 
     Example:
         >>> import dataclasses
@@ -1371,20 +1372,24 @@ def structured_part(value: object) -> tuple[str, str, object] | None:
         ... class P:
         ...     x: int
         >>> structured_part({"a": [1, P(2)]})
-        ('dataclass', "['a'][1]", P(x=2))
+        ('dataclass', "['a'][1]", P(x=2), 'dict[str, list[P]]')
     """
     found = _structured_in(value, _STRUCTURED_DEPTH)
     if found is None:
         return None
     kind, record, parts = found
-    return kind, "".join(reversed(parts)), record
+    path, hint = "", type(record).__qualname__
+    for segment, container in parts:
+        path = segment + path
+        hint = container.format(hint)
+    return kind, path, record, hint
 
 
 # How deep `structured_part` looks (msgpack refuses deeper values anyway).
 _STRUCTURED_DEPTH: Final = 100
 
 
-def _structured_in(v: object, depth: int) -> tuple[str, object, list[str]] | None:
+def _structured_in(v: object, depth: int) -> tuple[str, object, list[tuple[str, str]]] | None:
     # The path is built on the way out, and only for a record found: the
     # scalars that make up most values cost one set lookup each.
     cls = type(v)
@@ -1397,7 +1402,7 @@ def _structured_in(v: object, depth: int) -> tuple[str, object, list[str]] | Non
             if type(item) not in scalars:
                 found = _structured_in(item, depth - 1)
                 if found is not None:
-                    found[2].append(f"[{i}]")
+                    found[2].append((f"[{i}]", "list[{}]" if cls is list else "tuple[{}, ...]"))
                     return found
         return None
     if cls is dict:
@@ -1406,7 +1411,8 @@ def _structured_in(v: object, depth: int) -> tuple[str, object, list[str]] | Non
             if type(item) not in scalars:
                 found = _structured_in(item, depth - 1)
                 if found is not None:
-                    found[2].append(f"[{k!r}]")
+                    key_hint = type(k).__qualname__.replace("{", "{{").replace("}", "}}")
+                    found[2].append((f"[{k!r}]", f"dict[{key_hint}, {{}}]"))
                     return found
         return None
     kind = structured_kind(v)

@@ -582,15 +582,14 @@ class StepExecutor:
                 task.cancel()
 
 
-def _undeclared(call: StepCall, result: Any, kind: str, path: str, record: object) -> PayloadError:
+def _undeclared(
+    call: StepCall, result: Any, kind: str, path: str, record: object, hint: str
+) -> PayloadError:
     """The error of a step whose result holds a typed record but declares no result type."""
     name = type(record).__qualname__
-    if not path:
-        what, hint = f"a {kind} ({name})", name
-    else:
-        container = type(result).__name__
-        what = f"a {container} holding a {kind} ({name}) at {path}"
-        hint = {"list": f"list[{name}]", "dict": f"dict[str, {name}]"}.get(container, "...")
+    what = f"a {kind} ({name})"
+    if path:
+        what = f"a {type(result).__name__} holding {what} at {path}"
     return PayloadError(
         f"step '{call.name}' returned {what} but declares no result type, so it would come "
         "back as a dict; annotate the step function's return type, or pass "

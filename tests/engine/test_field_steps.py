@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
+import functools
 from collections import Counter
 from typing import Any
 
 import anyio
+import pydantic
 import pytest
 
 import fusee
@@ -220,3 +223,98 @@ async def test_a_dropped_step_that_suspended_on_its_first_attempt_is_cancelled(
         await t.crash()
         assert await t.get("d-1").result() == "slept"
         assert cancelled == [True]
+
+
+# --- result types through wrappers ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Tracking:
+    number: str
+
+
+class Parcel(pydantic.BaseModel):
+    sku: str
+    weight_g: int
+
+
+class Shipping:
+    """A service object, as user code has: its methods are the steps."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    async def label(self, shipment: str) -> Tracking:
+        self.calls["label"] += 1
+        return Tracking(f"T-{shipment}")
+
+    def parcels(self, shipment: str) -> list[Parcel]:
+        self.calls["parcels"] += 1
+        return [Parcel(sku=f"{shipment}-{i}", weight_g=100 * i) for i in range(2)]
+
+    async def by_carrier(self) -> dict[str, Tracking]:
+        self.calls["by_carrier"] += 1
+        return {"ups": Tracking("U-1")}
+
+    def __call__(self, shipment: str) -> Parcel:
+        self.calls["call"] += 1
+        return Parcel(sku=shipment, weight_g=1)
+
+
+def traced(fn: Any) -> Any:
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return await fn(*args, **kwargs)
+
+    return wrapper
+
+
+async def test_a_step_result_is_typed_through_partials_methods_wrappers_and_objects(
+    host: Host,
+) -> None:
+    shipping = Shipping()
+
+    @fusee.workflow("ship")
+    async def ship(ctx: fusee.Ctx, shipment: str) -> list[str]:
+        tracking = await ctx.step("label", functools.partial(shipping.label, shipment))
+        parcels = await ctx.step("parcels", functools.partial(shipping.parcels, shipment))
+        carriers = await ctx.step("carriers", traced(shipping.by_carrier))
+        parcel = await ctx.step("call", functools.partial(shipping, shipment), inline=True)
+        assert isinstance(tracking, Tracking)
+        assert all(isinstance(p, Parcel) for p in parcels)
+        assert isinstance(carriers["ups"], Tracking)
+        assert isinstance(parcel, Parcel)
+        return [tracking.number, *(p.sku for p in parcels), carriers["ups"].number, parcel.sku]
+
+    expected = ["T-s-1", "s-1-0", "s-1-1", "U-1", "s-1"]
+    async with host(workflows=[ship]) as t:
+        assert await t.execute(ship, "sh-1", "s-1") == expected
+        await t.crash()
+        assert await t.get("sh-1").result() == expected
+        assert_steps_ran_once(t)
+    assert shipping.calls == {"label": 1, "parcels": 1, "by_carrier": 1, "call": 1}
+
+
+async def test_a_record_inside_an_undeclared_result_fails_the_step_at_once(host: Host) -> None:
+    calls: list[str] = []
+
+    def undeclared():  # type: ignore[no-untyped-def]
+        calls.append("step")
+        return {"label": [Tracking("T-1")]}
+
+    @fusee.workflow("nested")
+    async def nested(ctx: fusee.Ctx) -> str:
+        try:
+            await ctx.step("label", undeclared, inline=True)
+        except fusee.StepFailed as e:
+            return f"{e.type}: {e.message}"
+        return "accepted"
+
+    async with host(workflows=[nested]) as t:
+        got = await t.execute(nested, "n-1")
+        assert got.startswith("PayloadError: ")
+        assert "a dict holding a dataclass (Tracking) at ['label'][0]" in got
+        assert "result_type=dict[str, list[Tracking]]" in got
+        await t.crash()
+        assert await t.get("n-1").result() == got
+    assert calls == ["step"]  # not retried
