@@ -60,20 +60,21 @@ def seen_workflow(seen: Seen) -> Any:
     @fusee.workflow("seen")
     async def wf(ctx: fusee.Ctx, request: str) -> list[str]:
         REQUEST_ID.set(request)
-        out = [await ctx.step("first", lambda: seen.record("first"), retry=ONCE)]
-        out.append(await ctx.step("read-only", lambda: seen.record("read-only"), read_only=True))
-        out.append(
-            await ctx.step(
-                "retried",
-                lambda: seen.record("retried", fail_first=True),
-                retry=fusee.Retry(attempts=2, initial="1s"),
-            )
-        )
+        # Partials of an async method: async steps, whose first attempt
+        # starts at once (a lambda is sync until seen to return a coroutine).
+        out = [await ctx.step("first", functools.partial(seen.record, "first"), retry=ONCE)]
+        read_only = functools.partial(seen.record, "read-only")
+        out.append(await ctx.step("read-only", read_only, read_only=True))
+        retried = functools.partial(seen.record, "retried", fail_first=True)
+        out.append(await ctx.step("retried", retried, retry=fusee.Retry(attempts=2, initial="1s")))
         # A step with a timeout runs in a task from its start.
-        out.append(await ctx.step("timed", lambda: seen.record("timed"), timeout="1h"))
+        out.append(await ctx.step("timed", functools.partial(seen.record, "timed"), timeout="1h"))
+        # A lambda around an async call, on the loop once seen to return a coroutine.
+        out.append(await ctx.step("lambda", lambda: seen.record("lambda"), retry=ONCE))
         await ctx.sleep("nap", "1h")
         # After the crash: this step runs in the recovered run.
-        out.append(await ctx.step("recovered", lambda: seen.record("recovered"), retry=ONCE))
+        recovered = functools.partial(seen.record, "recovered")
+        out.append(await ctx.step("recovered", recovered, retry=ONCE))
         return out
 
     return wf
@@ -82,27 +83,35 @@ def seen_workflow(seen: Seen) -> Any:
 async def test_a_step_sees_one_task_and_the_workflows_context_on_every_path(host: Host) -> None:
     seen = Seen()
     wf = seen_workflow(seen)
-    expected = ["first", "read-only", "retried", "timed", "recovered"]
+    expected = ["first", "read-only", "retried", "timed", "lambda", "recovered"]
     async with host(workflows=[wf]) as t:
         run = await t.start(wf, "s-1", "req-7")
         # A step bounded on the engine's clock does not hold advance(): its
         # end is awaited here, then the run's records.
-        while "timed" not in [name for name, *_ in seen.tasks]:
+        while "lambda" not in [name for name, *_ in seen.tasks]:
             await t.advance("1s")
         await t.settle()
-        assert list(seen.calls) == ["first", "read-only", "retried", "timed"]
+        assert list(seen.calls) == ["first", "read-only", "retried", "timed", "lambda"]
         await t.crash()
         await t.advance("1h")
         assert await t.get("s-1").result() == expected
         await t.crash()
         assert await run.result() == expected
-    assert seen.calls == {"first": 1, "read-only": 1, "retried": 2, "timed": 1, "recovered": 1}
+    assert seen.calls == {
+        "first": 1,
+        "read-only": 1,
+        "retried": 2,
+        "timed": 1,
+        "lambda": 1,
+        "recovered": 1,
+    }
     assert [(name, attempt) for name, attempt, _, _ in seen.tasks] == [
         ("first", 1),
         ("read-only", 1),
         ("retried", 1),
         ("retried", 2),
         ("timed", 1),
+        ("lambda", 1),
         ("recovered", 1),
     ]
     assert all(has and same for _, _, has, same in seen.tasks), seen.tasks
