@@ -64,11 +64,12 @@ class StepShape:
     declared: bool
 
 
-# A code object maps to its shape when it alone decides the shape, else to
-# None (its functions are found by `_key`). Which of the two is a property
-# of the code: every function made from one `def` has annotations or has
-# none, and every wrapper one decorator makes carries `__wrapped__`.
-_BY_CODE: dict[object, StepShape | None] = {}
+# By code object: the shape of each function whose code alone decides it
+# (no annotations, not a wrapper), or an annotated code's first `_Annotated`.
+# Which functions these are is a property of the code: every function made
+# from one `def` has annotations or has none, and every wrapper one
+# decorator makes carries `__wrapped__`.
+_BY_CODE: dict[types.CodeType, StepShape | _Annotated] = {}
 # Shapes by `_key`. Kept for the process's life, as the code objects in
 # the keys are.
 _BY_KEY: dict[Hashable, StepShape] = {}
@@ -79,19 +80,33 @@ _AWAITABLE_BY_FUNCTION: weakref.WeakSet[Callable[..., Any]] = weakref.WeakSet()
 _DEPTH = 32
 
 
-class _Same:
-    """A key part that compares by identity (a globals dict, which is not hashable)."""
+class _Annotated:
+    """An annotated function's code, annotations and globals, as a key part (by identity).
 
-    __slots__ = ("obj",)
+    One is made per distinct (code, annotations, globals), in `_TOKENS`.
+    The first one of each code is also in `_BY_CODE`, with its shape once
+    known: a function called again, or a closure made again with equal
+    annotations, finds it with one comparison instead of hashing its
+    annotations.
+    """
 
-    def __init__(self, obj: object) -> None:
-        self.obj = obj
+    __slots__ = ("annotations", "globals", "shape")
 
-    def __hash__(self) -> int:
-        return id(self.obj)
+    def __init__(self, annotations: dict[str, Any], globals: dict[str, Any]) -> None:
+        self.annotations = annotations
+        # Held: `_TOKENS`'s key names the globals by id, which stays theirs.
+        self.globals = globals
+        # Set when the shape of the function itself (not a wrapper's) is known.
+        self.shape: StepShape | None = None
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.obj is self.obj
+    def holds(self, fn: types.FunctionType) -> bool:
+        ann = fn.__annotations__
+        return fn.__globals__ is self.globals and (
+            ann is self.annotations or ann == self.annotations
+        )
+
+
+_TOKENS: dict[Hashable, _Annotated] = {}
 
 
 def _is_plain(fn: Callable[..., Any]) -> bool:
@@ -109,19 +124,29 @@ def shape_of(fn: Callable[..., Any]) -> StepShape:
         >>> shape_of(lambda s: s.key).takes_ctx
         True
     """
-    # A bound method has its function's __code__ too, but not its shape.
-    code = fn.__code__ if type(fn) is types.FunctionType else None
-    if code is not None:
-        known = _BY_CODE.get(code)
+    # Only a function: a bound method has its function's __code__ too, but
+    # not its shape.
+    if type(fn) is types.FunctionType:
+        known = _BY_CODE.get(fn.__code__)
         if known is not None:
-            return known
+            if isinstance(known, StepShape):
+                return known
+            shape = known.shape
+            if shape is not None:
+                ann = fn.__annotations__
+                if fn.__globals__ is known.globals and (
+                    ann is known.annotations or ann == known.annotations
+                ):
+                    return shape
     key = _key(fn, _DEPTH)
     if key is not None:
         shape = _BY_KEY.get(key)
         if shape is None:
             shape = _BY_KEY[key] = _inspect(fn)
-            if code is not None:
-                _BY_CODE[code] = shape if key is code else None
+            if type(key) is types.CodeType:
+                _BY_CODE[key] = shape
+            elif isinstance(key, _Annotated):
+                key.shape = shape
         return shape
     shape = _lookup(fn)
     if shape is None:
@@ -134,32 +159,20 @@ def _key(fn: Any, depth: int) -> Hashable | None:
     """What decides ``fn``'s shape, as a hashable key; None if nothing short of ``fn`` does."""
     if depth == 0:
         return None
-    if isinstance(fn, types.FunctionType):
-        wrapped = getattr(fn, "__wrapped__", None)
-        ann = fn.__annotations__
-        if not ann and wrapped is None:
-            return fn.__code__
-        try:
-            own: Hashable = (fn.__code__, tuple(ann.items()), _Same(fn.__globals__))
-            hash(own)
-        except TypeError:  # an annotation that is not hashable
-            return None
-        if wrapped is None:
-            return own
-        inner = _key(wrapped, depth - 1)
-        return None if inner is None else ("wraps", own, inner)
-    if isinstance(fn, types.MethodType):
+    cls = type(fn)
+    if cls is types.FunctionType:
+        return _function_key(fn, depth)
+    if cls is types.MethodType:
         inner = _key(fn.__func__, depth - 1)
         return None if inner is None else ("method", inner)
     if isinstance(fn, functools.partial):
         inner = _key(fn.func, depth - 1)
         return None if inner is None else ("partial", inner, len(fn.args), tuple(fn.keywords))
-    if isinstance(fn, types.BuiltinFunctionType):
+    if cls is types.BuiltinFunctionType:
         owner = fn.__self__
         # A module's function lives as long as its module; a method of an
         # object would keep (and hash) the object.
         return fn if owner is None or isinstance(owner, types.ModuleType) else None
-    cls = type(fn)
     if hasattr(fn, "__wrapped__"):
         # A wrapper object (functools.lru_cache): by its class, what it
         # wraps and the annotations it copied.
@@ -173,6 +186,33 @@ def _key(fn: Any, depth: int) -> Hashable | None:
     if isinstance(_call_of(fn), types.FunctionType):
         return ("call", cls)
     return None
+
+
+def _function_key(fn: types.FunctionType, depth: int) -> Hashable | None:
+    """A function's key: its code, with its annotations and globals if it has annotations.
+
+    A wrapper's key holds the key of what it wraps too.
+    """
+    code = fn.__code__
+    ann = fn.__annotations__
+    own: Hashable = code
+    if ann:
+        token = _BY_CODE.get(code)
+        if not isinstance(token, _Annotated) or not token.holds(fn):
+            try:
+                key = (code, tuple(ann.items()), id(fn.__globals__))
+                token = _TOKENS.get(key)
+            except TypeError:  # an annotation that is not hashable
+                return None
+            if token is None:
+                token = _TOKENS[key] = _Annotated(ann, fn.__globals__)
+            _BY_CODE.setdefault(code, token)
+        own = token
+    wrapped = fn.__dict__.get("__wrapped__")
+    if wrapped is None:
+        return own
+    inner = _key(wrapped, depth - 1)
+    return None if inner is None else ("wraps", own, inner)
 
 
 def _call_of(fn: object) -> object:
