@@ -173,7 +173,8 @@ class _EagerStepCtx(_LaterStepCtx):
     """The current step of an eager attempt whose function takes no `StepCtx`.
 
     Its `_EngineStepCtx` is made if the code asks for it (`fusee.current_step`)
-    or the attempt goes on in a task (which holds it, to cancel it).
+    or the attempt goes on past its first suspension (`_run_step` holds it,
+    to cancel it).
     """
 
     __slots__ = ("_call", "_executor", "_state")
@@ -195,9 +196,10 @@ def _made(current: _EngineStepCtx | _EagerStepCtx) -> _EngineStepCtx:
     return current
 
 
-# What an eager first attempt left: ("suspended", (coroutine, yielded)),
-# ("awaitable", awaitable) or ("raised", exception), and the attempt's StepCtx
-# (the one its code holds: its `cancelled` flag is the one to set).
+# What an eager first attempt left for `_run_step` to finish in the same
+# task: ("suspended", (coroutine, yielded)), ("awaitable", awaitable) or
+# ("raised", exception), and the attempt's StepCtx (the one its code holds:
+# its `cancelled` flag is the one to set).
 _First = tuple[str, Any, "_EngineStepCtx"]
 
 
