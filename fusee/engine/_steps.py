@@ -296,9 +296,12 @@ class StepExecutor:
         task.add_done_callback(functools.partial(self._task_done, state))
 
     def _task_done(self, state: RunState, task: asyncio.Task[None]) -> None:
+        _failed(task)
+        if task not in state.steps:
+            # Its first attempt delivered its result and left (`_run_eagerly`).
+            return
         state.steps.discard(task)
         self._attempts.pop(task, None)
-        _failed(task)
         if not state.steps:
             state.driver.host.turned(state.driver)
 
@@ -365,6 +368,9 @@ class StepExecutor:
         if tel is not None:
             assert sctx is not None
             tel.attempt_ended(sctx, None, "waiting" if call.is_await else "ok")
+        # The task ends as this returns: the turn the result starts sees the
+        # run with no task of this step, and `_task_done` turns it no more.
+        state.steps.discard(asyncio.current_task())  # type: ignore[arg-type]
         if call.is_await:
             host.token_out(state, seq)
         else:
