@@ -370,7 +370,7 @@ class StepExecutor:
             tel.attempt_ended(sctx, None, "waiting" if call.is_await else "ok")
         # The task ends as this returns: the turn the result starts sees the
         # run with no task of this step, and `_task_done` turns it no more.
-        state.steps.discard(asyncio.current_task())  # type: ignore[arg-type]
+        state.steps.discard(asyncio.current_task())
         if call.is_await:
             host.token_out(state, seq)
         else:
