@@ -302,28 +302,3 @@ async def test_a_step_result_is_typed_through_partials_methods_wrappers_and_obje
         assert await t.get("sh-1").result() == expected
         assert_steps_ran_once(t)
     assert shipping.calls == {"label": 1, "parcels": 1, "by_carrier": 1, "call": 1}
-
-
-async def test_a_record_inside_an_undeclared_result_fails_the_step_at_once(host: Host) -> None:
-    calls: list[str] = []
-
-    def undeclared():  # type: ignore[no-untyped-def]
-        calls.append("step")
-        return {"label": [Tracking("T-1")]}
-
-    @fusee.workflow("nested")
-    async def nested(ctx: fusee.Ctx) -> str:
-        try:
-            await ctx.step("label", undeclared, inline=True)
-        except fusee.StepFailed as e:
-            return f"{e.type}: {e.message}"
-        return "accepted"
-
-    async with host(workflows=[nested]) as t:
-        got = await t.execute(nested, "n-1")
-        assert got.startswith("PayloadError: ")
-        assert "a dict holding a dataclass (Tracking) at ['label'][0]" in got
-        assert "result_type=dict[str, list[Tracking]]" in got
-        await t.crash()
-        assert await t.get("n-1").result() == got
-    assert calls == ["step"]  # not retried
