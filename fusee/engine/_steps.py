@@ -283,9 +283,8 @@ class StepExecutor:
         try:
             first = self._run_eagerly(state, call)
         except Exception:
-            # Run from the committer's release on Python 3.12 and later: an
-            # error here must not reach the committer, which every run
-            # depends on.
+            # The executor's own error (an attempt's are caught): reported
+            # with the step and run it concerns.
             log.exception("fusee step %r of run %r failed to start", call.name, state.id)
             return
         if first is not None:
