@@ -1374,6 +1374,8 @@ def structured_part(value: object) -> tuple[str, str, object, str] | None:
         >>> structured_part({"a": [1, P(2)]})
         ('dataclass', "['a'][1]", P(x=2), 'dict[str, list[P]]')
     """
+    if type(value) in _SCALAR_TYPES:
+        return None
     found = _structured_in(value, _STRUCTURED_DEPTH)
     if found is None:
         return None

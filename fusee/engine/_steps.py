@@ -219,6 +219,8 @@ class StepExecutor:
         self.bounded_threads = 0
         # Each running step task's position and current attempt.
         self._attempts: dict[asyncio.Task[Any], tuple[int, _EngineStepCtx]] = {}
+        # Each tracked step task's run (`_track`, `_task_done`).
+        self._runs_of: dict[asyncio.Task[Any], RunState] = {}
         # How long an attempt with no heartbeat_timeout or timeout may go
         # with no heartbeat before it is reported (fusee.engine._slowsteps).
         self.slow_step_s = slow_step_default_s()
@@ -292,13 +294,23 @@ class StepExecutor:
 
     def _track(self, task: asyncio.Task[None], state: RunState) -> None:
         state.steps.add(task)
-        task.add_done_callback(functools.partial(self._task_done, state))
+        self._runs_of[task] = state
+        task.add_done_callback(self._task_done)
 
-    def _task_done(self, state: RunState, task: asyncio.Task[None]) -> None:
+    def _untrack(self, state: RunState) -> None:
+        """The current task leaves ``state``'s steps with nothing left to do (`_run_eagerly`).
+
+        The turn its result starts then sees the run with no task of this
+        step, and its end schedules no `_task_done`.
+        """
+        task = asyncio.current_task()
+        if task is not None and self._runs_of.pop(task, None) is not None:
+            state.steps.discard(task)
+            task.remove_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
         _failed(task)
-        if task not in state.steps:
-            # Its first attempt delivered its result and left (`_run_eagerly`).
-            return
+        state = self._runs_of.pop(task)
         state.steps.discard(task)
         self._attempts.pop(task, None)
         if not state.steps:
@@ -367,9 +379,7 @@ class StepExecutor:
         if tel is not None:
             assert sctx is not None
             tel.attempt_ended(sctx, None, "waiting" if call.is_await else "ok")
-        # The task ends as this returns: the turn the result starts sees the
-        # run with no task of this step, and `_task_done` turns it no more.
-        state.steps.discard(asyncio.current_task())
+        self._untrack(state)
         if call.is_await:
             host.token_out(state, seq)
         else:
