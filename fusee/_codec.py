@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     import msgspec
     import pydantic
 
-__all__ = ["Ext", "decode", "decoder_for", "encode", "structured_kind"]
+__all__ = ["Ext", "decode", "decoder_for", "encode", "structured_kind", "structured_part"]
 
 
 class Ext(enum.IntEnum):
@@ -1334,7 +1334,8 @@ def structured_kind(value: object) -> str | None:
     """What kind of typed record ``value`` is, if decoding it with no hint loses its type.
 
     A dataclass instance, a pydantic model or a msgspec struct comes back as
-    a dict of its fields unless the decoder is told its type.
+    a dict of its fields unless the decoder is told its type. Only ``value``
+    itself is looked at; `structured_part` looks inside containers too.
 
     Example:
         >>> import dataclasses
@@ -1356,6 +1357,71 @@ def structured_kind(value: object) -> str | None:
     return None
 
 
+def structured_part(value: object) -> tuple[str, str, object, str] | None:
+    """The first typed record in ``value`` or in the lists, tuples and dicts it holds.
+
+    Returns:
+        ``(kind, path, record, hint)``: the path as ``[0]['key']`` (empty for
+        ``value`` itself) and a type that would keep the record, such as
+        ``list[Item]``; or None when decoding ``value`` with no hint loses
+        no type.
+
+    Example:
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class P:
+        ...     x: int
+        >>> structured_part({"a": [1, P(2)]})
+        ('dataclass', "['a'][1]", P(x=2), 'dict[str, list[P]]')
+    """
+    if type(value) in _SCALAR_TYPES:
+        return None
+    found = _structured_in(value, _STRUCTURED_DEPTH)
+    if found is None:
+        return None
+    kind, record, parts = found
+    path, hint = "", type(record).__qualname__
+    for segment, container in parts:
+        path = segment + path
+        hint = container.format(hint)
+    return kind, path, record, hint
+
+
+# How deep `structured_part` looks (msgpack refuses deeper values anyway).
+_STRUCTURED_DEPTH: Final = 100
+
+
+def _structured_in(v: object, depth: int) -> tuple[str, object, list[tuple[str, str]]] | None:
+    # The path is built on the way out, and only for a record found: the
+    # scalars that make up most values cost one set lookup each.
+    cls = type(v)
+    if cls in _SCALAR_TYPES or depth == 0:
+        return None
+    scalars = _SCALAR_TYPES
+    if cls is list or cls is tuple:
+        items: Any = v
+        for i, item in enumerate(items):
+            if type(item) not in scalars:
+                found = _structured_in(item, depth - 1)
+                if found is not None:
+                    found[2].append((f"[{i}]", "list[{}]" if cls is list else "tuple[{}, ...]"))
+                    return found
+        return None
+    if cls is dict:
+        entries: Any = v
+        for k, item in entries.items():
+            if type(item) not in scalars:
+                found = _structured_in(item, depth - 1)
+                if found is not None:
+                    key_hint = type(k).__qualname__.replace("{", "{{").replace("}", "}}")
+                    found[2].append((f"[{k!r}]", f"dict[{key_hint}, {{}}]"))
+                    return found
+        return None
+    kind = structured_kind(v)
+    return None if kind is None else (kind, v, [])
+
+
+_SCALAR_TYPES: Final = frozenset({type(None), bool, int, float, str, bytes})
 _PLAIN_TYPES: Final = frozenset({type(None), bool, int, float, str, bytes, list, dict, tuple})
 
 

@@ -1024,3 +1024,26 @@ def test_msgspec_converts_a_valid_value_itself_without_the_plan(value: Shipment)
     raw = decode(encode(value))
     back = msgspec.convert(raw, Shipment, strict=True, builtin_types=_codec._CONVERT_BUILTINS)
     assert identical(back, value)
+
+
+# --- typed records a hint-less decode would lose -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        pytest.param(Item(1), ("dataclass", "", "Item"), id="dataclass"),
+        pytest.param([1, "a", Item(1)], ("dataclass", "[2]", "list[Item]"), id="in-a-list"),
+        pytest.param((Item(1),), ("dataclass", "[0]", "tuple[Item, ...]"), id="in-a-tuple"),
+        pytest.param(
+            {"a": {7: [Strict(n=1)]}},
+            ("pydantic model", "['a'][7][0]", "dict[str, dict[int, list[Strict]]]"),
+            id="nested-model",
+        ),
+        pytest.param([1, [2, {"k": None}], "s", b"b", 1.5, True], None, id="plain"),
+        pytest.param({"x": 1}, None, id="plain-dict"),
+    ],
+)
+def test_structured_part_finds_a_typed_record_at_any_depth(value: Any, found: Any) -> None:
+    got = _codec.structured_part(value)
+    assert (got if got is None else (got[0], got[1], got[3])) == found

@@ -16,6 +16,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import sys
 import threading
 import time
 import types
@@ -172,7 +173,8 @@ class _EagerStepCtx(_LaterStepCtx):
     """The current step of an eager attempt whose function takes no `StepCtx`.
 
     Its `_EngineStepCtx` is made if the code asks for it (`fusee.current_step`)
-    or the attempt goes on in a task (which holds it, to cancel it).
+    or the attempt goes on past its first suspension (`_run_step` holds it,
+    to cancel it).
     """
 
     __slots__ = ("_call", "_executor", "_state")
@@ -194,9 +196,10 @@ def _made(current: _EngineStepCtx | _EagerStepCtx) -> _EngineStepCtx:
     return current
 
 
-# What an eager first attempt left: ("suspended", (coroutine, yielded)),
-# ("awaitable", awaitable) or ("raised", exception), and the attempt's StepCtx
-# (the one its code holds: its `cancelled` flag is the one to set).
+# What an eager first attempt left for `_run_step` to finish in the same
+# task: ("suspended", (coroutine, yielded)), ("awaitable", awaitable) or
+# ("raised", exception), and the attempt's StepCtx (the one its code holds:
+# its `cancelled` flag is the one to set).
 _First = tuple[str, Any, "_EngineStepCtx"]
 
 
@@ -216,6 +219,8 @@ class StepExecutor:
         self.bounded_threads = 0
         # Each running step task's position and current attempt.
         self._attempts: dict[asyncio.Task[Any], tuple[int, _EngineStepCtx]] = {}
+        # Each tracked step task's run (`_track`, `_task_done`).
+        self._runs_of: dict[asyncio.Task[Any], RunState] = {}
         # How long an attempt with no heartbeat_timeout or timeout may go
         # with no heartbeat before it is reported (fusee.engine._slowsteps).
         self.slow_step_s = slow_step_default_s()
@@ -227,51 +232,87 @@ class StepExecutor:
         self.probes: dict[types.CodeType, asyncio.Future[None]] = {}
 
     def run(self, state: RunState, call: StepCall) -> None:
-        """Runs ``call`` for ``state``'s run: eagerly once its gate is durable, else as a task."""
+        """Runs ``call`` for ``state``'s run in a task of its own, once its gate is durable."""
         host = self.host
         mocks = host.hooks.mocks
-        # Whether the first attempt may run eagerly (`_run_eagerly`): an
-        # async step with no timeout and no delay, not mocked.
+        # Whether the first attempt may start eagerly (`_eager`): an async
+        # step with no timeout and no delay, not mocked.
         if (
             call.timeout_s is None
             and call.not_before_ms == 0
             and (call.is_async or returns_awaitable(call.fn))
             and not (mocks and (state.workflow.name, call.name) in mocks)
         ):
-            # Run it once its gate is durable, from the committer's release
-            # (never inside this turn: the step is not workflow code).
+            # Its task starts once its gate is durable, from the committer's
+            # release (never inside this turn: the step is not workflow
+            # code), in the context a task made here would copy: the code
+            # sees the same context variables on every path.
+            context = contextvars.copy_context()
             gate = state.driver.machine.gate
             committer = host.committer
             if call.read_only or gate <= committer.durable_lsn:
-                self.loop.call_soon(self._eager, state, call)
+                self.loop.call_soon(self._eager, state, call, context)
             else:
-                committer.on_durable(gate, functools.partial(self._eager, state, call))
+                committer.on_durable(gate, functools.partial(self._eager, state, call, context))
             return
-        self._start_task(state, call, None)
+        self._track(self.loop.create_task(self._run_step(state, call, None)), state)
 
-    def _eager(self, state: RunState, call: StepCall) -> None:
+    def _eager(self, state: RunState, call: StepCall, context: contextvars.Context) -> None:
+        """Starts the task of a step whose gate is durable; it runs at once where Python allows.
+
+        The task runs the attempt from its first line to its end: anything
+        the code binds to its task (a cancel scope, ``asyncio.timeout``)
+        holds. On Python 3.12 and later the task starts eagerly, here, with
+        itself as the current task: a coroutine that returns without
+        suspending is done before this returns, with no loop iteration of
+        its own, and is never tracked.
+        """
         if not state.loaded:
             return
+        coro = self._run_first(state, call)
+        if sys.version_info >= (3, 12):
+            task = asyncio.Task(coro, loop=self.loop, context=context, eager_start=True)
+            if task.done():
+                # Not tracked: nothing is left to cancel or wait for.
+                _failed(task)
+                return
+        else:
+            task = self.loop.create_task(coro, context=context)
+        self._track(task, state)
+
+    async def _run_first(self, state: RunState, call: StepCall) -> None:
+        """The task of a step whose first attempt starts at once: it finishes in this task."""
         try:
             first = self._run_eagerly(state, call)
         except Exception:
-            # Called from the committer's release: an error here must not
-            # stop the committer, which every run depends on.
+            # The executor's own error (an attempt's are caught): reported
+            # with the step and run it concerns.
             log.exception("fusee step %r of run %r failed to start", call.name, state.id)
             return
         if first is not None:
-            self._start_task(state, call, first)
+            await self._run_step(state, call, first)
 
-    def _start_task(self, state: RunState, call: StepCall, first: _First | None) -> None:
-        task = self.loop.create_task(self._run_step(state, call, first))
+    def _track(self, task: asyncio.Task[None], state: RunState) -> None:
         state.steps.add(task)
-        task.add_done_callback(functools.partial(self._task_done, state))
+        self._runs_of[task] = state
+        task.add_done_callback(self._task_done)
 
-    def _task_done(self, state: RunState, task: asyncio.Task[None]) -> None:
+    def _untrack(self, state: RunState) -> None:
+        """The current task leaves ``state``'s steps with nothing left to do (`_run_eagerly`).
+
+        The turn its result starts then sees the run with no task of this
+        step, and its end schedules no `_task_done`.
+        """
+        task = asyncio.current_task()
+        if task is not None and self._runs_of.pop(task, None) is not None:
+            state.steps.discard(task)
+            task.remove_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        _failed(task)
+        state = self._runs_of.pop(task)
         state.steps.discard(task)
         self._attempts.pop(task, None)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("fusee step task failed", exc_info=task.exception())
         if not state.steps:
             state.driver.host.turned(state.driver)
 
@@ -290,13 +331,14 @@ class StepExecutor:
         return not state.driver.machine.step_pending(seq) or state.driver.loop.is_closed()
 
     def _run_eagerly(self, state: RunState, call: StepCall) -> _First | None:
-        """The first attempt of an async step, called at once on the engine's loop.
+        """The first attempt of an async step, up to its coroutine's first suspension.
 
-        Called once the step's gate is durable. Most step coroutines return
-        without suspending: their result then goes to the run with no task,
-        no future and no loop iteration of their own (what Python 3.12 calls
-        an eager task). Returns None when the attempt is finished (or the run
-        no longer wants it), else what a task must finish.
+        Called in the step's task (`_run_first`). Most step coroutines return
+        without suspending: their result then goes to the run with none of
+        `_run_step`'s bookkeeping (and, started eagerly, with no loop
+        iteration of their own). Returns None when the attempt is finished
+        (or the run no longer wants it), else what `_run_step` must finish,
+        in this same task.
         """
         host = self.host
         seq = call.seq
@@ -337,6 +379,7 @@ class StepExecutor:
         if tel is not None:
             assert sctx is not None
             tel.attempt_ended(sctx, None, "waiting" if call.is_await else "ok")
+        self._untrack(state)
         if call.is_await:
             host.token_out(state, seq)
         else:
@@ -556,6 +599,27 @@ class StepExecutor:
                 task.cancel()
 
 
+def _undeclared(
+    call: StepCall, result: Any, kind: str, path: str, record: object, hint: str
+) -> PayloadError:
+    """The error of a step whose result holds a typed record but declares no result type."""
+    name = type(record).__qualname__
+    what = f"a {kind} ({name})"
+    if path:
+        what = f"a {type(result).__name__} holding {what} at {path}"
+    return PayloadError(
+        f"step '{call.name}' returned {what} but declares no result type, so it would come "
+        "back as a dict; annotate the step function's return type, or pass "
+        f"result_type={hint} to ctx.step"
+    )
+
+
+def _failed(task: asyncio.Task[None]) -> None:
+    """Logs the error a step task ended with: an executor's bug (attempts' errors are caught)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("fusee step task failed", exc_info=task.exception())
+
+
 def _encode_result(call: StepCall, result: Any) -> bytes:
     """A step's result as bytes; refused if its type would be lost on the way back.
 
@@ -563,13 +627,9 @@ def _encode_result(call: StepCall, result: Any) -> bytes:
     dataclass as a dict), while the workflow's types say otherwise.
     """
     if not call.declared and not call.is_await:
-        kind = _codec.structured_kind(result)
-        if kind is not None:
-            raise PayloadError(
-                f"step '{call.name}' returned a {kind} ({type(result).__qualname__}) but declares "
-                "no result type, so it would come back as a dict; annotate the step function's "
-                f"return type, or pass result_type={type(result).__qualname__} to ctx.step"
-            )
+        found = _codec.structured_part(result)
+        if found is not None:
+            raise _undeclared(call, result, *found)
     try:
         return _codec.encode(result)
     except PayloadError:
