@@ -16,7 +16,7 @@ import sys
 import tempfile
 from typing import Any
 
-import httpx2
+import httpx
 
 import fusee
 from examples.shop import services
@@ -44,7 +44,7 @@ async def demo(store: str, payment_url: str) -> None:
             store, workflows=WORKFLOWS, queues=[orders], schedules=[nightly], durability="none"
         ),
         app.router.lifespan_context(app),
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://shop") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shop") as http,
     ):
         placed = [
             an_order("o-1", "ana", 2, 1_990),
@@ -69,7 +69,7 @@ async def demo(store: str, payment_url: str) -> None:
         print(f"PATCH /orders/o-1/address: {late.status_code}")
 
 
-async def wait_for_stage(http: httpx2.AsyncClient, id: str, stage: str) -> None:
+async def wait_for_stage(http: httpx.AsyncClient, id: str, stage: str) -> None:
     while (await http.get(f"/orders/{id}")).json().get("stage") != stage:
         await asyncio.sleep(0.05)
 

@@ -14,12 +14,11 @@ and closed when the worker stops. The payment API's address comes from
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx2
+import httpx
 
 import fusee
 from examples.shop.models import Charge, Order, Settlement, Shipment
@@ -36,20 +35,20 @@ class PaymentService:
     """
 
     def __init__(self) -> None:
-        self._http: httpx2.AsyncClient | None = None
+        self._http: httpx.AsyncClient | None = None
 
     @property
     def is_connected(self) -> bool:
         return self._http is not None
 
-    def connect(self, http: httpx2.AsyncClient) -> None:
+    def connect(self, http: httpx.AsyncClient) -> None:
         self._http = http
 
     def disconnect(self) -> None:
         self._http = None
 
     @property
-    def http(self) -> httpx2.AsyncClient:
+    def http(self) -> httpx.AsyncClient:
         if self._http is None:
             raise RuntimeError(
                 "the payment service is not connected: run the worker with "
@@ -59,7 +58,6 @@ class PaymentService:
 
     async def charge(self, order: Order, s: fusee.StepCtx) -> Charge:
         """Charges ``order`` once, whatever the retries: ``s.key`` is the idempotency key."""
-        await _own_task()
         response = await self.http.post(
             "/charges",
             json={"order_id": order.id, "amount_cents": order.total_cents},
@@ -73,18 +71,9 @@ class PaymentService:
 
     async def settlement(self) -> Settlement:
         """The day's charges, as the payment API counts them."""
-        await _own_task()
         response = await self.http.get("/settlement")
         response.raise_for_status()
         return Settlement.model_validate(response.json())
-
-
-async def _own_task() -> None:
-    # WORKAROUND (lead: remove once a step's first attempt runs in one task):
-    # the eager first attempt runs until its first suspension in the
-    # engine's calling task, and httpx's anyio cancel scope must be entered
-    # and left in one task. Suspending first moves the rest into the step's task.
-    await asyncio.sleep(0)
 
 
 class Warehouse:
@@ -132,7 +121,7 @@ async def connected(payment_url: str | None = None) -> AsyncIterator[None]:
         True
     """
     url = payment_url or os.environ.get("SHOP_PAYMENT_URL", "http://127.0.0.1:8400")
-    async with httpx2.AsyncClient(base_url=url, timeout=_HTTP_TIMEOUT_S) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=_HTTP_TIMEOUT_S) as http:
         payments.connect(http)
         try:
             yield

@@ -23,7 +23,6 @@ import fusee
 from examples.shop.models import (
     Address,
     Approval,
-    Charge,
     Order,
     OrderView,
     Receipt,
@@ -62,8 +61,7 @@ async def ship(ctx: fusee.Ctx, o: Order) -> Shipment:
     """Labels the parcel and hands it to the carrier."""
     tracking = await ctx.step("label", partial(warehouse.label, o.id))
     parcel = Shipment(order_id=o.id, tracking=tracking, address=o.address)
-    # WORKAROUND (lead: drop result_type= once a partial's return annotation is read).
-    return await ctx.step("dispatch", partial(warehouse.dispatch, parcel), result_type=Shipment)
+    return await ctx.step("dispatch", partial(warehouse.dispatch, parcel))
 
 
 @fusee.workflow("order")
@@ -92,12 +90,10 @@ async def order(ctx: fusee.Ctx, o: Order) -> Receipt:
             outcome = "expired" if decision is None else "rejected"
             return Receipt(order_id=o.id, outcome=outcome)
     view.stage = "charging"
-    # WORKAROUND (lead: drop result_type= once a partial's return annotation is read).
     charge = await ctx.step(
         "charge",
         partial(payments.charge, o),
         retry=PAYMENT_RETRY,
-        result_type=Charge,
     )
     view.charge_id = charge.id
     view.stage = "shipping"

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
+import httpx
 import pytest
 import pytest_asyncio
 from example_runner import ROOT
@@ -71,7 +71,7 @@ async def shop(payment_api: str) -> AsyncIterator[str]:
 
 def counts(url: str) -> dict[str, Any]:
     """What the payment API counted, read over HTTP."""
-    answer = httpx2.get(f"{url}/charges", timeout=10)
+    answer = httpx.get(f"{url}/charges", timeout=10)
     answer.raise_for_status()
     got: dict[str, Any] = answer.json()
     return got
@@ -192,7 +192,7 @@ async def test_the_settlement_replays_at_every_crash(shop: str) -> None:
 )
 async def front(
     request: pytest.FixtureRequest, shop: str, tmp_path: Path
-) -> AsyncIterator[httpx2.AsyncClient]:
+) -> AsyncIterator[httpx.AsyncClient]:
     """The app (lifespan entered) on a store an engine of this process serves."""
     store: Any
     if request.param == "memory":
@@ -209,14 +209,14 @@ async def front(
     async with (
         engine,
         app.router.lifespan_context(app),
-        httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://shop") as http,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://shop") as http,
     ):
         yield http
 
 
 @pytest.mark.asyncio
 async def test_the_front_places_approves_moves_and_reads_orders(
-    front: httpx2.AsyncClient, shop: str
+    front: httpx.AsyncClient, shop: str
 ) -> None:
     for o in (SMALL, LARGE):
         placed = await front.post("/orders", json=o.model_dump())
@@ -288,8 +288,8 @@ async def test_an_orders_trace_runs_from_the_request_to_each_charge_attempt(
                 tmp_path, workflows=WORKFLOWS, queues=[orders], durability="none"
             ),
             app.router.lifespan_context(app),
-            httpx2.AsyncClient(
-                transport=httpx2.ASGITransport(app=app), base_url="http://shop"
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://shop"
             ) as http,
         ):
             with tracer.get_tracer("shop-tests").start_as_current_span("POST /orders") as request:

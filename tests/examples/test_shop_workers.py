@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import asyncpg
-import httpx2
+import httpx
 import pytest
 from _postgres import Cluster
 from example_runner import ROOT
@@ -122,7 +122,7 @@ async def eventually(check: Callable[[], Awaitable[Any] | Any], what: str) -> An
 
 
 async def charged(payment_url: str) -> dict[str, int]:
-    async with httpx2.AsyncClient(base_url=payment_url, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=payment_url, timeout=10) as http:
         answer = await http.get("/charges")
     by_order: dict[str, int] = answer.json()["by_order"]
     return by_order
