@@ -126,11 +126,11 @@ async def _fill(data: Path) -> None:
             await engine.execute(boom, "boom-1")
 
 
-async def _waiting(engine: fusee.Engine) -> bool:
-    """Whether order-1 waits for its signal (its timer fired)."""
+async def _waiting(engine: fusee.Engine, id: str = "order-1") -> bool:
+    """Whether run ``id`` waits for its signal (its journal holds its `Wait`)."""
     from fusee.record import Wait, decode
 
-    return any(isinstance(decode(d), Wait) for _, d in await engine.store.load("order-1"))
+    return any(isinstance(decode(d), Wait) for _, d in await engine.store.load(id))
 
 
 def make_store(data: Path) -> Path:
@@ -188,6 +188,10 @@ def cancel_waiting(data: Path, id: str, reason: str) -> None:
 async def _updated(data: Path, id: str) -> None:
     async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
         run = await engine.start(tally, id, 1)
+        # The update comes once the run waits for `go`: its positions are
+        # then the same in every run of the test.
+        while not await _waiting(engine, id):
+            await asyncio.sleep(0.01)
         assert await run.update(bump, 2) == 3
         await run.signal(go, True)
         assert await run.result() == 3
