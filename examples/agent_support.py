@@ -192,13 +192,16 @@ class Ticket:
 
 def support_workflow(
     agent: Agent[OrderService, str | DeferredToolRequests],
+    service: type[OrderService] = OrderService,
 ) -> fusee.WorkflowDef[Ticket, str]:
-    """The workflow that answers a ticket with ``agent``."""
+    """The workflow that answers a ticket with ``agent`` and the order ``service``."""
 
     @fusee.workflow("support")
     async def support(ctx: fusee.Ctx, ticket: Ticket) -> str:
-        service = OrderService(Path(ticket.orders))
-        result = await run_agent(ctx, agent, ticket.question, deps=service, stream="answer")
+        # Made in the workflow, from the ticket: a client object does no I/O
+        # until a step uses it, so replay makes the same one.
+        orders = service(Path(ticket.orders))
+        result = await run_agent(ctx, agent, ticket.question, deps=orders, stream="answer")
         return str(result.output)
 
     return support
