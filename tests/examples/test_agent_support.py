@@ -1,4 +1,4 @@
-"""examples/agent_support.py: the support agent runs offline, asks before the refund, streams its answer.
+"""examples/agent_support.py: offline, the agent asks before the refund and streams its answer.
 
 Its durability (steps, crashes, a real kill) is tested in tests/contrib.
 """
