@@ -47,6 +47,7 @@ from agents import (
     RunContextWrapper,
     Runner,
     RunResult,
+    RunState,
     Tool,
     TResponseInputItem,
     Usage,
@@ -58,9 +59,13 @@ from openai.types.responses import ResponseCompletedEvent
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 import fusee
+from fusee.contrib._decisions import DECISIONS, Decisions, wait_for_decisions
 from fusee.errors import FuseeError
 
 __all__ = [
+    "DECISIONS",
+    "ApprovalRequested",
+    "Decisions",
     "HandoffEvent",
     "ResponseEvent",
     "ToolCalled",
@@ -138,7 +143,24 @@ class HandoffEvent:
     target: str
 
 
-Event = ResponseEvent | ToolCalled | ToolOutput | HandoffEvent
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """A tool call waits for a person's approval (a tool with ``needs_approval``).
+
+    Answer it with the `DECISIONS` signal, naming its ``call_id``.
+
+    Example:
+        >>> ApprovalRequested("refunds", "refund", "call-1", '{"amount": 39.9}').call_id
+        'call-1'
+    """
+
+    agent: str
+    tool: str
+    call_id: str
+    arguments: str
+
+
+Event = ResponseEvent | ToolCalled | ToolOutput | HandoffEvent | ApprovalRequested
 
 
 @dataclass(slots=True)
@@ -387,6 +409,8 @@ async def run_agent(
     model_retry: fusee.Retry | None = None,
     tool_retry: fusee.Retry | None = None,
     run_config: RunConfig | None = None,
+    decisions: fusee.SignalDef[Decisions] | None = DECISIONS,
+    decisions_timeout: str | float | None = None,
     **kwargs: Any,
 ) -> RunResult:
     """Runs ``agent`` with ``Runner.run`` in the workflow of ``ctx``; its calls are steps.
@@ -406,6 +430,10 @@ async def run_agent(
         tool_retry: How a failing function tool is retried.
         run_config: As for ``Runner.run``; its ``model_provider`` is used when
             ``model_provider`` is None. Tracing is off unless it turns it on.
+        decisions: The signal that answers tool calls waiting for approval
+            (None: the run returns with its ``interruptions`` instead).
+        decisions_timeout: How long to wait for ``decisions``; past it, the
+            run raises `fusee.FuseeError`.
         **kwargs: Passed to ``Runner.run`` (``context``, ``max_turns``, ...).
 
     Returns:
@@ -431,9 +459,44 @@ async def run_agent(
         scope = _Scope(ctx, provider, registry, stream, writer, model_retry, tool_retry)
         token = _SCOPE.set(scope)
         try:
-            return await Runner.run(start, input, run_config=config, **kwargs)
+            result = await Runner.run(start, input, run_config=config, **kwargs)
+            while decisions is not None and result.interruptions:
+                state = await _decide(scope, result, decisions, decisions_timeout)
+                result = await Runner.run(start, state, run_config=config, **kwargs)
+            return result
         finally:
             _SCOPE.reset(token)
+
+
+async def _decide(
+    scope: _Scope,
+    result: RunResult,
+    decisions: fusee.SignalDef[Decisions],
+    timeout: str | float | None,
+) -> RunState[Any]:
+    """Waits for a person's answer to ``result``'s approvals; the run's state, answered."""
+    asked = [(item, getattr(item.raw_item, "call_id", "")) for item in result.interruptions]
+    for item, call_id in asked:
+        if scope.out is not None:
+            arguments = getattr(item.raw_item, "arguments", "")
+            await scope.out.append(
+                {
+                    "kind": "approval",
+                    "agent": item.agent.name,
+                    "tool": item.tool_name or "",
+                    "call_id": call_id,
+                    "arguments": arguments,
+                }
+            )
+    calls = ", ".join(f"{item.tool_name} ({call_id})" for item, call_id in asked)
+    answer = await wait_for_decisions(scope.ctx, decisions, timeout, calls)
+    state = result.to_state()
+    for item, call_id in asked:
+        if call_id in answer.deny:
+            state.reject(item, rejection_message=answer.deny[call_id])
+        elif call_id in answer.approve:
+            state.approve(item)
+    return state
 
 
 async def events(chunks: AsyncIterable[Any]) -> AsyncIterator[Event]:
@@ -453,5 +516,9 @@ async def events(chunks: AsyncIterable[Any]) -> AsyncIterator[Event]:
             yield ToolCalled(chunk["agent"], chunk["tool"], chunk["arguments"])
         elif kind == "tool_output":
             yield ToolOutput(chunk["agent"], chunk["tool"], chunk["output"])
+        elif kind == "approval":
+            yield ApprovalRequested(
+                chunk["agent"], chunk["tool"], chunk["call_id"], chunk["arguments"]
+            )
         else:
             yield HandoffEvent(chunk["source"], chunk["target"])

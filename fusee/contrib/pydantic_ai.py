@@ -53,6 +53,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT
 
 import fusee
+from fusee.contrib._decisions import DECISIONS, Decisions, wait_for_decisions
 from fusee.errors import FuseeError
 
 __all__ = [
@@ -68,37 +69,11 @@ OutputT = TypeVar("OutputT")
 _EVENT: pydantic.TypeAdapter[AgentStreamEvent] = pydantic.TypeAdapter(AgentStreamEvent)
 
 
-class Decisions(pydantic.BaseModel):
-    """A person's answer to a run's deferred tool calls (the `DECISIONS` signal's payload).
-
-    Attributes:
-        approve: Ids of the tool calls to run.
-        deny: Ids of the tool calls not to run, each with what to tell the model.
-        results: Results of the calls made outside the agent (external tools), by id.
-
-    Example:
-        >>> Decisions(approve=["call-1"], deny={"call-2": "not today"}).to_results().approvals
-        {'call-1': True, 'call-2': ToolDenied(message='not today', kind='tool-denied')}
-    """
-
-    approve: list[str] = pydantic.Field(default_factory=list)
-    deny: dict[str, str] = pydantic.Field(default_factory=dict)
-    results: dict[str, Any] = pydantic.Field(default_factory=dict)
-
-    def to_results(self) -> DeferredToolResults:
-        """The pydantic-ai form, for ``agent.run(deferred_tool_results=...)``."""
-        approvals: dict[str, bool | ToolDenied] = dict.fromkeys(self.approve, True)
-        approvals.update({id: ToolDenied(message) for id, message in self.deny.items()})
-        return DeferredToolResults(calls=dict(self.results), approvals=dict(approvals))
-
-
-DECISIONS = fusee.signal("fusee.agent.decisions", Decisions)
-"""The signal `run_agent` waits for when the agent defers tool calls.
-
-Example:
-    >>> async def approve(run: fusee.Run[str], call_id: str) -> None:
-    ...     await run.signal(DECISIONS, Decisions(approve=[call_id]))
-"""
+def _results(answer: Decisions) -> DeferredToolResults:
+    """A person's answer in pydantic-ai's form, for ``agent.run(deferred_tool_results=...)``."""
+    approvals: dict[str, bool | ToolDenied] = dict.fromkeys(answer.approve, True)
+    approvals.update({id: ToolDenied(message) for id, message in answer.deny.items()})
+    return DeferredToolResults(calls=dict(answer.results), approvals=dict(approvals))
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,15 +334,10 @@ async def run_agent(
         async with out:
             result: AgentRunResult[Any] = await agent.run(user_prompt, **kwargs)
             while decisions is not None and isinstance(result.output, DeferredToolRequests):
-                answer = await ctx.wait_for(decisions, timeout=decisions_timeout)
-                if answer is None:
-                    raise FuseeError(
-                        f"no {decisions.name!r} signal came within {decisions_timeout!r} for "
-                        f"{_pending(result.output)}; send it with run.signal(...) sooner, "
-                        "or pass a longer decisions_timeout"
-                    )
+                pending = _pending(result.output)
+                answer = await wait_for_decisions(ctx, decisions, decisions_timeout, pending)
                 kwargs["message_history"] = result.all_messages()
-                result = await agent.run(deferred_tool_results=answer.to_results(), **kwargs)
+                result = await agent.run(deferred_tool_results=_results(answer), **kwargs)
         return cast("AgentRunResult[OutputT]", result)
     finally:
         _SCOPE.reset(token)

@@ -9,6 +9,7 @@ file of examples/agent_support.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -44,6 +45,9 @@ from openai.types.responses.response_prompt_param import ResponsePromptParam
 import fusee
 from examples.agent_support import OrderService
 from fusee.contrib.openai_agents import (
+    DECISIONS,
+    ApprovalRequested,
+    Decisions,
     HandoffEvent,
     ResponseEvent,
     ToolCalled,
@@ -189,9 +193,10 @@ def refund(ctx: RunContextWrapper[OrderService], order_id: str, amount: float) -
     return ctx.context.refund(order_id, amount, step.key)
 
 
-def _agents(model: Model) -> Agent[OrderService]:
+def _agents(model: Model, *, approval: bool = False) -> Agent[OrderService]:
+    tool = dataclasses.replace(refund, needs_approval=True) if approval else refund
     refunds = Agent[OrderService](
-        name="refunds", instructions="You make refunds.", model=model, tools=[refund]
+        name="refunds", instructions="You make refunds.", model=model, tools=[tool]
     )
     return Agent[OrderService](
         name="triage",
@@ -202,8 +207,8 @@ def _agents(model: Model) -> Agent[OrderService]:
     )
 
 
-def _support(model: ScriptedModel) -> fusee.WorkflowDef[str, str]:
-    triage = _agents(model)
+def _support(model: ScriptedModel, *, approval: bool = False) -> fusee.WorkflowDef[str, str]:
+    triage = _agents(model, approval=approval)
 
     @fusee.workflow("support")
     async def support(ctx: fusee.Ctx, orders: str) -> str:
@@ -236,6 +241,8 @@ def _shape(event: Any) -> tuple[Any, ...]:
         return ("tool_called", event.agent, event.tool)
     if isinstance(event, ToolOutput):
         return ("tool_output", event.agent, event.tool)
+    if isinstance(event, ApprovalRequested):
+        return ("approval", event.agent, event.tool)
     assert isinstance(event, HandoffEvent)
     return ("handoff", event.source, event.target)
 
@@ -373,3 +380,49 @@ async def test_an_unregistered_model_object_is_refused_with_what_to_do() -> None
         run = await t.start(unregistered, "o-5")
         with pytest.raises(fusee.WorkflowFailed, match=r"models=\{'name': model\}"):
             await run.result()
+
+
+@pytest.mark.parametrize(
+    ("answer", "output", "refunds"),
+    [
+        pytest.param(None, ANSWER, 1, id="approved"),
+        pytest.param("refunds need a receipt", "Refunds need a receipt.", 0, id="denied"),
+    ],
+)
+async def test_a_tool_that_needs_approval_waits_parked_for_a_person_across_a_crash(
+    host: Host, tmp_path: Path, answer: str | None, output: str, refunds: int
+) -> None:
+    model = ScriptedModel()
+    support = _support(model, approval=True)
+    orders = str(tmp_path / "orders.json")
+    async with host(workflows=[support]) as t:
+        run = await t.start(support, "o-6", orders)
+        asked = None
+        async for event in events(run.stream("agent")):
+            if isinstance(event, ApprovalRequested):
+                asked = event
+                break
+        assert asked is not None
+        assert (asked.agent, asked.tool, json.loads(asked.arguments)) == (
+            "refunds",
+            "refund",
+            {"order_id": "1042", "amount": 39.9},
+        )
+        await t.advance("7d")
+        await t.crash()
+        assert (await run.describe()).status == fusee.RunStatus.SUSPENDED
+        decision = (
+            Decisions(approve=[asked.call_id])
+            if answer is None
+            else Decisions(deny={asked.call_id: answer})
+        )
+        await run.signal(DECISIONS, decision)
+        assert await run.result() == output
+        seen = [_shape(e) async for e in events(run.stream("agent"))]
+        assert seen.count(("approval", "refunds", "refund")) == 1
+        # A denied call is not made: its tool's step never runs.
+        assert (("tool_called", "refunds", "refund") in seen) == bool(refunds)
+        await t.crash()
+        assert await run.result() == output
+        assert_steps_ran_once(t)
+    assert len(OrderService(Path(orders)).refunds()) == refunds
