@@ -1,11 +1,13 @@
-"""A worker process for the SIGKILL test of an agent run (test_pydantic_ai_sigkill.py).
+"""A worker process for the SIGKILL tests of agent runs (test_agents_sigkill.py).
 
-``python agent_worker.py STORE ORDERS LOG [hang]`` serves the support agent
-of examples/agent_support.py on the SQLite store at STORE: it starts (or
-attaches to) run ``ticket-1`` and prints ``RESULT <output>`` when the run
-ends. Its model logs each request to LOG; its order service prints
-``REFUNDED`` after each refund call and, with ``hang``, then blocks (the
-test kills the process there, in the middle of the refund's step).
+``python agent_worker.py LIBRARY STORE ORDERS LOG [hang]`` serves a support
+agent on the SQLite store at STORE: pydantic-ai's (``pydantic-ai``, the one
+of examples/agent_support.py) or the OpenAI Agents SDK's (``openai-agents``,
+the one of test_openai_agents.py). It starts (or attaches to) run
+``ticket-1`` and prints ``RESULT <output>`` when the run ends. Its model
+logs each request to LOG; its order service prints ``REFUNDED`` after each
+refund call and, with ``hang``, then blocks (the test kills the process
+there, in the middle of the refund's step).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import asyncio
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import fusee
+from contrib.test_openai_agents import ScriptedModel as AgentsModel
+from contrib.test_openai_agents import _support as agents_support
 from examples.agent_support import (
     OrderService,
     ScriptedModel,
@@ -42,16 +47,21 @@ class HangingService(OrderService):
         return answer
 
 
-async def main(store: str, orders: str, log: str, hang: bool) -> None:
+async def main(library: str, store: str, orders: str, log: str, hang: bool) -> None:
     HangingService.hang = hang
-    support = support_workflow(build_agent(ScriptedModel(Path(log)).model()), HangingService)
+    support: fusee.WorkflowDef[Any, str]
+    if library == "pydantic-ai":
+        support = support_workflow(build_agent(ScriptedModel(Path(log)).model()), HangingService)
+        input: Any = Ticket(QUESTION, orders)
+    else:
+        support = agents_support(AgentsModel(Path(log)), service=HangingService)
+        input = orders
     async with await fusee.Engine.open(store, workflows=[support]) as engine:
-        run = await engine.start(
-            support, "ticket-1", Ticket(QUESTION, orders), id_policy=fusee.IdPolicy.ATTACH
-        )
+        run = await engine.start(support, "ticket-1", input, id_policy=fusee.IdPolicy.ATTACH)
         print("STARTED", flush=True)
         print(f"RESULT {await run.result()}", flush=True)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:] == ["hang"]))
+    library, store, orders, log, *rest = sys.argv[1:]
+    asyncio.run(main(library, store, orders, log, rest == ["hang"]))

@@ -65,14 +65,19 @@ ANSWER = "Refunded 39.90 for order 1042."
 class ScriptedModel(Model):
     """Plays both agents offline: look up, hand off, refund, answer.
 
-    Counts its requests by the number of input items (a durable position).
+    Counts its requests by the number of input items (a durable position),
+    and logs each to ``log`` if given (a file: outside the process).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, log: Path | None = None) -> None:
         self.requests: list[int] = []
+        self.log = log
 
     def _output(self, instructions: str | None, input: list[Any]) -> list[Any]:
         self.requests.append(len(input))
+        if self.log is not None:
+            with self.log.open("a") as f:
+                f.write(f"{len(input)}\n")
         outputs = {
             i["call_id"]: i["output"] for i in input if i.get("type") == "function_call_output"
         }
@@ -207,7 +212,9 @@ def _agents(model: Model, *, approval: bool = False) -> Agent[OrderService]:
     )
 
 
-def _support(model: ScriptedModel, *, approval: bool = False) -> fusee.WorkflowDef[str, str]:
+def _support(
+    model: ScriptedModel, *, approval: bool = False, service: type[OrderService] = OrderService
+) -> fusee.WorkflowDef[str, str]:
     triage = _agents(model, approval=approval)
 
     @fusee.workflow("support")
@@ -217,7 +224,7 @@ def _support(model: ScriptedModel, *, approval: bool = False) -> fusee.WorkflowD
             triage,
             "Please refund my order #1042.",
             models={"scripted": model},
-            context=OrderService(Path(orders)),
+            context=service(Path(orders)),
         )
         return str(result.final_output)
 
