@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,7 +45,6 @@ from pydantic_ai.durable_exec import (
     DurableOperationId,
     JournalCallableOperationBackend,
     RoleBasedOperationConfig,
-    ToolsetKind,
     conversation_id_from_run_id,
 )
 from pydantic_ai.models import Model
@@ -110,7 +109,7 @@ class _StepBackend(JournalCallableOperationBackend[_StepConfig]):
         *,
         operation_id: DurableOperationId,
         name: str,
-        body: Any,
+        body: Callable[[], Awaitable[object]],
         cache_key: tuple[object, ...],
         config: _StepConfig,
     ) -> object:
@@ -190,7 +189,9 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
         # The workflow's loop is deterministic: parallel tool calls start
         # their steps in the same order on replay.
         sequential_tools_in_durable_context=False,
-        tool_config_key="fusee",
+        # No per-tool config in tool metadata: every tool's step has
+        # `tool_retry`, so no tool can leave the journal by a metadata flag.
+        tool_config_key=None,
     )
 
     def __init__(
@@ -230,9 +231,6 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
             ),
         )
 
-    def _toolset_base_config(self, kind: ToolsetKind) -> Any:
-        return self._tool_retry
-
     def get_default_run_id(self) -> str | None:
         scope = _SCOPE.get()
         # A recorded uuid: an agent run keeps its id after a crash.
@@ -241,7 +239,7 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
     def get_default_conversation_id(self, run_id: str) -> str | None:
         return conversation_id_from_run_id(run_id) if self.in_durable_context else None
 
-    def get_run_clock(self) -> Any:
+    def get_run_clock(self) -> Callable[[], datetime] | None:
         scope = _SCOPE.get()
         return scope.ctx.now if scope is not None else None
 
