@@ -286,20 +286,7 @@ class _StepModel(Model):
         data = await scope.ctx.step(name, unit, retry=scope.model_retry)
         return _load_response(data)
 
-    def stream_response(
-        self,
-        system_instructions: str | None,
-        input: str | list[TResponseInputItem],
-        model_settings: ModelSettings,
-        tools: list[Tool],
-        output_schema: AgentOutputSchemaBase | None,
-        handoffs: list[Handoff],
-        tracing: ModelTracing,
-        *,
-        previous_response_id: str | None,
-        conversation_id: str | None,
-        prompt: ResponsePromptParam | None,
-    ) -> AsyncIterator[TResponseStreamEvent]:
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
         raise FuseeError(
             "Runner.run_streamed is not durable in a workflow; use run_agent(ctx, agent, input), "
             "whose events stream live to run.stream(name)"

@@ -8,7 +8,6 @@ file of examples/agent_support.py.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -18,14 +17,9 @@ from typing import Any
 import pytest
 from agents import (
     Agent,
-    AgentOutputSchemaBase,
-    Handoff,
     Model,
     ModelResponse,
-    ModelSettings,
-    ModelTracing,
     RunContextWrapper,
-    Tool,
     TResponseInputItem,
     Usage,
     function_tool,
@@ -40,7 +34,6 @@ from openai.types.responses import (
     ResponseOutputText,
     ResponseTextDeltaEvent,
 )
-from openai.types.responses.response_prompt_param import ResponsePromptParam
 
 import fusee
 from examples.agent_support import OrderService
@@ -55,9 +48,9 @@ from fusee.contrib.openai_agents import (
     events,
     run_agent,
 )
-from fusee.record import Step, decode
-from fusee.store import Store
 from fusee.testing import TestEngine, crash_everywhere
+
+from .conftest import Readers, step_names
 
 ANSWER = "Refunded 39.90 for order 1042."
 
@@ -97,15 +90,8 @@ class ScriptedModel(Model):
         self,
         system_instructions: str | None,
         input: str | list[TResponseInputItem],
-        model_settings: ModelSettings,
-        tools: list[Tool],
-        output_schema: AgentOutputSchemaBase | None,
-        handoffs: list[Handoff],
-        tracing: ModelTracing,
-        *,
-        previous_response_id: str | None,
-        conversation_id: str | None,
-        prompt: ResponsePromptParam | None,
+        *args: Any,
+        **kwargs: Any,
     ) -> ModelResponse:
         output = self._output(system_instructions, _items(input))
         return ModelResponse(output=output, usage=Usage(requests=1), response_id=None)
@@ -114,15 +100,8 @@ class ScriptedModel(Model):
         self,
         system_instructions: str | None,
         input: str | list[TResponseInputItem],
-        model_settings: ModelSettings,
-        tools: list[Tool],
-        output_schema: AgentOutputSchemaBase | None,
-        handoffs: list[Handoff],
-        tracing: ModelTracing,
-        *,
-        previous_response_id: str | None,
-        conversation_id: str | None,
-        prompt: ResponsePromptParam | None,
+        *args: Any,
+        **kwargs: Any,
     ) -> AsyncIterator[TResponseStreamEvent]:
         output = self._output(system_instructions, _items(input))
         seq = 0
@@ -213,18 +192,25 @@ def _agents(model: Model, *, approval: bool = False) -> Agent[OrderService]:
 
 
 def _support(
-    model: ScriptedModel, *, approval: bool = False, service: type[OrderService] = OrderService
+    model: ScriptedModel,
+    *,
+    triage: Agent[OrderService] | None = None,
+    approval: bool = False,
+    service: type[OrderService] = OrderService,
+    **options: Any,
 ) -> fusee.WorkflowDef[str, str]:
-    triage = _agents(model, approval=approval)
+    """The support workflow, on ``triage`` or the agents of ``model``, with ``options``."""
+    agent = triage if triage is not None else _agents(model, approval=approval)
 
     @fusee.workflow("support")
     async def support(ctx: fusee.Ctx, orders: str) -> str:
         result = await run_agent(
             ctx,
-            triage,
+            agent,
             "Please refund my order #1042.",
             models={"scripted": model},
             context=service(Path(orders)),
+            **options,
         )
         return str(result.final_output)
 
@@ -268,11 +254,6 @@ EVENTS = [
 ]
 
 
-async def _step_names(store: Store, id: str) -> list[str]:
-    records = [decode(data) for _, data in await store.load(id)]
-    return [r.name for r in records if isinstance(r, Step)]
-
-
 async def test_model_calls_and_tools_are_steps_and_a_handoff_is_replayed(
     host: Host, tmp_path: Path
 ) -> None:
@@ -283,7 +264,7 @@ async def test_model_calls_and_tools_are_steps_and_a_handoff_is_replayed(
         run = await t.start(support, "o-1", orders)
         assert [_shape(e) async for e in events(run.stream("agent"))] == EVENTS
         assert await run.result() == ANSWER
-        assert await _step_names(t.store, "o-1") == STEPS
+        assert await step_names(t.store, "o-1") == STEPS
         await t.crash()
         assert await run.result() == ANSWER
         assert [_shape(e) async for e in events(run.stream("agent"))] == EVENTS
@@ -295,24 +276,12 @@ async def test_model_calls_and_tools_are_steps_and_a_handoff_is_replayed(
 
 async def test_a_crash_anywhere_gives_the_same_answer_and_stream(tmp_path: Path) -> None:
     support = _support(ScriptedModel())
-    reads: list[list[tuple[Any, ...]]] = []
-    ends: list[asyncio.Future[str]] = []
-
-    async def drive(t: TestEngine, run: fusee.Run[str]) -> None:
-        reader = asyncio.ensure_future(_read(run))
-        ended = asyncio.ensure_future(run.result())
-        ends.append(ended)
-        await asyncio.wait([reader, ended], return_when=asyncio.FIRST_COMPLETED)
-        if not reader.done() and ended.exception() is not None:
-            reader.cancel()  # the simulated crash: this life's reader would wait forever
-            return
-        reads.append(await reader)
-
+    readers = Readers(_read)
     orders = str(tmp_path / "orders.json")
-    assert await crash_everywhere(support, orders, id="o-2", drive=drive) == ANSWER
-    await asyncio.gather(*ends, return_exceptions=True)
-    assert len(reads) > len(STEPS)
-    assert all(read == EVENTS for read in reads)
+    assert await crash_everywhere(support, orders, id="o-2", drive=readers.drive) == ANSWER
+    await readers.close()
+    assert len(readers.reads) > len(STEPS)
+    assert all(read == EVENTS for read in readers.reads)
     assert len(OrderService(Path(orders)).refunds()) == 1
 
 
@@ -321,21 +290,7 @@ async def _read(run: fusee.Run[str]) -> list[tuple[Any, ...]]:
 
 
 async def test_without_a_stream_model_calls_are_not_streamed(tmp_path: Path) -> None:
-    model = ScriptedModel()
-    triage = _agents(model)
-
-    @fusee.workflow("quiet")
-    async def quiet(ctx: fusee.Ctx, orders: str) -> str:
-        result = await run_agent(
-            ctx,
-            triage,
-            "Please refund my order #1042.",
-            models={"scripted": model},
-            stream=None,
-            context=OrderService(Path(orders)),
-        )
-        return str(result.final_output)
-
+    quiet = _support(ScriptedModel(), stream=None)
     async with TestEngine(workflows=[quiet]) as t:
         run = await t.start(quiet, "o-3", str(tmp_path / "orders.json"))
         assert await run.result() == ANSWER
@@ -356,20 +311,11 @@ async def test_a_raising_tool_is_retried_by_its_steps_policy(tmp_path: Path) -> 
         return json.dumps(ctx.context.lookup(order_id))
 
     model = ScriptedModel()
-    triage = _agents(model).clone(tools=[lookup_order])
-
-    @fusee.workflow("flaky")
-    async def flaky(ctx: fusee.Ctx, orders: str) -> str:
-        result = await run_agent(
-            ctx,
-            triage,
-            "Please refund my order #1042.",
-            models={"scripted": model},
-            tool_retry=fusee.Retry(attempts=3, initial="1s", on_exhausted="fail"),
-            context=OrderService(Path(orders)),
-        )
-        return str(result.final_output)
-
+    flaky = _support(
+        model,
+        triage=_agents(model).clone(tools=[lookup_order]),
+        tool_retry=fusee.Retry(attempts=3, initial="1s", on_exhausted="fail"),
+    )
     async with TestEngine(workflows=[flaky]) as t:
         run = await t.start(flaky, "o-4", str(tmp_path / "orders.json"))
         assert await run.result() == ANSWER

@@ -34,9 +34,9 @@ from examples.agent_support import (
     support_workflow,
 )
 from fusee.contrib.pydantic_ai import DECISIONS, Decisions, FuseeDurability, events, run_agent
-from fusee.record import Step, decode
-from fusee.store import Store
 from fusee.testing import TestEngine, crash_everywhere
+
+from .conftest import Readers, step_names
 
 ANSWER = "Done: refunded 39.90 for order 1042. Anything else?"
 QUESTION = "Please refund my order #1042."
@@ -120,11 +120,6 @@ async def _read_and_approve(run: fusee.Run[str], *, deny: bool = False) -> list[
     return seen
 
 
-async def _step_names(store: Store, id: str) -> list[str]:
-    records = [decode(data) for _, data in await store.load(id)]
-    return [r.name for r in records if isinstance(r, Step)]
-
-
 async def test_model_requests_and_tool_calls_are_steps_named_by_agent_and_toolset(
     host: Host, tmp_path: Path
 ) -> None:
@@ -133,7 +128,7 @@ async def test_model_requests_and_tool_calls_are_steps_named_by_agent_and_toolse
         run = await t.start(support, "t-1", ticket)
         assert await _read_and_approve(run) == SUPPORT_EVENTS
         assert await run.result() == ANSWER
-        assert await _step_names(t.store, "t-1") == SUPPORT_STEPS
+        assert await step_names(t.store, "t-1") == SUPPORT_STEPS
         await t.crash()
         assert await run.result() == ANSWER
         assert [_shape(e) async for e in events(run.stream("answer"))] == SUPPORT_EVENTS
@@ -202,26 +197,13 @@ async def test_an_answer_never_sent_fails_the_run_past_its_timeout(tmp_path: Pat
 
 async def test_a_crash_anywhere_gives_the_same_answer_and_stream(tmp_path: Path) -> None:
     support, ticket = _support(tmp_path)
-    reads: list[list[tuple[str, Any]]] = []
-    ends: list[asyncio.Future[str]] = []
-
-    async def drive(t: TestEngine, run: fusee.Run[str]) -> None:
-        reader = asyncio.ensure_future(_read_and_approve(run))
-        ended = asyncio.ensure_future(run.result())
-        ends.append(ended)
-        await asyncio.wait([reader, ended], return_when=asyncio.FIRST_COMPLETED)
-        if not reader.done() and ended.exception() is not None:
-            # The simulated crash: this life's reader would wait forever.
-            reader.cancel()
-            return
-        reads.append(await reader)
-
-    assert await crash_everywhere(support, ticket, id="t-5", drive=drive) == ANSWER
-    await asyncio.gather(*ends, return_exceptions=True)
+    readers = Readers(_read_and_approve)
+    assert await crash_everywhere(support, ticket, id="t-5", drive=readers.drive) == ANSWER
+    await readers.close()
     # Every reader that read to the end saw every event once, whatever the
     # crash interrupted (a model request between two of its chunks, too).
-    assert len(reads) > len(SUPPORT_STEPS)
-    assert all(read == SUPPORT_EVENTS for read in reads)
+    assert len(readers.reads) > len(SUPPORT_STEPS)
+    assert all(read == SUPPORT_EVENTS for read in readers.reads)
 
 
 # --- retries and failures -------------------------------------------------------------------------
@@ -277,7 +259,7 @@ async def test_a_tool_asking_for_a_retry_sends_the_model_back_with_steps_recorde
         assert calls == [7, 8]
         assert len(prompts) == 1
         assert "n must be even" in prompts[0]
-        assert (await _step_names(t.store, "c-1")).count(
+        assert (await step_names(t.store, "c-1")).count(
             "calc__function_toolset__maths.call_tool:half"
         ) == 2
         await t.crash()
