@@ -27,15 +27,19 @@ class Readers:
 
     ``drive`` is `crash_everywhere`'s: it reads with ``read`` until the stream
     ends, and keeps what it read in ``reads``, unless the simulated crash
-    ends the life first (a reader would then wait forever).
+    ends the life first (a reader would then wait forever). ``engines`` are
+    the test engines it was called with: one per run of the workflow.
     """
 
     def __init__(self, read: Callable[[fusee.Run[Any]], Awaitable[list[Any]]]) -> None:
         self._read = read
         self.reads: list[list[Any]] = []
+        self.engines: list[TestEngine] = []
         self._ends: list[asyncio.Future[Any]] = []
 
     async def drive(self, t: TestEngine, run: fusee.Run[Any]) -> None:
+        if not any(e is t for e in self.engines):
+            self.engines.append(t)
         reader = asyncio.ensure_future(self._read(run))
         ended = asyncio.ensure_future(run.result())
         self._ends.append(ended)

@@ -9,6 +9,7 @@ store, live and again after a crash.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +197,8 @@ async def test_an_answer_never_sent_fails_the_run_past_its_timeout(tmp_path: Pat
 
 
 async def test_a_crash_anywhere_gives_the_same_answer_and_stream(tmp_path: Path) -> None:
-    support, ticket = _support(tmp_path)
+    log = tmp_path / "requests.log"
+    support, ticket = _support(tmp_path, log)
     readers = Readers(_read_and_approve)
     assert await crash_everywhere(support, ticket, id="t-5", drive=readers.drive) == ANSWER
     await readers.close()
@@ -204,6 +206,13 @@ async def test_a_crash_anywhere_gives_the_same_answer_and_stream(tmp_path: Path)
     # crash interrupted (a model request between two of its chunks, too).
     assert len(readers.reads) > len(SUPPORT_STEPS)
     assert all(read == SUPPORT_EVENTS for read in readers.reads)
+    # Each run of the workflow asked the model once per durable position; a
+    # crash repeated at most the one request it interrupted (not recorded yet).
+    runs = len(readers.engines)
+    requests = Counter(log.read_text().split())
+    assert set(requests) == {"1", "3", "5"}
+    assert all(n >= runs for n in requests.values())
+    assert sum(requests.values()) <= 3 * runs + (runs - 1)
 
 
 # --- retries and failures -------------------------------------------------------------------------
