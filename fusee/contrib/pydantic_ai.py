@@ -176,12 +176,13 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
         # come back validated by pydantic, the same live and on replay.
         codec=JSON_CODEC,
         wrapped_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
-        # Steps run in the workflow's process: an MCP session is opened by
-        # the first step that needs it (so its connecting is retried) and
-        # held for the run.
+        # Each MCP step opens its own session (its connecting is retried with
+        # it), as Temporal's activities do: a session held for the run would
+        # be opened in a step's task and closed by workflow code, on another
+        # event loop, and workflow code may start no subprocess or socket.
         toolset_lifecycles={
             "function": "enter-always",
-            "mcp": "enter-in-durable-unit",
+            "mcp": "enter-outside-durable",
             "dynamic": "enter-never",
         },
         unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
