@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import fusee
-from contrib.test_openai_agents import ScriptedModel as AgentsModel
-from contrib.test_openai_agents import _support as agents_support
 from examples.agent_support import (
     OrderService,
     ScriptedModel,
@@ -54,7 +52,12 @@ async def main(library: str, store: str, orders: str, log: str, hang: bool) -> N
         support = support_workflow(build_agent(ScriptedModel(Path(log)).model()), HangingService)
         input: Any = Ticket(QUESTION, orders)
     else:
-        support = agents_support(AgentsModel(Path(log)), service=HangingService)
+        # Imported here: a worker loads only its library (the SDK takes seconds).
+        from contrib import openai_support
+
+        support = openai_support.support_workflow(
+            openai_support.ScriptedModel(Path(log)), service=HangingService
+        )
         input = orders
     async with await fusee.Engine.open(store, workflows=[support]) as engine:
         run = await engine.start(support, "ticket-1", input, id_policy=fusee.IdPolicy.ATTACH)

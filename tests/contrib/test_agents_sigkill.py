@@ -26,7 +26,7 @@ import fusee
 from examples.agent_support import OrderService
 from fusee.contrib import openai_agents, pydantic_ai
 
-from . import test_openai_agents as oa
+from . import openai_support, test_openai_agents
 from . import test_pydantic_ai as pa
 
 WORKER = Path(__file__).with_name("agent_worker.py")
@@ -83,7 +83,10 @@ async def _read_pydantic_ai(run: fusee.Run[Any]) -> list[Any]:
 
 
 async def _read_openai_agents(run: fusee.Run[Any]) -> list[Any]:
-    return [oa._shape(event) async for event in openai_agents.events(run.stream("agent"))]
+    return [
+        test_openai_agents._shape(event)
+        async for event in openai_agents.events(run.stream("agent"))
+    ]
 
 
 Reader = Callable[[fusee.Run[Any]], Awaitable[list[Any]]]
@@ -104,8 +107,8 @@ Reader = Callable[[fusee.Run[Any]], Awaitable[list[Any]]]
         pytest.param(
             "openai-agents",
             _read_openai_agents,
-            oa.ANSWER,
-            oa.EVENTS,
+            openai_support.ANSWER,
+            test_openai_agents.EVENTS,
             ["1", "3", "5", "7"],
             id="openai-agents",
         ),

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engine.conftest import Host, assert_steps_ran_once
-from pydantic_ai import Agent, DeferredToolRequestsEvent, FunctionToolset, ModelRetry
+from pydantic_ai import (
+    Agent,
+    CallDeferred,
+    DeferredToolRequests,
+    DeferredToolRequestsEvent,
+    FunctionToolset,
+    ModelRetry,
+)
 from pydantic_ai.messages import (
     ModelMessage,
     ModelResponse,
@@ -23,7 +31,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 import fusee
@@ -227,7 +235,17 @@ def _one_tool_model(tool: str, args: dict[str, Any]) -> FunctionModel:
             return ModelResponse(parts=[TextPart(f"got {last.content}")])
         return ModelResponse(parts=[ToolCallPart(tool, args)])
 
-    return FunctionModel(reply)
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        for part in reply(messages, info).parts:
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                call = DeltaToolCall(part.tool_name, part.args_as_json_str(), tool_call_id="c1")
+                yield {0: call}
+
+    return FunctionModel(reply, stream_function=stream)
 
 
 async def test_a_tool_asking_for_a_retry_sends_the_model_back_with_steps_recorded(
@@ -392,3 +410,39 @@ async def test_a_reader_reads_the_events_live_while_the_run_waits(tmp_path: Path
         rest = [got.get_nowait() for _ in range(got.qsize())]
         assert first + rest == SUPPORT_EVENTS
         assert await run.result() == ANSWER
+
+
+async def test_an_external_tool_call_waits_for_its_result_sent_by_a_person(host: Host) -> None:
+    tools = FunctionToolset(id="desk")
+
+    @tools.tool_plain
+    def ask_manager(question: str) -> str:
+        """Asks the shop's manager (an answer comes later, from outside)."""
+        raise CallDeferred
+
+    agent = Agent(
+        _one_tool_model("ask_manager", {"question": "refund a kettle?"}),
+        name="desk",
+        toolsets=[tools],
+        output_type=[str, DeferredToolRequests],
+        capabilities=[FuseeDurability()],
+    )
+
+    @fusee.workflow("desk")
+    async def desk(ctx: fusee.Ctx) -> str:
+        return str((await run_agent(ctx, agent, "may I?")).output)
+
+    async with host(workflows=[desk]) as t:
+        run = await t.start(desk, "d-1")
+        asked = None
+        async for event in events(run.stream("agent")):
+            if isinstance(event, DeferredToolRequestsEvent):
+                (asked,) = event.requests.calls
+                break
+        assert asked is not None
+        await t.crash()
+        await run.signal(DECISIONS, Decisions(results={asked.tool_call_id: "yes, once"}))
+        assert await run.result() == "got yes, once"
+        await t.crash()
+        assert await run.result() == "got yes, once"
+        assert_steps_ran_once(t)
