@@ -446,3 +446,30 @@ async def test_an_external_tool_call_waits_for_its_result_sent_by_a_person(host:
         await t.crash()
         assert await run.result() == "got yes, once"
         assert_steps_ran_once(t)
+
+
+async def test_parallel_tool_calls_are_steps_started_together_that_replay_alike() -> None:
+    tools = FunctionToolset(id="stock")
+
+    @tools.tool_plain
+    async def count(sku: str) -> int:
+        return len(sku)
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(" ".join(str(r.content) for r in returns))])
+        calls = [ToolCallPart("count", {"sku": sku}, tool_call_id=sku) for sku in ("kettle", "mug")]
+        return ModelResponse(parts=calls)
+
+    agent = Agent(
+        FunctionModel(reply), name="stock", toolsets=[tools], capabilities=[FuseeDurability()]
+    )
+
+    @fusee.workflow("stock")
+    async def stock(ctx: fusee.Ctx) -> str:
+        return str((await run_agent(ctx, agent, "how many?", stream=None)).output)
+
+    # Both calls' steps start in the same turn; a crash anywhere replays them
+    # (and their events' steps) in their recorded order.
+    assert await crash_everywhere(stock, id="p-1") == "6 3"
