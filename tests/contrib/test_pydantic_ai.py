@@ -470,6 +470,6 @@ async def test_parallel_tool_calls_are_steps_started_together_that_replay_alike(
     async def stock(ctx: fusee.Ctx) -> str:
         return str((await run_agent(ctx, agent, "how many?", stream=None)).output)
 
-    # Both calls' steps start in the same turn; a crash anywhere replays them
-    # (and their events' steps) in their recorded order.
+    # Both calls' steps start in the same turn; a crash anywhere replays
+    # them in their recorded order.
     assert await crash_everywhere(stock, id="p-1") == "6 3"
