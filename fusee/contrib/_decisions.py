@@ -6,6 +6,7 @@ field may be added with a default, never renamed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pydantic
@@ -47,13 +48,36 @@ async def wait_for_decisions(
     ctx: fusee.Ctx,
     decisions: fusee.SignalDef[Decisions],
     timeout: str | float | None,
-    calls: str,
+    calls: Mapping[str, str],
 ) -> Decisions:
-    """The next ``decisions`` signal; past ``timeout``, a clear error naming the ``calls``."""
-    answer = await ctx.wait_for(decisions, timeout=timeout)
-    if answer is None:
-        raise fusee.FuseeError(
-            f"no {decisions.name!r} signal came within {timeout!r} for {calls}; "
-            "send it with run.signal(...) sooner, or pass a longer decisions_timeout"
-        )
-    return answer
+    """Waits for ``decisions`` signals until every one of ``calls`` (tool names by id) is answered.
+
+    A person may answer the calls one signal at a time; what a signal says
+    about other calls than ``calls`` is ignored, and a later answer to a call
+    replaces an earlier one.
+
+    Raises:
+        fusee.FuseeError: No signal came within ``timeout`` (each wait's).
+    """
+    # Each call's latest answer: ("approve" | "deny" | "result", what it says).
+    decided: dict[str, tuple[str, Any]] = {}
+    while left := [id for id in calls if id not in decided]:
+        answer = await ctx.wait_for(decisions, timeout=timeout)
+        if answer is None:
+            waiting = ", ".join(f"{calls[id]} ({id})" for id in left)
+            raise fusee.FuseeError(
+                f"no {decisions.name!r} signal came within {timeout!r} for {waiting}; "
+                "send it with run.signal(...) sooner, or pass a longer decisions_timeout"
+            )
+        for id in calls:
+            if id in answer.approve:
+                decided[id] = ("approve", None)
+            elif id in answer.deny:
+                decided[id] = ("deny", answer.deny[id])
+            elif id in answer.results:
+                decided[id] = ("result", answer.results[id])
+    return Decisions(
+        approve=[id for id, (how, _) in decided.items() if how == "approve"],
+        deny={id: said for id, (how, said) in decided.items() if how == "deny"},
+        results={id: said for id, (how, said) in decided.items() if how == "result"},
+    )

@@ -475,7 +475,7 @@ async def _decide(
                     "arguments": arguments,
                 }
             )
-    calls = ", ".join(f"{item.tool_name} ({call_id})" for item, call_id in asked)
+    calls = {call_id: item.tool_name or "" for item, call_id in asked}
     answer = await wait_for_decisions(scope.ctx, decisions, timeout, calls)
     state = result.to_state()
     for item, call_id in asked:

@@ -333,18 +333,16 @@ async def run_agent(
         async with out:
             result: AgentRunResult[Any] = await agent.run(user_prompt, **kwargs)
             while decisions is not None and isinstance(result.output, DeferredToolRequests):
-                pending = _pending(result.output)
+                requests = result.output
+                pending = {
+                    c.tool_call_id: c.tool_name for c in [*requests.approvals, *requests.calls]
+                }
                 answer = await wait_for_decisions(ctx, decisions, decisions_timeout, pending)
                 kwargs["message_history"] = result.all_messages()
                 result = await agent.run(deferred_tool_results=_results(answer), **kwargs)
         return cast("AgentRunResult[OutputT]", result)
     finally:
         _SCOPE.reset(token)
-
-
-def _pending(requests: DeferredToolRequests) -> str:
-    calls = [*requests.approvals, *requests.calls]
-    return ", ".join(f"{c.tool_name} ({c.tool_call_id})" for c in calls) or "no calls"
 
 
 async def events(chunks: AsyncIterable[Any]) -> AsyncIterator[AgentStreamEvent]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +226,25 @@ async def test_a_crash_anywhere_gives_the_same_answer_and_stream(tmp_path: Path)
 # --- retries and failures -------------------------------------------------------------------------
 
 
+Reply = Callable[[list[ModelMessage], AgentInfo], ModelResponse]
+
+
+def _function_model(reply: Reply) -> FunctionModel:
+    """A FunctionModel answering with ``reply``, streamed or not."""
+
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        for i, part in enumerate(reply(messages, info).parts):
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                args = part.args_as_json_str()
+                yield {i: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+    return FunctionModel(reply, stream_function=stream)
+
+
 def _one_tool_model(tool: str, args: dict[str, Any]) -> FunctionModel:
     """Calls ``tool`` until it returns, then answers with what it returned."""
 
@@ -233,19 +252,9 @@ def _one_tool_model(tool: str, args: dict[str, Any]) -> FunctionModel:
         last = messages[-1].parts[-1]
         if isinstance(last, ToolReturnPart):
             return ModelResponse(parts=[TextPart(f"got {last.content}")])
-        return ModelResponse(parts=[ToolCallPart(tool, args)])
+        return ModelResponse(parts=[ToolCallPart(tool, args, tool_call_id="c1")])
 
-    async def stream(
-        messages: list[ModelMessage], info: AgentInfo
-    ) -> AsyncIterator[str | DeltaToolCalls]:
-        for part in reply(messages, info).parts:
-            if isinstance(part, TextPart):
-                yield part.content
-            elif isinstance(part, ToolCallPart):
-                call = DeltaToolCall(part.tool_name, part.args_as_json_str(), tool_call_id="c1")
-                yield {0: call}
-
-    return FunctionModel(reply, stream_function=stream)
+    return _function_model(reply)
 
 
 async def test_a_tool_asking_for_a_retry_sends_the_model_back_with_steps_recorded(
@@ -473,3 +482,49 @@ async def test_parallel_tool_calls_are_steps_started_together_that_replay_alike(
     # Both calls' steps start in the same turn; a crash anywhere replays
     # them in their recorded order.
     assert await crash_everywhere(stock, id="p-1") == "6 3"
+
+
+async def test_deferred_calls_may_be_answered_one_signal_at_a_time(host: Host) -> None:
+    tools = FunctionToolset(id="mail")
+    sent: list[str] = []
+
+    @tools.tool_plain(requires_approval=True)
+    def send(to: str) -> str:
+        """Sends the customer an email."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart("; ".join(str(r.content) for r in returns))])
+        calls = [ToolCallPart("send", {"to": to}, tool_call_id=to) for to in ("ann", "bob")]
+        return ModelResponse(parts=calls)
+
+    agent = Agent(
+        _function_model(reply),
+        name="mailer",
+        toolsets=[tools],
+        output_type=[str, DeferredToolRequests],
+        capabilities=[FuseeDurability()],
+    )
+
+    @fusee.workflow("mailer")
+    async def mailer(ctx: fusee.Ctx) -> str:
+        return str((await run_agent(ctx, agent, "write to both")).output)
+
+    async with host(workflows=[mailer]) as t:
+        run = await t.start(mailer, "m-1")
+        async for event in events(run.stream("agent")):
+            if isinstance(event, DeferredToolRequestsEvent):
+                assert [c.tool_call_id for c in event.requests.approvals] == ["ann", "bob"]
+                break
+        await run.signal(DECISIONS, Decisions(approve=["ann"]))
+        await t.advance("1h")
+        # Bob's call is not answered yet: the run goes on waiting.
+        assert (await run.describe()).status == fusee.RunStatus.SUSPENDED
+        await t.crash()
+        await run.signal(DECISIONS, Decisions(deny={"bob": "no mail to bob"}))
+        assert await run.result() == "sent to ann; no mail to bob"
+        assert sent == ["ann"]
+        assert_steps_ran_once(t)
