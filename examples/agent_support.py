@@ -14,7 +14,7 @@ paid twice.
 
 Offline by default: a scripted ``FunctionModel`` plays the model. With
 ``OPENAI_API_KEY`` set, ``AGENT_MODEL`` (default ``openai:gpt-4.1-mini``)
-answers instead.
+answers instead (``pip install "pydantic-ai-slim[openai]"`` for its SDK).
 """
 
 from __future__ import annotations
