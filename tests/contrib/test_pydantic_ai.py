@@ -257,6 +257,31 @@ def _one_tool_model(tool: str, args: dict[str, Any]) -> FunctionModel:
     return _function_model(reply)
 
 
+def _agent_workflow(
+    name: str,
+    model: FunctionModel,
+    tools: FunctionToolset[None],
+    *,
+    stream: str | None = "agent",
+    deferred: bool = False,
+    tool_retry: fusee.Retry | None = None,
+) -> fusee.WorkflowDef[None, str]:
+    """A workflow named ``name`` that runs an agent of the same name on ``model`` and ``tools``."""
+    agent = Agent(
+        model,
+        name=name,
+        toolsets=[tools],
+        output_type=[str, DeferredToolRequests] if deferred else str,
+        capabilities=[FuseeDurability(tool_retry=tool_retry)],
+    )
+
+    @fusee.workflow(name)
+    async def run(ctx: fusee.Ctx) -> str:
+        return str((await run_agent(ctx, agent, "go", stream=stream)).output)
+
+    return run
+
+
 async def test_a_tool_asking_for_a_retry_sends_the_model_back_with_steps_recorded(
     host: Host,
 ) -> None:
@@ -281,13 +306,7 @@ async def test_a_tool_asking_for_a_retry_sends_the_model_back_with_steps_recorde
             return ModelResponse(parts=[TextPart(f"half is {last.content}")])
         return ModelResponse(parts=[ToolCallPart("half", {"n": 7})])
 
-    agent = Agent(
-        FunctionModel(reply), name="calc", toolsets=[tools], capabilities=[FuseeDurability()]
-    )
-
-    @fusee.workflow("calc")
-    async def calc(ctx: fusee.Ctx) -> str:
-        return str((await run_agent(ctx, agent, "halve", stream=None)).output)
+    calc = _agent_workflow("calc", FunctionModel(reply), tools, stream=None)
 
     async with host(workflows=[calc]) as t:
         run = await t.start(calc, "c-1")
@@ -304,7 +323,9 @@ async def test_a_tool_asking_for_a_retry_sends_the_model_back_with_steps_recorde
         assert_steps_ran_once(t)
 
 
-def _flaky_agent(fails: int, retry: fusee.Retry | None) -> tuple[Agent[None, str], list[int]]:
+def _stock_workflow(
+    fails: int, retry: fusee.Retry | None
+) -> tuple[fusee.WorkflowDef[None, str], list[int]]:
     attempts: list[int] = []
     tools = FunctionToolset(id="stock")
 
@@ -315,26 +336,12 @@ def _flaky_agent(fails: int, retry: fusee.Retry | None) -> tuple[Agent[None, str
             raise ConnectionError("the stock service is down")
         return 3
 
-    agent = Agent(
-        _one_tool_model("count", {"sku": "kettle"}),
-        name="stock",
-        toolsets=[tools],
-        capabilities=[FuseeDurability(tool_retry=retry)],
-    )
-    return agent, attempts
-
-
-def _stock_workflow(agent: Agent[None, str]) -> fusee.WorkflowDef[None, str]:
-    @fusee.workflow("stock")
-    async def stock(ctx: fusee.Ctx) -> str:
-        return str((await run_agent(ctx, agent, "how many?", stream=None)).output)
-
-    return stock
+    model = _one_tool_model("count", {"sku": "kettle"})
+    return _agent_workflow("stock", model, tools, stream=None, tool_retry=retry), attempts
 
 
 async def test_a_raising_tool_is_retried_by_its_steps_policy(host: Host) -> None:
-    agent, attempts = _flaky_agent(2, fusee.Retry(attempts=3, initial="1s", on_exhausted="fail"))
-    stock = _stock_workflow(agent)
+    stock, attempts = _stock_workflow(2, fusee.Retry(attempts=3, initial="1s", on_exhausted="fail"))
     async with host(workflows=[stock]) as t:
         run = await t.start(stock, "s-1")
         assert await run.result() == "got 3"
@@ -345,8 +352,9 @@ async def test_a_raising_tool_is_retried_by_its_steps_policy(host: Host) -> None
 
 
 async def test_a_tool_that_keeps_raising_fails_the_run_with_its_step_named(host: Host) -> None:
-    agent, attempts = _flaky_agent(99, fusee.Retry(attempts=2, initial="1s", on_exhausted="fail"))
-    stock = _stock_workflow(agent)
+    stock, attempts = _stock_workflow(
+        99, fusee.Retry(attempts=2, initial="1s", on_exhausted="fail")
+    )
     async with host(workflows=[stock]) as t:
         run = await t.start(stock, "s-2")
         with pytest.raises(fusee.WorkflowFailed, match="the stock service is down") as failed:
@@ -360,8 +368,7 @@ async def test_a_tool_that_keeps_raising_fails_the_run_with_its_step_named(host:
 
 
 async def test_by_default_a_tool_that_keeps_raising_pauses_the_run_for_a_resume() -> None:
-    agent, attempts = _flaky_agent(5, None)
-    stock = _stock_workflow(agent)
+    stock, attempts = _stock_workflow(5, None)
     async with TestEngine(workflows=[stock]) as t:
         run = await t.start(stock, "s-3")
         with pytest.raises(
@@ -429,17 +436,8 @@ async def test_an_external_tool_call_waits_for_its_result_sent_by_a_person(host:
         """Asks the shop's manager (an answer comes later, from outside)."""
         raise CallDeferred
 
-    agent = Agent(
-        _one_tool_model("ask_manager", {"question": "refund a kettle?"}),
-        name="desk",
-        toolsets=[tools],
-        output_type=[str, DeferredToolRequests],
-        capabilities=[FuseeDurability()],
-    )
-
-    @fusee.workflow("desk")
-    async def desk(ctx: fusee.Ctx) -> str:
-        return str((await run_agent(ctx, agent, "may I?")).output)
+    model = _one_tool_model("ask_manager", {"question": "refund a kettle?"})
+    desk = _agent_workflow("desk", model, tools, deferred=True)
 
     async with host(workflows=[desk]) as t:
         run = await t.start(desk, "d-1")
@@ -471,13 +469,7 @@ async def test_parallel_tool_calls_are_steps_started_together_that_replay_alike(
         calls = [ToolCallPart("count", {"sku": sku}, tool_call_id=sku) for sku in ("kettle", "mug")]
         return ModelResponse(parts=calls)
 
-    agent = Agent(
-        FunctionModel(reply), name="stock", toolsets=[tools], capabilities=[FuseeDurability()]
-    )
-
-    @fusee.workflow("stock")
-    async def stock(ctx: fusee.Ctx) -> str:
-        return str((await run_agent(ctx, agent, "how many?", stream=None)).output)
+    stock = _agent_workflow("stock", FunctionModel(reply), tools, stream=None)
 
     # Both calls' steps start in the same turn; a crash anywhere replays
     # them in their recorded order.
@@ -501,17 +493,7 @@ async def test_deferred_calls_may_be_answered_one_signal_at_a_time(host: Host) -
         calls = [ToolCallPart("send", {"to": to}, tool_call_id=to) for to in ("ann", "bob")]
         return ModelResponse(parts=calls)
 
-    agent = Agent(
-        _function_model(reply),
-        name="mailer",
-        toolsets=[tools],
-        output_type=[str, DeferredToolRequests],
-        capabilities=[FuseeDurability()],
-    )
-
-    @fusee.workflow("mailer")
-    async def mailer(ctx: fusee.Ctx) -> str:
-        return str((await run_agent(ctx, agent, "write to both")).output)
+    mailer = _agent_workflow("mailer", _function_model(reply), tools, deferred=True)
 
     async with host(workflows=[mailer]) as t:
         run = await t.start(mailer, "m-1")
