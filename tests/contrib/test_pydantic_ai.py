@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,13 @@ import pytest
 from engine.conftest import Host, assert_steps_ran_once
 from pydantic_ai import (
     Agent,
+    AgentStreamEvent,
     CallDeferred,
     DeferredToolRequests,
     DeferredToolRequestsEvent,
     FunctionToolset,
     ModelRetry,
+    RunContext,
 )
 from pydantic_ai.messages import (
     ModelMessage,
@@ -510,3 +512,40 @@ async def test_deferred_calls_may_be_answered_one_signal_at_a_time(host: Host) -
         assert await run.result() == "sent to ann; no mail to bob"
         assert sent == ["ann"]
         assert_steps_ran_once(t)
+
+
+async def test_an_event_stream_handler_gets_each_event_once_inside_its_step() -> None:
+    handled: list[str] = []
+
+    async def handler(ctx: RunContext[Any], stream: AsyncIterable[AgentStreamEvent]) -> None:
+        async for event in stream:
+            # Inside the step that made the event: its attempt is the step's.
+            assert fusee.current_step() is not None
+            handled.append(event.event_kind)
+
+    tools = FunctionToolset(id="stock")
+
+    @tools.tool_plain
+    def count(sku: str) -> int:
+        return 3
+
+    agent = Agent(
+        _one_tool_model("count", {"sku": "kettle"}),
+        name="stock",
+        toolsets=[tools],
+        capabilities=[FuseeDurability(event_stream_handler=handler)],
+    )
+
+    @fusee.workflow("stock")
+    async def stock(ctx: fusee.Ctx) -> str:
+        return str((await run_agent(ctx, agent, "how many?")).output)
+
+    async with TestEngine(workflows=[stock]) as t:
+        run = await t.start(stock, "h-1")
+        assert await run.result() == "got 3"
+        streamed = [e.event_kind async for e in events(run.stream("agent"))]
+        assert handled == streamed
+        assert "function_tool_result" in handled
+        await t.crash()
+        assert await run.result() == "got 3"
+        assert handled == streamed
