@@ -1471,12 +1471,17 @@ class RunMachine:
 
         Returns:
             The `StreamEnd` record to append, or None if the stream is
-            complete already (replay included).
+            complete already (replay included) or a step leaves the stream
+            of workflow code.
         """
         if step is not None:
             self._stream_step(step, "stream close")
         st = self._stream_state(name)
         if st.closed is not None:
+            return None
+        if step is not None and st.owner == _WORKFLOW_OWNER:
+            # A step appends to the workflow's stream without owning it: the
+            # workflow code completes it, after its other steps appended.
             return None
         if st.owner >= 0 and (step is None or st.owner != step):
             raise _written_by(name, st.owner)

@@ -48,6 +48,9 @@ RANKS: Mapping[str, int] = {
     "fusee.cli": 13,
     "fusee": 14,
     "fusee.__main__": 14,
+    # Integrations with other libraries, each behind an extra: they use
+    # fusee's public names (the facade) like any application does.
+    "fusee.contrib": 15,
 }
 
 

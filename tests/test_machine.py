@@ -726,6 +726,27 @@ def test_a_step_stream_ends_with_the_step_and_continues_after_a_retry() -> None:
         m.stream_append("out", None, b"z")
 
 
+def test_steps_append_to_a_workflow_stream_that_only_the_workflow_completes() -> None:
+    m = RunMachine.fresh(start(), 1)
+    assert m.stream_open("events", None) == StreamOpen(0, False)
+    first = _some(m.stream_append("events", None, b"w"))
+    s, _ = m.begin_step("model")
+    assert m.stream_open("events", s) == StreamOpen(0, False)
+    chunk = _some(m.stream_append("events", s, b"x"))
+    assert chunk == Chunk(1, s, 1, "events", 1, b"x")
+    # The step's `async with` ends without completing the workflow's stream.
+    assert m.stream_close("events", s) is None
+    assert not m.owns_streams(s)
+    assert m.stream_ends(s, Status.OK) == []
+    # A crash before the step's result: the step runs again after its chunk.
+    r = RunMachine([start(), first, chunk], 2)
+    assert r.stream_open("events", None) == StreamOpen(0, False)
+    assert r.stream_append("events", None, b"w") is None
+    s2, _ = r.begin_step("model")
+    assert r.stream_open("events", s2) == StreamOpen(1, False)
+    assert m.stream_close("events", None) == StreamEnd(1, stream.WORKFLOW, "events", 2, Status.OK)
+
+
 def test_a_stream_from_a_step_that_no_longer_runs_is_refused() -> None:
     m = RunMachine.fresh(start(), 1)
     with pytest.raises(RuntimeError, match="no longer running"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -324,6 +325,24 @@ async def test_a_stream_is_read_live_while_the_run_waits(host: Host) -> None:
         assert got.empty()
         # Read again from the start, after the end: every chunk once.
         assert [w async for w in run.stream("words")] == ["w0", "w1", "w2"]
+
+
+async def test_a_stream_stays_open_while_its_run_is_parked(host: Host) -> None:
+    async with host(workflows=[talker], park_after="5s") as t:
+        run = await t.start(talker, "t-2", 2)
+        assert [w async for w in _first(run.stream("words"), 1)] == ["w0"]
+        await t.advance("10s")
+        assert not t.is_loaded("t-2")
+        # Parking ends the run's code in memory, not its stream: replay goes on with it.
+        await run.signal(go, 1)
+        await run.signal(go, 1)
+        assert await run.result() == 2
+        assert [w async for w in run.stream("words")] == ["w0", "w1"]
+
+
+async def _first(chunks: AsyncIterator[str], n: int) -> AsyncIterator[str]:
+    for _ in range(n):
+        yield await chunks.__anext__()
 
 
 async def test_a_step_writes_a_stream_that_ends_with_its_result(host: Host) -> None:
