@@ -23,7 +23,6 @@ a thread) is off unless the caller's ``run_config`` turns it on.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import dataclasses
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
@@ -251,9 +250,6 @@ class _StepModel(Model):
         agent = self._agent
 
         async def unit(s: fusee.StepCtx) -> dict[str, Any]:
-            # Suspends before it does anything: the engine may run a step's
-            # first stretch eagerly, in another context than its task.
-            await asyncio.sleep(0)
             model = self._resolve(scope)
             args = (system_instructions, input, model_settings, tools, output_schema, handoffs)
             kw: dict[str, Any] = {
@@ -300,7 +296,6 @@ def _step_tool(agent: str, tool: FunctionTool) -> FunctionTool:
         scope = _in_scope()
 
         async def unit(s: fusee.StepCtx) -> Any:
-            await asyncio.sleep(0)
             if scope.stream is None:
                 return await invoke(tool_ctx, arguments)
             async with s.stream(scope.stream) as out:

@@ -21,7 +21,6 @@ journal; what a step appends to the stream is the engine's to deduplicate
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -116,11 +115,6 @@ class _StepBackend(JournalCallableOperationBackend[_StepConfig]):
         scope = _in_scope()
 
         async def unit(s: fusee.StepCtx) -> Any:
-            # Suspends once before it sets a context variable: the engine may
-            # run a step's first stretch eagerly, in another context than the
-            # task that finishes it, and a variable set in one cannot be
-            # reset in the other.
-            await asyncio.sleep(0)
             # The unit's code is not in the workflow any more: what it calls
             # (a model, a tool) runs directly, not as another step.
             outer = _SCOPE.set(None)
