@@ -1402,6 +1402,22 @@ class RunMachine:
             return p.attempt
         raise RuntimeError(f"{what} is called from a step that is no longer running")
 
+    def stream_of_workflow(self, name: str) -> bool:
+        """Whether workflow code writes stream ``name`` (a step may append to it too).
+
+        A read, not in the reference's API: a step's writer asks it so that
+        leaving the stream does not complete it for the workflow
+        (`stream_close` from a step completes any stream it may write).
+
+        Example:
+            >>> from fusee.record import Start
+            >>> m = RunMachine.fresh(Start(run=1, id="a", wtype="wf"), 1)
+            >>> _ = m.stream_open("events", None)
+            >>> m.stream_of_workflow("events"), m.stream_of_workflow("other")
+            (True, False)
+        """
+        return any(st.name == name and st.owner == _WORKFLOW_OWNER for st in self._streams)
+
     def stream_open(self, name: str, step: int | None) -> StreamOpen:
         """Workflow code (``step=None``) or the step at ``step`` opens stream ``name``.
 
@@ -1471,17 +1487,12 @@ class RunMachine:
 
         Returns:
             The `StreamEnd` record to append, or None if the stream is
-            complete already (replay included) or a step leaves the stream
-            of workflow code.
+            complete already (replay included).
         """
         if step is not None:
             self._stream_step(step, "stream close")
         st = self._stream_state(name)
         if st.closed is not None:
-            return None
-        if step is not None and st.owner == _WORKFLOW_OWNER:
-            # A step appends to the workflow's stream without owning it: the
-            # workflow code completes it, after its other steps appended.
             return None
         if st.owner >= 0 and (step is None or st.owner != step):
             raise _written_by(name, st.owner)

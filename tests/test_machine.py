@@ -726,7 +726,7 @@ def test_a_step_stream_ends_with_the_step_and_continues_after_a_retry() -> None:
         m.stream_append("out", None, b"z")
 
 
-def test_steps_append_to_a_workflow_stream_that_only_the_workflow_completes() -> None:
+def test_steps_append_to_a_workflow_stream_the_workflow_completes() -> None:
     m = RunMachine.fresh(start(), 1)
     assert m.stream_open("events", None) == StreamOpen(0, False)
     first = _some(m.stream_append("events", None, b"w"))
@@ -734,8 +734,9 @@ def test_steps_append_to_a_workflow_stream_that_only_the_workflow_completes() ->
     assert m.stream_open("events", s) == StreamOpen(0, False)
     chunk = _some(m.stream_append("events", s, b"x"))
     assert chunk == Chunk(1, s, 1, "events", 1, b"x")
-    # The step's `async with` ends without completing the workflow's stream.
-    assert m.stream_close("events", s) is None
+    # The step's writer leaves the workflow's stream open (engine/_streams.py).
+    assert m.stream_of_workflow("events")
+    assert not m.stream_of_workflow("other")
     assert not m.owns_streams(s)
     assert m.stream_ends(s, Status.OK) == []
     # A crash before the step's result: the step runs again after its chunk.

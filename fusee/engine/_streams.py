@@ -123,6 +123,10 @@ class StepStream:
             # appends to a closed stream).
             return
         driver = self._state.driver
+        if driver.machine.stream_of_workflow(self._name):
+            # The step appended to its workflow's stream: the workflow code
+            # completes it, after its other steps appended.
+            return
         driver.append(driver.machine.stream_close(self._name, self._seq))
 
     async def append(self, value: Any) -> None:
