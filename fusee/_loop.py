@@ -5,7 +5,9 @@ and calls `WorkflowLoop.run_ready` after each journal delivery; the loop runs
 ready callbacks in FIFO order until none is left, keeps a time that moves only
 when the driver says so, and hands every timer to its `TimerHost` to be made
 durable. `wait`, `as_completed` and `select`, asyncio's helpers with list
-order instead of set order, are in `fusee._combinators`.
+order instead of set order, are in `fusee._combinators`. `start_eagerly`
+starts a task on any asyncio loop at once, up to its first suspension (a
+step's task, on the engine's loop).
 
 The one rule: no I/O, no clock, no threads. This module is part of the pure
 core; what workflow code cannot repeat on replay raises `NondeterministicCall`.
@@ -14,14 +16,16 @@ core; what workflow code cannot repeat on replay raises `NondeterministicCall`.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextlib
+import contextvars
 import gc
 import inspect
 import sys
 import types
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, TypeVar, cast
 
 from fusee.errors import NondeterministicCall
@@ -40,6 +44,7 @@ __all__ = [
     "RunEvicted",
     "TimerHost",
     "WorkflowLoop",
+    "start_eagerly",
 ]
 
 _T = TypeVar("_T")
@@ -1099,3 +1104,169 @@ def _has_started(task: asyncio.Future[Any]) -> bool:
     if inspect.isgenerator(coro):
         return inspect.getgeneratorstate(coro) != inspect.GEN_CREATED
     return True
+
+
+
+# -- eager start ---------------------------------------------------------------
+# A step's task (fusee.engine._steps) on the engine's own asyncio loop, not on
+# a WorkflowLoop: the task runs at once, up to its coroutine's first
+# suspension, so a step that returns at once costs no loop iteration.
+
+if sys.version_info >= (3, 12):
+
+    def start_eagerly(
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, None],
+        context: Context,
+    ) -> asyncio.Task[None] | None:
+        """Runs ``coro`` in a new task of ``loop`` at once, up to its first suspension.
+
+        The task is the current task from the coroutine's first line to its
+        end, and its context is ``context``: what the code binds to its task
+        (an anyio cancel scope, ``asyncio.timeout``) and its context
+        variables hold on every path. On Python 3.11, which has no eager
+        tasks, the start is emulated (the definition below).
+
+        Returns:
+            The task, or None if the coroutine ended before suspending (the
+            task ended as the coroutine did: its errors are its own to catch).
+
+        Example:
+            >>> async def main() -> bool:
+            ...     async def work() -> None:
+            ...         seen.append(asyncio.current_task())
+            ...     seen: list[object] = []
+            ...     context = contextvars.copy_context()
+            ...     task = start_eagerly(asyncio.get_running_loop(), work(), context)
+            ...     return task is None and seen[0] is not None
+            >>> asyncio.run(main())
+            True
+        """
+        task = asyncio.Task(coro, loop=loop, context=context, eager_start=True)
+        return None if task.done() else task
+
+else:
+    _current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = cast(
+        Any, asyncio.tasks
+    )._current_tasks
+
+    def start_eagerly(
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, None],
+        context: Context,
+    ) -> asyncio.Task[None] | None:
+        """`start_eagerly` on Python 3.11: the task is made first, then its coroutine runs as it.
+
+        While the coroutine runs to its first suspension here, the task is
+        the loop's current task (the caller's own task, if any, is put back
+        after) and the code runs in the task's context; the task's first
+        step then continues the coroutine where it suspended (`_Started`).
+        That step, for a coroutine that ended at once, is paid for after
+        the caller's own work, which goes on in the same loop iteration,
+        as with an eager task.
+
+        Example:
+            >>> async def main() -> bool:
+            ...     async def work() -> None:
+            ...         seen.append(asyncio.current_task())
+            ...     seen: list[object] = []
+            ...     context = contextvars.copy_context()
+            ...     task = start_eagerly(asyncio.get_running_loop(), work(), context)
+            ...     return task is None and seen[0] is not None
+            >>> asyncio.run(main())
+            True
+        """
+        rest = _Started(coro)
+        # Not loop.create_task: as on 3.12, no task factory makes it.
+        task: asyncio.Task[None] = asyncio.Task(rest, loop=loop, context=context)
+        tasks = _current_tasks
+        outer = tasks.get(loop)
+        tasks[loop] = task
+        try:
+            rest.first = context.run(coro.send, None)
+        except StopIteration as stop:
+            rest.ended = True
+            rest.value = stop.value
+            return None
+        except (Exception, asyncio.CancelledError) as error:
+            rest.ended = True
+            rest.error = error
+            return None
+        except BaseException:
+            # KeyboardInterrupt, SystemExit go on up, as from an eager task;
+            # the task ends cancelled.
+            rest.ended = True
+            rest.error = asyncio.CancelledError()
+            raise
+        finally:
+            if outer is None:
+                del tasks[loop]
+            else:
+                tasks[loop] = outer
+        return task
+
+
+_NOTHING: Any = object()
+
+
+class _Started(collections.abc.Coroutine[Any, Any, Any]):
+    """The coroutine of a task `start_eagerly` made on Python 3.11: the rest of the step's.
+
+    The step's coroutine ran as the task up to its first suspension (or
+    its end): the task's first step takes what it yielded (or its
+    outcome); its later steps drive the coroutine itself.
+    """
+
+    __slots__ = ("coro", "ended", "error", "first", "value")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self.coro = coro
+        # What the coroutine yielded at its first suspension, until the task takes it.
+        self.first: Any = _NOTHING
+        # Whether it ended before suspending, and how.
+        self.ended = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def send(self, value: Any) -> Any:
+        first = self.first
+        if first is not _NOTHING:
+            self.first = _NOTHING
+            return first
+        if self.ended:
+            self.ended = False
+            error, self.error = self.error, None
+            if error is not None:
+                raise error
+            raise StopIteration(self.value)
+        return self.coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        first = self.first
+        if first is not _NOTHING:
+            self.first = _NOTHING
+            # Cancelled before its first step took the future the coroutine
+            # awaits: as Task.cancel does to the future a task awaits, that
+            # future is cancelled (an awaited task with it) and awaited, so
+            # the coroutine sees CancelledError where it awaits.
+            if isinstance(typ, asyncio.CancelledError) and asyncio.isfuture(first):
+                if first.cancel(typ.args[0] if typ.args else None):
+                    return first
+        elif self.ended:
+            # It ended before the cancel came: as for a task already done.
+            return self.send(None)
+        if val is None and tb is None:
+            return self.coro.throw(typ)
+        return self.coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self.first = _NOTHING
+        self.coro.close()
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        raise TypeError("only the task start_eagerly made may drive this coroutine")
+
+    def __getattr__(self, name: str) -> Any:
+        # cr_frame, cr_running, cr_suspended, __qualname__: what inspect,
+        # anyio and a task's repr read of a task's coroutine.
+        return getattr(self.coro, name)
