@@ -16,7 +16,6 @@ core; what workflow code cannot repeat on replay raises `NondeterministicCall`.
 from __future__ import annotations
 
 import asyncio
-import collections.abc
 import contextlib
 import contextvars
 import gc
@@ -25,7 +24,7 @@ import sys
 import types
 import weakref
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, TypeVar, cast
 
 from fusee.errors import NondeterministicCall
@@ -1149,21 +1148,28 @@ else:
     _current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = cast(
         Any, asyncio.tasks
     )._current_tasks
+    # The first step of the task being made (`_hold`).
+    _held: list[Callable[[], object]] = []
+
+    def _hold(step: Callable[[], object], *args: Any, context: Context | None = None) -> None:
+        _held.append(step)
 
     def start_eagerly(
         loop: asyncio.AbstractEventLoop,
         coro: Coroutine[Any, Any, None],
         context: Context,
     ) -> asyncio.Task[None] | None:
-        """`start_eagerly` on Python 3.11: the task is made first, then its coroutine runs as it.
+        """`start_eagerly` on Python 3.11, which has no eager tasks: the task's first step is taken here.
 
-        While the coroutine runs to its first suspension here, the task is
-        the loop's current task (the caller's own task, if any, is put back
-        after) and the code runs in the task's context; the task's first
-        step then continues the coroutine where it suspended (`_Started`).
-        That step, for a coroutine that ended at once, is paid for after
-        the caller's own work, which goes on in the same loop iteration,
-        as with an eager task.
+        A task's constructor schedules its first step with ``loop.call_soon``;
+        for the length of the constructor the loop's own ``call_soon`` is
+        shadowed by `_hold`, which keeps the step instead, and the step is
+        then taken at once, in the task's context, as the loop would take
+        it: asyncio's own step makes the task the current task (the
+        caller's task, if any, is set aside meanwhile) and runs the
+        coroutine to its first suspension, where the task waits on what it
+        awaits, or to its end. A loop with no instance attributes
+        (uvloop's) gets an ordinary task, started by the loop.
 
         Example:
             >>> async def main() -> bool:
@@ -1176,97 +1182,20 @@ else:
             >>> asyncio.run(main())
             True
         """
-        rest = _Started(coro)
-        # Not loop.create_task: as on 3.12, no task factory makes it.
-        task: asyncio.Task[None] = asyncio.Task(rest, loop=loop, context=context)
-        tasks = _current_tasks
-        outer = tasks.get(loop)
-        tasks[loop] = task
+        own = getattr(loop, "__dict__", None)
+        if own is None or "call_soon" in own:
+            return loop.create_task(coro, context=context)
+        own["call_soon"] = _hold
         try:
-            rest.first = context.run(coro.send, None)
-        except StopIteration as stop:
-            rest.ended = True
-            rest.value = stop.value
-            return None
-        except (Exception, asyncio.CancelledError) as error:
-            rest.ended = True
-            rest.error = error
-            return None
-        except BaseException:
-            # KeyboardInterrupt, SystemExit go on up, as from an eager task;
-            # the task ends cancelled.
-            rest.ended = True
-            rest.error = asyncio.CancelledError()
-            raise
+            # Not loop.create_task: as on 3.12, no task factory makes it.
+            task: asyncio.Task[None] = asyncio.Task(coro, loop=loop, context=context)
         finally:
-            if outer is None:
-                del tasks[loop]
-            else:
-                tasks[loop] = outer
-        return task
-
-
-_NOTHING: Any = object()
-
-
-class _Started(collections.abc.Coroutine[Any, Any, Any]):
-    """The coroutine of a task `start_eagerly` made on Python 3.11: the rest of the step's.
-
-    The step's coroutine ran as the task up to its first suspension (or
-    its end): the task's first step takes what it yielded (or its
-    outcome); its later steps drive the coroutine itself.
-    """
-
-    __slots__ = ("coro", "ended", "error", "first", "value")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
-        self.coro = coro
-        # What the coroutine yielded at its first suspension, until the task takes it.
-        self.first: Any = _NOTHING
-        # Whether it ended before suspending, and how.
-        self.ended = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-    def send(self, value: Any) -> Any:
-        first = self.first
-        if first is not _NOTHING:
-            self.first = _NOTHING
-            return first
-        if self.ended:
-            self.ended = False
-            error, self.error = self.error, None
-            if error is not None:
-                raise error
-            raise StopIteration(self.value)
-        return self.coro.send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        first = self.first
-        if first is not _NOTHING:
-            self.first = _NOTHING
-            # Cancelled before its first step took the future the coroutine
-            # awaits: as Task.cancel does to the future a task awaits, that
-            # future is cancelled (an awaited task with it) and awaited, so
-            # the coroutine sees CancelledError where it awaits.
-            if isinstance(typ, asyncio.CancelledError) and asyncio.isfuture(first):
-                if first.cancel(typ.args[0] if typ.args else None):
-                    return first
-        elif self.ended:
-            # It ended before the cancel came: as for a task already done.
-            return self.send(None)
-        if val is None and tb is None:
-            return self.coro.throw(typ)
-        return self.coro.throw(typ, val, tb)
-
-    def close(self) -> None:
-        self.first = _NOTHING
-        self.coro.close()
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        raise TypeError("only the task start_eagerly made may drive this coroutine")
-
-    def __getattr__(self, name: str) -> Any:
-        # cr_frame, cr_running, cr_suspended, __qualname__: what inspect,
-        # anyio and a task's repr read of a task's coroutine.
-        return getattr(self.coro, name)
+            del own["call_soon"]
+        step = _held.pop()
+        outer = _current_tasks.pop(loop, None)
+        try:
+            context.run(step)
+        finally:
+            if outer is not None:
+                _current_tasks[loop] = outer
+        return None if task.done() else task
