@@ -1105,7 +1105,6 @@ def _has_started(task: asyncio.Future[Any]) -> bool:
     return True
 
 
-
 # -- eager start ---------------------------------------------------------------
 # A step's task (fusee.engine._steps) on the engine's own asyncio loop, not on
 # a WorkflowLoop: the task runs at once, up to its coroutine's first
@@ -1116,7 +1115,7 @@ if sys.version_info >= (3, 12):
     def start_eagerly(
         loop: asyncio.AbstractEventLoop,
         coro: Coroutine[Any, Any, None],
-        context: Context,
+        context: contextvars.Context,
     ) -> asyncio.Task[None] | None:
         """Runs ``coro`` in a new task of ``loop`` at once, up to its first suspension.
 
@@ -1151,15 +1150,17 @@ else:
     # The first step of the task being made (`_hold`).
     _held: list[Callable[[], object]] = []
 
-    def _hold(step: Callable[[], object], *args: Any, context: Context | None = None) -> None:
+    def _hold(
+        step: Callable[[], object], *args: Any, context: contextvars.Context | None = None
+    ) -> None:
         _held.append(step)
 
     def start_eagerly(
         loop: asyncio.AbstractEventLoop,
         coro: Coroutine[Any, Any, None],
-        context: Context,
+        context: contextvars.Context,
     ) -> asyncio.Task[None] | None:
-        """`start_eagerly` on Python 3.11, which has no eager tasks: the task's first step is taken here.
+        """`start_eagerly` on Python 3.11 (no eager tasks): the task's first step is taken here.
 
         A task's constructor schedules its first step with ``loop.call_soon``;
         for the length of the constructor the loop's own ``call_soon`` is
@@ -1170,17 +1171,6 @@ else:
         coroutine to its first suspension, where the task waits on what it
         awaits, or to its end. A loop with no instance attributes
         (uvloop's) gets an ordinary task, started by the loop.
-
-        Example:
-            >>> async def main() -> bool:
-            ...     async def work() -> None:
-            ...         seen.append(asyncio.current_task())
-            ...     seen: list[object] = []
-            ...     context = contextvars.copy_context()
-            ...     task = start_eagerly(asyncio.get_running_loop(), work(), context)
-            ...     return task is None and seen[0] is not None
-            >>> asyncio.run(main())
-            True
         """
         own = getattr(loop, "__dict__", None)
         if own is None or "call_soon" in own:
