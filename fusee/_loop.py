@@ -1179,6 +1179,9 @@ else:
         try:
             # Not loop.create_task: as on 3.12, no task factory makes it.
             task: asyncio.Task[None] = asyncio.Task(coro, loop=loop, context=context)
+        except BaseException:
+            _held.clear()  # the next task's step must not be taken for this one's
+            raise
         finally:
             del own["call_soon"]
         step = _held.pop()

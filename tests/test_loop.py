@@ -1560,3 +1560,23 @@ async def test_an_eager_task_started_from_inside_another_task_leaves_that_task_c
     outer = loop.create_task(caller())
     await outer
     assert inside == [True, True]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 starts a task eagerly on any loop")
+async def test_an_eager_start_on_a_loop_whose_call_soon_is_its_own_makes_an_ordinary_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def work() -> None:
+        seen.append(asyncio.current_task())
+
+    # A loop instance that shadows call_soon itself (instrumented, or a
+    # loop type with no instance attributes) is left alone.
+    monkeypatch.setattr(loop, "call_soon", loop.call_soon)
+    task = start_eagerly(loop, work(), contextvars.copy_context())
+    assert task is not None
+    assert seen == []  # started by the loop, not at once
+    await task
+    assert seen == [task]
