@@ -5,7 +5,9 @@ and calls `WorkflowLoop.run_ready` after each journal delivery; the loop runs
 ready callbacks in FIFO order until none is left, keeps a time that moves only
 when the driver says so, and hands every timer to its `TimerHost` to be made
 durable. `wait`, `as_completed` and `select`, asyncio's helpers with list
-order instead of set order, are in `fusee._combinators`.
+order instead of set order, are in `fusee._combinators`. `start_eagerly`
+starts a task on any asyncio loop at once, up to its first suspension (a
+step's task, on the engine's loop).
 
 The one rule: no I/O, no clock, no threads. This module is part of the pure
 core; what workflow code cannot repeat on replay raises `NondeterministicCall`.
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import inspect
 import sys
 import types
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, TypeVar, cast
 
 from fusee.errors import NondeterministicCall
@@ -40,6 +43,7 @@ __all__ = [
     "RunEvicted",
     "TimerHost",
     "WorkflowLoop",
+    "start_eagerly",
 ]
 
 _T = TypeVar("_T")
@@ -1099,3 +1103,92 @@ def _has_started(task: asyncio.Future[Any]) -> bool:
     if inspect.isgenerator(coro):
         return inspect.getgeneratorstate(coro) != inspect.GEN_CREATED
     return True
+
+
+# -- eager start ---------------------------------------------------------------
+# A step's task (fusee.engine._steps) on the engine's own asyncio loop, not on
+# a WorkflowLoop: the task runs at once, up to its coroutine's first
+# suspension, so a step that returns at once costs no loop iteration.
+
+if sys.version_info >= (3, 12):
+
+    def start_eagerly(
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, None],
+        context: contextvars.Context,
+    ) -> asyncio.Task[None] | None:
+        """Runs ``coro`` in a new task of ``loop`` at once, up to its first suspension.
+
+        The task is the current task from the coroutine's first line to its
+        end, and its context is ``context``: what the code binds to its task
+        (an anyio cancel scope, ``asyncio.timeout``) and its context
+        variables hold on every path. On Python 3.11, which has no eager
+        tasks, the start is emulated (the definition below).
+
+        Returns:
+            The task, or None if the coroutine ended before suspending (the
+            task ended as the coroutine did: its errors are its own to catch).
+
+        Example:
+            >>> async def main() -> bool:
+            ...     async def work() -> None:
+            ...         seen.append(asyncio.current_task())
+            ...     seen: list[object] = []
+            ...     context = contextvars.copy_context()
+            ...     task = start_eagerly(asyncio.get_running_loop(), work(), context)
+            ...     return task is None and seen[0] is not None
+            >>> asyncio.run(main())
+            True
+        """
+        task = asyncio.Task(coro, loop=loop, context=context, eager_start=True)
+        return None if task.done() else task
+
+else:
+    _current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = cast(
+        Any, asyncio.tasks
+    )._current_tasks
+    # The first step of the task being made (`_hold`).
+    _held: list[Callable[[], object]] = []
+
+    def _hold(
+        step: Callable[[], object], *args: Any, context: contextvars.Context | None = None
+    ) -> None:
+        _held.append(step)
+
+    def start_eagerly(
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, None],
+        context: contextvars.Context,
+    ) -> asyncio.Task[None] | None:
+        """`start_eagerly` on Python 3.11 (no eager tasks): the task's first step is taken here.
+
+        A task's constructor schedules its first step with ``loop.call_soon``;
+        for the length of the constructor the loop's own ``call_soon`` is
+        shadowed by `_hold`, which keeps the step instead, and the step is
+        then taken at once, in the task's context, as the loop would take
+        it: asyncio's own step makes the task the current task (the
+        caller's task, if any, is set aside meanwhile) and runs the
+        coroutine to its first suspension, where the task waits on what it
+        awaits, or to its end. A loop with no instance attributes
+        (uvloop's) gets an ordinary task, started by the loop.
+        """
+        own = getattr(loop, "__dict__", None)
+        if own is None or "call_soon" in own:
+            return loop.create_task(coro, context=context)
+        own["call_soon"] = _hold
+        try:
+            # Not loop.create_task: as on 3.12, no task factory makes it.
+            task: asyncio.Task[None] = asyncio.Task(coro, loop=loop, context=context)
+        except BaseException:
+            _held.clear()  # the next task's step must not be taken for this one's
+            raise
+        finally:
+            del own["call_soon"]
+        step = _held.pop()
+        outer = _current_tasks.pop(loop, None)
+        try:
+            context.run(step)
+        finally:
+            if outer is not None:
+                _current_tasks[loop] = outer
+        return None if task.done() else task

@@ -11,6 +11,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +24,7 @@ from fusee._combinators import (
     select,
     wait,
 )
-from fusee._loop import RunEvicted, WorkflowLoop, _name_refusals
+from fusee._loop import RunEvicted, WorkflowLoop, _name_refusals, start_eagerly
 from fusee.errors import NondeterministicCall
 
 T = TypeVar("T")
@@ -1454,3 +1455,128 @@ def test_the_same_deliveries_give_the_same_trace(data: st.DataObject) -> None:
     del ballast
     assert first == second
     assert "end" in first
+
+
+# -- start_eagerly -------------------------------------------------------------
+
+_seen_var: contextvars.ContextVar[str] = contextvars.ContextVar("_seen_var", default="unset")
+
+
+def _in_context(value: str) -> contextvars.Context:
+    """A copy of the current context with `_seen_var` set to ``value``."""
+    context = contextvars.copy_context()
+    context.run(_seen_var.set, value)
+    return context
+
+
+async def test_an_eager_task_that_returns_at_once_ran_as_its_own_task_in_its_context() -> None:
+    loop = asyncio.get_running_loop()
+    caller = asyncio.current_task()
+    seen: list[tuple[asyncio.Task[Any] | None, str]] = []
+
+    async def work() -> None:
+        seen.append((asyncio.current_task(), _seen_var.get()))
+
+    assert start_eagerly(loop, work(), _in_context("step")) is None
+    [(task, value)] = seen
+    assert task is not None
+    assert task is not caller
+    assert task.done()
+    assert value == "step"
+    assert asyncio.current_task() is caller  # the caller's task is put back
+    assert _seen_var.get() == "unset"
+
+
+async def test_an_eager_task_that_suspends_goes_on_as_the_same_task() -> None:
+    loop = asyncio.get_running_loop()
+    gate: asyncio.Future[str] = loop.create_future()
+    seen: list[tuple[asyncio.Task[Any] | None, str]] = []
+
+    async def work() -> None:
+        seen.append((asyncio.current_task(), _seen_var.get()))
+        seen.append((asyncio.current_task(), await gate))
+
+    task = start_eagerly(loop, work(), _in_context("step"))
+    assert task is not None
+    assert not task.done()
+    assert seen == [(task, "step")]  # ran to its first await before start_eagerly returned
+    gate.set_result("woken")
+    await task
+    assert seen == [(task, "step"), (task, "woken")]
+
+
+async def test_an_eager_task_cancelled_at_its_first_await_sees_cancelled_error_there() -> None:
+    loop = asyncio.get_running_loop()
+    inner = loop.create_task(asyncio.sleep(3600))
+    outcome: list[str] = []
+
+    async def work() -> None:
+        try:
+            await inner
+        except asyncio.CancelledError:
+            outcome.append("cancelled at its await")
+            raise
+
+    task = start_eagerly(loop, work(), contextvars.copy_context())
+    assert task is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert outcome == ["cancelled at its await"]
+    assert inner.cancelled()  # the awaited task is cancelled with it, as for any task
+
+
+async def test_an_eager_task_holds_a_cancel_scope_and_timeout_entered_before_it_suspends() -> None:
+    loop = asyncio.get_running_loop()
+    ended: list[str] = []
+
+    async def work() -> None:
+        with anyio.move_on_after(0) as scope:
+            await asyncio.sleep(3600)
+        assert scope.cancelled_caught
+        try:
+            async with asyncio.timeout(0):
+                await asyncio.sleep(3600)
+        except TimeoutError:
+            ended.append("timed out")
+
+    task = start_eagerly(loop, work(), contextvars.copy_context())
+    assert task is not None
+    await task
+    assert ended == ["timed out"]
+
+
+async def test_an_eager_task_started_from_inside_another_task_leaves_that_task_current() -> None:
+    loop = asyncio.get_running_loop()
+    inside: list[bool] = []
+
+    async def step() -> None:
+        inside.append(asyncio.current_task() is not outer)
+
+    async def caller() -> None:
+        start_eagerly(loop, step(), contextvars.copy_context())
+        inside.append(asyncio.current_task() is outer)
+
+    outer = loop.create_task(caller())
+    await outer
+    assert inside == [True, True]
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.12 starts a task eagerly on any loop")
+async def test_an_eager_start_on_a_loop_whose_call_soon_is_its_own_makes_an_ordinary_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = asyncio.get_running_loop()
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def work() -> None:
+        seen.append(asyncio.current_task())
+
+    # A loop instance that shadows call_soon itself (instrumented, or a
+    # loop type with no instance attributes) is left alone.
+    monkeypatch.setattr(loop, "call_soon", loop.call_soon)
+    task = start_eagerly(loop, work(), contextvars.copy_context())
+    assert task is not None
+    assert seen == []  # started by the loop, not at once
+    await task
+    assert seen == [task]

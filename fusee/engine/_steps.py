@@ -16,7 +16,6 @@ import contextvars
 import functools
 import inspect
 import logging
-import sys
 import threading
 import time
 import types
@@ -27,6 +26,7 @@ import anyio.to_thread
 
 from fusee import _codec
 from fusee._driver import error_payload
+from fusee._loop import start_eagerly
 from fusee._stepfn import code_deciding, mark_returns_awaitable, returns_awaitable, takes_arg
 from fusee.context import CancelFlag, StepCtx, _current_step, _LaterStepCtx
 from fusee.engine._slowsteps import AttemptWatch, expected_s, slow_step_default_s
@@ -258,27 +258,20 @@ class StepExecutor:
         self._track(self.loop.create_task(self._run_step(state, call, None)), state)
 
     def _eager(self, state: RunState, call: StepCall, context: contextvars.Context) -> None:
-        """Starts the task of a step whose gate is durable; it runs at once where Python allows.
+        """Starts the task of a step whose gate is durable; it runs at once, as that task.
 
         The task runs the attempt from its first line to its end: anything
         the code binds to its task (a cancel scope, ``asyncio.timeout``)
-        holds. On Python 3.12 and later the task starts eagerly, here, with
-        itself as the current task: a coroutine that returns without
-        suspending is done before this returns, with no loop iteration of
-        its own, and is never tracked.
+        holds. It starts eagerly, here (`fusee._loop.start_eagerly`): a
+        coroutine that returns without suspending is done before this
+        returns, with no loop iteration before its result, and is never
+        tracked.
         """
         if not state.loaded:
             return
-        coro = self._run_first(state, call)
-        if sys.version_info >= (3, 12):
-            task = asyncio.Task(coro, loop=self.loop, context=context, eager_start=True)
-            if task.done():
-                # Not tracked: nothing is left to cancel or wait for.
-                _failed(task)
-                return
-        else:
-            task = self.loop.create_task(coro, context=context)
-        self._track(task, state)
+        task = start_eagerly(self.loop, self._run_first(state, call), context)
+        if task is not None:
+            self._track(task, state)
 
     async def _run_first(self, state: RunState, call: StepCall) -> None:
         """The task of a step whose first attempt starts at once: it finishes in this task."""
@@ -296,17 +289,6 @@ class StepExecutor:
         state.steps.add(task)
         self._runs_of[task] = state
         task.add_done_callback(self._task_done)
-
-    def _untrack(self, state: RunState) -> None:
-        """The current task leaves ``state``'s steps with nothing left to do (`_run_eagerly`).
-
-        The turn its result starts then sees the run with no task of this
-        step, and its end schedules no `_task_done`.
-        """
-        task = asyncio.current_task()
-        if task is not None and self._runs_of.pop(task, None) is not None:
-            state.steps.discard(task)
-            task.remove_done_callback(self._task_done)
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         _failed(task)
@@ -333,10 +315,10 @@ class StepExecutor:
     def _run_eagerly(self, state: RunState, call: StepCall) -> _First | None:
         """The first attempt of an async step, up to its coroutine's first suspension.
 
-        Called in the step's task (`_run_first`). Most step coroutines return
-        without suspending: their result then goes to the run with none of
-        `_run_step`'s bookkeeping (and, started eagerly, with no loop
-        iteration of their own). Returns None when the attempt is finished
+        Called in the step's task (`_run_first`), as it starts, before it is
+        tracked. Most step coroutines return without suspending: their
+        result then goes to the run with none of `_run_step`'s bookkeeping
+        and no loop iteration of their own. Returns None when the attempt is finished
         (or the run no longer wants it), else what `_run_step` must finish,
         in this same task.
         """
@@ -379,7 +361,6 @@ class StepExecutor:
         if tel is not None:
             assert sctx is not None
             tel.attempt_ended(sctx, None, "waiting" if call.is_await else "ok")
-        self._untrack(state)
         if call.is_await:
             host.token_out(state, seq)
         else:
