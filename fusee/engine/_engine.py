@@ -547,7 +547,10 @@ class Engine:
                 fut.set_result(None)
 
     def result_ready(self, id: str) -> None:
-        """Run ``id`` ended outside a driver (a queued run cancelled): its waiters look again."""
+        """Run ``id``'s end changed outside a driver (a queued run cancelled, or a run queued).
+
+        The end it remembers is forgotten, and its result's waiters look again.
+        """
         self._ends.pop(id, None)
         for fut in self._results.pop(id, []):
             if not fut.done():
@@ -1086,6 +1089,12 @@ class Engine:
         final = self.runs.row(state, finished_ms=done.finished_ms)
         if state.outbox:
             state.final_row = final
+            # Until then it says "running" (a row saying "suspended", written
+            # before the turn that ended it, would keep recovery from loading
+            # it and re-deriving its outbox).
+            self.committer.put_row(
+                dataclasses.replace(final, status=RunStatus.RUNNING, finished_ms=None)
+            )
         else:
             self.committer.put_row(final)
         if state.park_handle is not None:
@@ -1213,9 +1222,14 @@ class Engine:
     def outbox_done(self, state: RunState, seq: int) -> None:
         """A send or child start of ``state``'s run was delivered (or given up)."""
         state.outbox.discard(seq)
-        if not state.outbox and state.final_row is not None:
+        if state.outbox:
+            return
+        if state.final_row is not None:
             row, state.final_row = state.final_row, None
             self.committer.put_row(row)
+        elif state.loaded and state.driver.end is None:
+            # It may be idle now: its row and its parking follow (`turned`).
+            self.host.turned(state.driver)
 
 
 def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:

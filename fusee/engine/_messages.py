@@ -21,6 +21,7 @@ left unconsumed while a wait of its name was open (`fusee._jsonview.SignalMarks`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -328,6 +329,45 @@ class Messages:
             status = str(row.status) if row is not None else "ended"
         return RunFinished(id, status, what)
 
+    # --- the outbox: what a run's durable records make it owe other runs ---------------------
+
+    def owe(self, state: RunState, rec: Child | Send, lsn: int = 0) -> None:
+        """Puts ``rec``'s message in ``state``'s outbox; it goes once ``lsn`` is durable (0: now).
+
+        The live reaction to the record (`EngineHost`) and recovery's
+        re-derivation from the journal (`Runs.rebuild`) both come here, so
+        the outbox is one thing, made one way. A child's start is marked as
+        under way at once: a send or cancel to the child, in the same outbox,
+        is applied after it (`_after_start`), never before.
+        """
+        engine = self._engine
+        state.outbox.add(rec.seq)
+        if isinstance(rec, Child):
+            if state.starting is None:
+                state.starting = {}
+            state.starting[rec.id] = asyncio.Event()
+            engine.committer.on_durable(lsn, lambda: engine.spawn(self.start_child(state, rec)))
+        else:
+            engine.committer.on_durable(lsn, lambda: engine.spawn(self.send(state, rec)))
+
+    def owe_cancel(self, state: RunState, seq: int, child: str) -> None:
+        """Cancels attached child ``child`` (at ``seq``) once ``state``'s records are durable.
+
+        The code drops the child again whenever it replays, and the child
+        counts a second cancel as none.
+        """
+        engine = self._engine
+        state.dropped_children.add(seq)
+        engine.committer.on_durable(
+            state.driver.machine.gate,
+            lambda: engine.spawn(self.cancel_child(state, seq, child)),
+        )
+
+    async def _after_start(self, state: RunState, id: str) -> None:
+        """Returns once no start of child ``id`` is in ``state``'s outbox."""
+        while state.starting is not None and (started := state.starting.get(id)) is not None:
+            await started.wait()
+
     async def send(self, sender: RunState, rec: Send) -> None:
         """A ``ctx.send`` of ``sender``, once its record is durable (the outbox's delivery).
 
@@ -335,6 +375,7 @@ class Messages:
         a crash counts once at its target.
         """
         key = dedup_key(f"{sender.id}/{sender.run}/{rec.seq}")
+        await self._after_start(sender, rec.target)
         try:
             await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
         except (NotFound, FuseeError) as e:
@@ -354,13 +395,19 @@ class Messages:
     async def start_child(self, parent: RunState, rec: Child) -> None:
         """Starts child ``rec`` of ``parent`` (or finds it started), once ``rec`` is durable."""
         link = Parent(parent.id, parent.run, rec.seq)
-        await self.start_child_of(
-            link,
-            rec,
-            dropped=rec.seq in parent.dropped_children,
-            queued=parent.driver.child_queues.get(rec.seq),
-            trace=parent.telemetry.traceparent() if parent.telemetry is not None else None,
-        )
+        try:
+            await self.start_child_of(
+                link,
+                rec,
+                dropped=rec.seq in parent.dropped_children,
+                queued=parent.driver.child_queues.get(rec.seq),
+                trace=parent.telemetry.traceparent() if parent.telemetry is not None else None,
+            )
+        finally:
+            starting = parent.starting
+            started = starting.pop(rec.id, None) if starting is not None else None
+            if started is not None:
+                started.set()
         # Only once the child's start is durable (a start cut short by a
         # close or crash stays in the outbox, for recovery to redo).
         self._engine.outbox_done(parent, rec.seq)
@@ -495,21 +542,20 @@ class Messages:
                 link.id, link.run, rec.seq, ChildCompleted(done.status, done.payload)
             )
 
-    async def cancel_child(self, parent: RunState, child: str) -> None:
+    async def cancel_child(self, parent: RunState, seq: int, child: str) -> None:
         """Cancels attached child ``child`` of ``parent``, whose wait the code dropped."""
         engine = self._engine
+        await self._after_start(parent, child)
         state = engine.runs.loaded(child)
         if state is not None:
             parent_of = state.parent.id if state.parent is not None else None
         else:
             row = await engine.store.get(child)
             parent_of = row.parent if row is not None else None
-        if parent_of != parent.id:
-            return  # not started (it never will be), or not this parent's
-        try:
-            await self.cancel(child, f"its parent '{parent.id}' stopped waiting for it")
-        except (RunFinished, NotFound):
-            return
+        if parent_of == parent.id:
+            # Else not started (it never will be), or not this parent's.
+            with contextlib.suppress(RunFinished, NotFound):
+                await self.cancel(child, f"its parent '{parent.id}' stopped waiting for it")
 
     # --- queries and updates -----------------------------------------------------------------
 

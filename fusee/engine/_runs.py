@@ -231,7 +231,11 @@ class Runs:
         state.telemetry = engine.telemetry.run(start, "recovered" if recovering else "woken")
         state.row_status = RunStatus(row.status)
         state.shard.add(state)
-        self.rebuild(state, records, recovering=recovering)
+        # A row that does not say "suspended" is not a parked run's: the run
+        # was loaded when its process stopped (or its shard moved), and what
+        # it owed other runs may have been lost with it (a run owing nothing
+        # says "suspended" once it waits: `EngineHost.turned`).
+        self.rebuild(state, records, recovering=recovering or row.status != RunStatus.SUSPENDED)
         state.driver.start()
         if state.driver.end is None:
             # Signals its journal holds for waits still open (a crash came
@@ -327,12 +331,10 @@ class Runs:
         for seq, at in deadlines.items():
             engine.timers.arm(id, run, seq, at, DEADLINE)
         for child in children.values():
-            state.outbox.add(child.seq)
-            engine.spawn(engine.messages.start_child(state, child))
+            engine.messages.owe(state, child)
         if recovering:
             for send in sends:
-                state.outbox.add(send.seq)
-                engine.spawn(engine.messages.send(state, send))
+                engine.messages.owe(state, send)
 
     # --- deliveries to runs that may be parked -----------------------------------------------
 

@@ -82,10 +82,16 @@ class RunState:
     carried_updates: dict[str, tuple[Status, bytes]]
     # Callers waiting for an update id's outcome that is not recorded yet.
     update_waiters: dict[str, asyncio.Future[tuple[Status, bytes]]]
-    # The positions of `Send`s and `Child`s whose delivery is not confirmed
-    # yet (the target's signal, the child's start durable): the outbox. The
-    # run does not park, nor does its row say it ended, before it is empty.
+    # What the run's durable records make it owe other runs, not confirmed
+    # yet: the positions of its `Send`s and `Child`s (the target's signal,
+    # the child's start durable): the outbox. The run neither parks nor says
+    # it is suspended or ended before it is empty, so that a crash meanwhile
+    # leaves its row saying "running" and recovery re-derives the outbox
+    # from its journal (`Runs.rebuild`).
     outbox: set[int]
+    # Its children whose start is in the outbox, by id, each set once the
+    # start is done: a send to one waits for it (made when first needed).
+    starting: dict[str, asyncio.Event] | None
     # Attached children whose wait the code dropped (cancelled): cancelled
     # with it, and never started if they were not yet.
     dropped_children: set[int]
@@ -146,6 +152,7 @@ class RunState:
         self.carried_updates = {}
         self.update_waiters = {}
         self.outbox = set()
+        self.starting = None
         self.dropped_children = set()
         self.start_lsn = 0
         self.final_row = None
