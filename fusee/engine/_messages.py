@@ -34,6 +34,7 @@ from fusee.engine._carry import carried_of
 from fusee.engine._journal import decode_journal, end_record, error_pair
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
+from fusee.engine._state import cancel_key
 from fusee.errors import (
     FuseeError,
     NotFound,
@@ -322,6 +323,8 @@ class Messages:
 
     async def _finished(self, id: str, state: RunState | None, what: str) -> RunFinished:
         """The error for ``what`` sent to run ``id``, which has ended."""
+        if state is None:
+            state = self._engine.runs.ending.get(id)
         if state is not None:
             status = str(state.row_status)
         else:
@@ -351,13 +354,15 @@ class Messages:
             engine.committer.on_durable(lsn, lambda: engine.spawn(self.send(state, rec)))
 
     def owe_cancel(self, state: RunState, seq: int, child: str) -> None:
-        """Cancels attached child ``child`` (at ``seq``) once ``state``'s records are durable.
+        """Puts the cancel of attached child ``child`` (started at ``seq``) in ``state``'s outbox.
 
-        The code drops the child again whenever it replays, and the child
-        counts a second cancel as none.
+        It goes once the records so far are durable. The code drops the
+        child again whenever it replays (a recovery re-derives it), and the
+        child counts a second cancel as none.
         """
         engine = self._engine
         state.dropped_children.add(seq)
+        state.outbox.add(cancel_key(seq))
         engine.committer.on_durable(
             state.driver.machine.gate,
             lambda: engine.spawn(self.cancel_child(state, seq, child)),
@@ -556,6 +561,8 @@ class Messages:
             # Else not started (it never will be), or not this parent's.
             with contextlib.suppress(RunFinished, NotFound):
                 await self.cancel(child, f"its parent '{parent.id}' stopped waiting for it")
+        # Not in a `finally`, as a send's: a cancel cut short stays owed.
+        engine.outbox_done(parent, cancel_key(seq))
 
     # --- queries and updates -----------------------------------------------------------------
 

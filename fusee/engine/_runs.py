@@ -74,6 +74,10 @@ class Runs:
         self._engine = engine
         self.shards = [Shard() for _ in range(shards)]
         self._loading: dict[str, asyncio.Future[RunState | None]] = {}
+        # Ended runs whose row still says "running" while their outbox
+        # empties (`Engine.ended`): ended, though their row does not say so
+        # yet, so a message to one never loads it again.
+        self.ending: dict[str, RunState] = {}
 
     # --- lookup ------------------------------------------------------------------------------
 
@@ -202,7 +206,7 @@ class Runs:
             row = await engine.store.get(id)
         if row is None:
             raise no_run(id)
-        if row.status in FINISHED_STATUSES:
+        if row.status in FINISHED_STATUSES or id in self.ending:
             return None
         if row.status == RunStatus.QUEUED:
             # No journal yet: signals and cancels to it are handled by `Queues`.
@@ -446,6 +450,7 @@ class Runs:
                 if state.telemetry is not None:
                     state.telemetry.unloaded("closed")
             shard.clear()
+        self.ending.clear()
 
 
 def through_end(records: list[Record]) -> list[Record]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fusee.record import Parent, Record, Signal, Status
     from fusee.store import RunRow
 
-__all__ = ["Alarms", "RunState", "Shard", "shard_index"]
+__all__ = ["Alarms", "RunState", "Shard", "cancel_key", "shard_index"]
 
 # A global: an enum member read from its class goes through the enum's slow
 # class attribute hook (Python 3.11).
@@ -44,6 +44,19 @@ def shard_index(id: str, shards: int) -> int:
         True
     """
     return zlib.crc32(id.encode()) % shards
+
+
+def cancel_key(seq: int) -> int:
+    """The outbox key of the cancel of the attached child started at position ``seq``.
+
+    Negative, so that it never meets a position (the child's start, at
+    ``seq``, may still be in the outbox beside it).
+
+    Example:
+        >>> cancel_key(0), cancel_key(4)
+        (-1, -5)
+    """
+    return -1 - seq
 
 
 @dataclass(eq=False, slots=True, init=False)
@@ -84,7 +97,9 @@ class RunState:
     update_waiters: dict[str, asyncio.Future[tuple[Status, bytes]]]
     # What the run's durable records make it owe other runs, not confirmed
     # yet: the positions of its `Send`s and `Child`s (the target's signal,
-    # the child's start durable): the outbox. The run neither parks nor says
+    # the child's start durable), and `cancel_key(seq)` of each attached
+    # child it dropped (the child's cancel durable): the outbox. The run
+    # neither parks nor says
     # it is suspended or ended before it is empty, so that a crash meanwhile
     # leaves its row saying "running" and recovery re-derives the outbox
     # from its journal (`Runs.rebuild`).
