@@ -351,7 +351,13 @@ class Messages:
             state.starting[rec.id] = asyncio.Event()
             engine.committer.on_durable(lsn, lambda: engine.spawn(self.start_child(state, rec)))
         else:
-            engine.committer.on_durable(lsn, lambda: engine.spawn(self.send(state, rec)))
+            if state.sending is None:
+                state.sending = {}
+            before = state.sending.get(rec.target)
+            sent = state.sending[rec.target] = asyncio.Event()
+            engine.committer.on_durable(
+                lsn, lambda: engine.spawn(self.send(state, rec, before, sent))
+            )
 
     def owe_cancel(self, state: RunState, seq: int, child: str) -> None:
         """Puts the cancel of attached child ``child`` (started at ``seq``) in ``state``'s outbox.
@@ -373,24 +379,35 @@ class Messages:
         while state.starting is not None and (started := state.starting.get(id)) is not None:
             await started.wait()
 
-    async def send(self, sender: RunState, rec: Send) -> None:
+    async def send(
+        self, sender: RunState, rec: Send, before: asyncio.Event | None, sent: asyncio.Event
+    ) -> None:
         """A ``ctx.send`` of ``sender``, once its record is durable (the outbox's delivery).
 
         Deduplicated by the sender's position, so a send delivered again after
-        a crash counts once at its target.
+        a crash counts once at its target. Applied after the start of its
+        target, if that is in the same outbox, and after ``before`` (the
+        sender's previous send to the same target); sets ``sent`` once done.
         """
         key = dedup_key(f"{sender.id}/{sender.run}/{rec.seq}")
-        await self._after_start(sender, rec.target)
         try:
-            await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
-        except (NotFound, FuseeError) as e:
-            log.warning(
-                "run %r sent signal %r to %r, which was not delivered: %s",
-                sender.id,
-                rec.name,
-                rec.target,
-                e,
-            )
+            await self._after_start(sender, rec.target)
+            if before is not None:
+                await before.wait()
+            try:
+                await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
+            except (NotFound, FuseeError) as e:
+                log.warning(
+                    "run %r sent signal %r to %r, which was not delivered: %s",
+                    sender.id,
+                    rec.name,
+                    rec.target,
+                    e,
+                )
+        finally:
+            sent.set()
+            if sender.sending is not None and sender.sending.get(rec.target) is sent:
+                del sender.sending[rec.target]
         # Not in a `finally`: a delivery cut short by the engine's close or
         # crash stays in the outbox, and recovery delivers it again.
         self._engine.outbox_done(sender, rec.seq)

@@ -107,6 +107,10 @@ class RunState:
     # Its children whose start is in the outbox, by id, each set once the
     # start is done: a send to one waits for it (made when first needed).
     starting: dict[str, asyncio.Event] | None
+    # The latest of its sends under way to each run id, set once it is done:
+    # the next send to that id waits for it, so that one run's messages to
+    # another are applied in the order its journal records them.
+    sending: dict[str, asyncio.Event] | None
     # Attached children whose wait the code dropped (cancelled): cancelled
     # with it, and never started if they were not yet.
     dropped_children: set[int]
@@ -168,6 +172,7 @@ class RunState:
         self.update_waiters = {}
         self.outbox = set()
         self.starting = None
+        self.sending = None
         self.dropped_children = set()
         self.start_lsn = 0
         self.final_row = None
