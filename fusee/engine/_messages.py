@@ -335,7 +335,9 @@ class Messages:
     # --- the outbox: what a run's durable records make it owe other runs ---------------------
 
     def owe(self, state: RunState, rec: Child | Send, lsn: int = 0) -> None:
-        """Puts ``rec``'s message in ``state``'s outbox; it goes once ``lsn`` is durable (0: now).
+        """Puts ``rec``'s message in ``state``'s outbox; it goes once ``lsn`` is durable.
+
+        ``lsn`` 0: re-derived from the journal (durable already), it goes now.
 
         The live reaction to the record (`EngineHost`) and recovery's
         re-derivation from the journal (`Runs.rebuild`) both come here, so
@@ -356,7 +358,7 @@ class Messages:
             before = state.sending.get(rec.target)
             sent = state.sending[rec.target] = asyncio.Event()
             engine.committer.on_durable(
-                lsn, lambda: engine.spawn(self.send(state, rec, before, sent))
+                lsn, lambda: engine.spawn(self.send(state, rec, before, sent, not lsn))
             )
 
     def owe_cancel(self, state: RunState, seq: int, child: str) -> None:
@@ -380,7 +382,12 @@ class Messages:
             await started.wait()
 
     async def send(
-        self, sender: RunState, rec: Send, before: asyncio.Event | None, sent: asyncio.Event
+        self,
+        sender: RunState,
+        rec: Send,
+        before: asyncio.Event | None,
+        sent: asyncio.Event,
+        again: bool,
     ) -> None:
         """A ``ctx.send`` of ``sender``, once its record is durable (the outbox's delivery).
 
@@ -388,6 +395,7 @@ class Messages:
         a crash counts once at its target. Applied after the start of its
         target, if that is in the same outbox, and after ``before`` (the
         sender's previous send to the same target); sets ``sent`` once done.
+        ``again``: re-derived from the journal (it may have been applied).
         """
         key = dedup_key(f"{sender.id}/{sender.run}/{rec.seq}")
         try:
@@ -397,7 +405,10 @@ class Messages:
             try:
                 await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
             except (NotFound, FuseeError) as e:
-                log.warning(
+                # Applied again from the journal (`Runs.rebuild`), a send may
+                # have reached its target before that ended: no warning then.
+                log.log(
+                    logging.DEBUG if again and isinstance(e, RunFinished) else logging.WARNING,
                     "run %r sent signal %r to %r, which was not delivered: %s",
                     sender.id,
                     rec.name,
