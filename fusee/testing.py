@@ -170,6 +170,10 @@ class TestEngine:
         self._engine: Engine | None = None
         self._mocks: dict[tuple[str, str], Callable[..., Any]] = {}
         self.crashes = 0
+        # Set by `crash_everywhere`: the virtual time by which the awaited run
+        # must end (a run that waits past it, or for nothing that can come,
+        # fails the test instead of hanging it).
+        self._give_up_at_ms: int | None = None
         # Every step invocation as (life, (id, run, seq)); life counts crashes.
         self.step_log: list[tuple[int, tuple[str, int, int]]] = []
 
@@ -537,6 +541,7 @@ class TestEngine:
         await self.settle()
 
     async def _wait_skipping(self, fut: asyncio.Future[Any]) -> None:
+        idle = 0
         while not fut.done():
             await self._settle(threads=True)
             if fut.done():
@@ -548,10 +553,17 @@ class TestEngine:
                 fut.cancel()
                 raise paused
             nxt = self.clock.next_at()
-            if nxt is None:
+            bound = self._give_up_at_ms
+            if bound is not None and (nxt is None or nxt > bound):
+                idle += 1
+                if idle > _STALL_ROUNDS:
+                    fut.cancel()
+                    raise _Stalled(await _waiting_runs(self.engine))
+            if nxt is None or (bound is not None and nxt > bound):
                 # Nothing will happen on its own: only the test can move the run.
                 await asyncio.wait([fut], timeout=0.005)
             else:
+                idle = 0
                 self.clock.advance_to(nxt)
 
     async def _paused_error(self) -> RunPaused | None:
@@ -757,6 +769,27 @@ def _pause_of(id: str, journal: Iterable[tuple[int, bytes]]) -> RunPaused | None
     return RunPaused(id, last.name, last.attempt, f"{error_type}: {message}")
 
 
+# Rounds of 5 ms `_wait_skipping` gives a task of the test (not the engine)
+# to move a run that nothing in the engine will move, before it gives up.
+_STALL_ROUNDS = 20
+
+
+class _Stalled(AssertionError):
+    """The awaited run cannot end within `crash_everywhere`'s bound of virtual time."""
+
+
+async def _waiting_runs(engine: Engine) -> str:
+    """The unfinished runs of ``engine``'s store, and what each loaded one waits for."""
+    parts = []
+    for row in sorted(await engine.store.unfinished(), key=lambda r: r.id):
+        state = engine.runs.loaded(row.id)
+        what = ""
+        if state is not None and state.waits:
+            what = ", waiting for signal " + ", ".join(repr(n) for n in state.waits.values())
+        parts.append(f"{row.id!r} ({row.status}{what})")
+    return "it did not end; runs still waiting: " + ("; ".join(parts) or "none")
+
+
 class _CrashAfter(Unrecoverable):
     """A simulated crash: the process is gone, so the engine does not retry the write."""
 
@@ -904,6 +937,7 @@ async def crash_everywhere(
     id: str = "crash-everywhere",
     mocks: Mapping[tuple[str, str], Callable[..., Any]] | None = None,
     drive: Callable[[TestEngine, Run[T]], Awaitable[None]] | None = None,
+    within: Any = "30d",
 ) -> T:
     """Runs ``workflow`` once, then once per record position, crashing after that record.
 
@@ -921,12 +955,17 @@ async def crash_everywhere(
         mocks: Step mocks, as for `TestEngine.mock_step`.
         drive: Called after each start and recovery (to send signals; give
             them dedup ids so a signal sent twice counts once).
+        within: How much virtual time each run may take to end. A run still
+            waiting then, or waiting for something nothing left will send (a
+            message a crash lost), fails the test.
 
     Returns:
         The result, equal in every run.
 
     Raises:
-        AssertionError: A crashed run ended differently or ran a durable step again.
+        AssertionError: A crashed run ended differently, ran a durable step
+            again, or did not end (naming the crash position and the runs
+            still waiting).
 
     Example:
         >>> import asyncio, fusee
@@ -938,9 +977,11 @@ async def crash_everywhere(
         2
     """
     all_workflows = [workflow, *[w for w in workflows if w is not workflow]]
+    within_ms = round(parse_duration(within) * 1000)
 
     async def once(store: _LoggingStore) -> tuple[Any, int, TestEngine]:
         t = TestEngine(all_workflows, store)
+        t._give_up_at_ms = t.clock.now_ms() + within_ms
         for (w, s), fn in (mocks or {}).items():
             t.mock_step(w, s, fn)
         async with t:
@@ -966,10 +1007,16 @@ async def crash_everywhere(
 async def _crash_passes(
     once: Callable[[_LoggingStore], Awaitable[tuple[Any, int, TestEngine]]],
 ) -> Any:
-    expected, total, _ = await once(_LoggingStore())
+    try:
+        expected, total, _ = await once(_LoggingStore())
+    except _Stalled as e:
+        raise AssertionError(f"without a crash: {e}") from None
     for keep in range(1, total):
         store = _CrashingStore(keep)
-        got, _, t = await once(store)
+        try:
+            got, _, t = await once(store)
+        except _Stalled as e:
+            raise AssertionError(f"crashing after record {keep} of {total}: {e}") from None
         if got != expected:
             raise AssertionError(
                 f"crashing after record {keep} of {total} changed the outcome: "
@@ -1002,6 +1049,8 @@ async def _outcome(
     while True:
         try:
             return await run.result()
+        except _Stalled:
+            raise
         # A cancelled run's end (fusee.Cancelled is a BaseException) is an
         # outcome too; asyncio's own CancelledError cancels the test instead.
         except (Exception, Cancelled) as e:

@@ -437,3 +437,28 @@ async def test_on_pause_wait_makes_result_wait_for_the_resume(make: Any, fusee_e
 def test_on_pause_takes_raise_or_wait() -> None:
     with pytest.raises(ValueError, match='on_pause must be "raise" or "wait", not \'hang\''):
         TestEngine(on_pause="hang")  # type: ignore[arg-type]
+
+
+async def test_crash_everywhere_fails_naming_the_crash_and_the_runs_left_waiting() -> None:
+    # A message nobody sends stands for one a crash lost: the harness reports
+    # it within its bound of virtual time, never hangs on it.
+    never = fusee.signal("never", int)
+
+    @fusee.workflow("forgotten")
+    async def forgotten(ctx: fusee.Ctx) -> int:
+        await ctx.step("a", lambda: 1)
+        return await ctx.wait_for(never) or 0
+
+    with pytest.raises(AssertionError, match=r"without a crash: .*'forgotten-1' \(suspended"):
+        await crash_everywhere(forgotten, id="forgotten-1", within="1h")
+
+
+async def test_crash_everywhere_fails_a_run_that_outlasts_its_bound() -> None:
+    @fusee.workflow("slow")
+    async def slow(ctx: fusee.Ctx) -> int:
+        await ctx.sleep("nap", "2h")
+        return 1
+
+    with pytest.raises(AssertionError, match="did not end"):
+        await crash_everywhere(slow, within="1h")
+    assert await crash_everywhere(slow, within="3h") == 1

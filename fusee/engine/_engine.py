@@ -392,6 +392,7 @@ class Engine:
                 # An end not durable yet is lost with the shard: its row,
                 # held back for the outbox, must never be written.
                 state.final_row = None
+                self.runs.ending.pop(state.id, None)
                 for t in state.steps:
                     t.cancel()
                 if state.park_handle is not None:
@@ -402,6 +403,8 @@ class Engine:
         # Whoever waits here for a result of those shards' runs waits through
         # the store from now on (`_result` looks again).
         dropped = set(shards)
+        for id in [id for id in self.runs.ending if self.runs.shard_index(id) in dropped]:
+            self.runs.ending.pop(id).final_row = None
         for id in [id for id in self._results if self.runs.shard_index(id) in dropped]:
             for fut in self._results.pop(id):
                 if not fut.done():
@@ -547,7 +550,10 @@ class Engine:
                 fut.set_result(None)
 
     def result_ready(self, id: str) -> None:
-        """Run ``id`` ended outside a driver (a queued run cancelled): its waiters look again."""
+        """Run ``id``'s end changed outside a driver (a queued run cancelled, or a run queued).
+
+        The end it remembers is forgotten, and its result's waiters look again.
+        """
         self._ends.pop(id, None)
         for fut in self._results.pop(id, []):
             if not fut.done():
@@ -1086,6 +1092,13 @@ class Engine:
         final = self.runs.row(state, finished_ms=done.finished_ms)
         if state.outbox:
             state.final_row = final
+            self.runs.ending[state.id] = state
+            # Until then it says "running" (a row saying "suspended", written
+            # before the turn that ended it, would keep recovery from loading
+            # it and re-deriving its outbox).
+            self.committer.put_row(
+                dataclasses.replace(final, status=RunStatus.RUNNING, finished_ms=None)
+            )
         else:
             self.committer.put_row(final)
         if state.park_handle is not None:
@@ -1210,12 +1223,28 @@ class Engine:
             meta=meta,
         )
 
+    async def _ended_row_stored(self, state: RunState) -> None:
+        """Forgets ended ``state`` once its row says so (a load finds it running before)."""
+        try:
+            # A failed store stops every run: the error is the committer's to report.
+            with contextlib.suppress(StoreError):
+                await self.committer.stored()
+        finally:
+            if self.runs.ending.get(state.id) is state:
+                del self.runs.ending[state.id]
+
     def outbox_done(self, state: RunState, seq: int) -> None:
         """A send or child start of ``state``'s run was delivered (or given up)."""
         state.outbox.discard(seq)
-        if not state.outbox and state.final_row is not None:
+        if state.outbox:
+            return
+        if state.final_row is not None:
             row, state.final_row = state.final_row, None
             self.committer.put_row(row)
+            self.spawn(self._ended_row_stored(state))
+        elif state.loaded and state.driver.end is None:
+            # It may be idle now: its row and its parking follow (`turned`).
+            self.host.turned(state.driver)
 
 
 def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:

@@ -157,16 +157,8 @@ class EngineHost:
             case Waited():
                 state.waits.pop(record.seq, None)
                 engine.timers.disarm(id, record.seq)
-            case Child():
-                state.outbox.add(record.seq)
-                engine.committer.on_durable(
-                    lsn, lambda: engine.spawn(engine.messages.start_child(state, record))
-                )
-            case Send():
-                state.outbox.add(record.seq)
-                engine.committer.on_durable(
-                    lsn, lambda: engine.spawn(engine.messages.send(state, record))
-                )
+            case Child() | Send():
+                engine.messages.owe(state, record, lsn)
             case Update():
                 state.update_ids[record.id] = len(state.update_ids)
             case UpdateDone():
@@ -222,7 +214,10 @@ class EngineHost:
         if state is None or not state.loaded or driver.end is not None:
             return
         m = driver.machine
-        idle = not state.steps and driver.error is None and m.is_suspended()
+        # A run that owes other runs messages is not idle: its row says
+        # "running" until its outbox is empty (`Engine.outbox_done` turns it
+        # again), so that recovery loads it and re-derives what it owes.
+        idle = not state.steps and not state.outbox and driver.error is None and m.is_suspended()
         # The row says what describe says (`status_of`): every surface shows
         # one status, loaded or parked.
         status = _PAUSED if m.is_paused() else _RUNNING
@@ -268,13 +263,8 @@ class EngineHost:
             return
         # An attached child does not outlive the wait for it: cancelled once
         # the parent's records saying so are durable (a child not started yet
-        # never starts: `Messages.start_child` checks this set).
-        state.dropped_children.add(seq)
-        engine = self._engine
-        engine.committer.on_durable(
-            driver.machine.gate,
-            lambda: engine.spawn(engine.messages.cancel_child(state, child)),
-        )
+        # never starts: `Messages.start_child` checks `dropped_children`).
+        self._engine.messages.owe_cancel(state, seq, child)
 
     # --- StepHost -----------------------------------------------------------------------------
 

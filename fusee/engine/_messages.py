@@ -21,6 +21,7 @@ left unconsumed while a wait of its name was open (`fusee._jsonview.SignalMarks`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -33,6 +34,7 @@ from fusee.engine._carry import carried_of
 from fusee.engine._journal import decode_journal, end_record, error_pair
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
+from fusee.engine._state import cancel_key
 from fusee.errors import (
     FuseeError,
     NotFound,
@@ -321,6 +323,8 @@ class Messages:
 
     async def _finished(self, id: str, state: RunState | None, what: str) -> RunFinished:
         """The error for ``what`` sent to run ``id``, which has ended."""
+        if state is None:
+            state = self._engine.runs.ending.get(id)
         if state is not None:
             status = str(state.row_status)
         else:
@@ -328,23 +332,93 @@ class Messages:
             status = str(row.status) if row is not None else "ended"
         return RunFinished(id, status, what)
 
-    async def send(self, sender: RunState, rec: Send) -> None:
+    # --- the outbox: what a run's durable records make it owe other runs ---------------------
+
+    def owe(self, state: RunState, rec: Child | Send, lsn: int = 0) -> None:
+        """Puts ``rec``'s message in ``state``'s outbox; it goes once ``lsn`` is durable.
+
+        ``lsn`` 0: re-derived from the journal (durable already), it goes now.
+
+        The live reaction to the record (`EngineHost`) and recovery's
+        re-derivation from the journal (`Runs.rebuild`) both come here, so
+        the outbox is one thing, made one way. A child's start is marked as
+        under way at once: a send or cancel to the child, in the same outbox,
+        is applied after it (`_after_start`), never before.
+        """
+        engine = self._engine
+        state.outbox.add(rec.seq)
+        if isinstance(rec, Child):
+            if state.starting is None:
+                state.starting = {}
+            state.starting[rec.id] = asyncio.Event()
+            engine.committer.on_durable(lsn, lambda: engine.spawn(self.start_child(state, rec)))
+        else:
+            if state.sending is None:
+                state.sending = {}
+            before = state.sending.get(rec.target)
+            sent = state.sending[rec.target] = asyncio.Event()
+            engine.committer.on_durable(
+                lsn, lambda: engine.spawn(self.send(state, rec, before, sent, not lsn))
+            )
+
+    def owe_cancel(self, state: RunState, seq: int, child: str) -> None:
+        """Puts the cancel of attached child ``child`` (started at ``seq``) in ``state``'s outbox.
+
+        It goes once the records so far are durable. The code drops the
+        child again whenever it replays (a recovery re-derives it), and the
+        child counts a second cancel as none.
+        """
+        engine = self._engine
+        state.dropped_children.add(seq)
+        state.outbox.add(cancel_key(seq))
+        engine.committer.on_durable(
+            state.driver.machine.gate,
+            lambda: engine.spawn(self.cancel_child(state, seq, child)),
+        )
+
+    async def _after_start(self, state: RunState, id: str) -> None:
+        """Returns once no start of child ``id`` is in ``state``'s outbox."""
+        while state.starting is not None and (started := state.starting.get(id)) is not None:
+            await started.wait()
+
+    async def send(
+        self,
+        sender: RunState,
+        rec: Send,
+        before: asyncio.Event | None,
+        sent: asyncio.Event,
+        again: bool,
+    ) -> None:
         """A ``ctx.send`` of ``sender``, once its record is durable (the outbox's delivery).
 
         Deduplicated by the sender's position, so a send delivered again after
-        a crash counts once at its target.
+        a crash counts once at its target. Applied after the start of its
+        target, if that is in the same outbox, and after ``before`` (the
+        sender's previous send to the same target); sets ``sent`` once done.
+        ``again``: re-derived from the journal (it may have been applied).
         """
         key = dedup_key(f"{sender.id}/{sender.run}/{rec.seq}")
         try:
-            await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
-        except (NotFound, FuseeError) as e:
-            log.warning(
-                "run %r sent signal %r to %r, which was not delivered: %s",
-                sender.id,
-                rec.name,
-                rec.target,
-                e,
-            )
+            await self._after_start(sender, rec.target)
+            if before is not None:
+                await before.wait()
+            try:
+                await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
+            except (NotFound, FuseeError) as e:
+                # Applied again from the journal (`Runs.rebuild`), a send may
+                # have reached its target before that ended: no warning then.
+                log.log(
+                    logging.DEBUG if again and isinstance(e, RunFinished) else logging.WARNING,
+                    "run %r sent signal %r to %r, which was not delivered: %s",
+                    sender.id,
+                    rec.name,
+                    rec.target,
+                    e,
+                )
+        finally:
+            sent.set()
+            if sender.sending is not None and sender.sending.get(rec.target) is sent:
+                del sender.sending[rec.target]
         # Not in a `finally`: a delivery cut short by the engine's close or
         # crash stays in the outbox, and recovery delivers it again.
         self._engine.outbox_done(sender, rec.seq)
@@ -354,13 +428,19 @@ class Messages:
     async def start_child(self, parent: RunState, rec: Child) -> None:
         """Starts child ``rec`` of ``parent`` (or finds it started), once ``rec`` is durable."""
         link = Parent(parent.id, parent.run, rec.seq)
-        await self.start_child_of(
-            link,
-            rec,
-            dropped=rec.seq in parent.dropped_children,
-            queued=parent.driver.child_queues.get(rec.seq),
-            trace=parent.telemetry.traceparent() if parent.telemetry is not None else None,
-        )
+        try:
+            await self.start_child_of(
+                link,
+                rec,
+                dropped=rec.seq in parent.dropped_children,
+                queued=parent.driver.child_queues.get(rec.seq),
+                trace=parent.telemetry.traceparent() if parent.telemetry is not None else None,
+            )
+        finally:
+            starting = parent.starting
+            started = starting.pop(rec.id, None) if starting is not None else None
+            if started is not None:
+                started.set()
         # Only once the child's start is durable (a start cut short by a
         # close or crash stays in the outbox, for recovery to redo).
         self._engine.outbox_done(parent, rec.seq)
@@ -495,21 +575,22 @@ class Messages:
                 link.id, link.run, rec.seq, ChildCompleted(done.status, done.payload)
             )
 
-    async def cancel_child(self, parent: RunState, child: str) -> None:
+    async def cancel_child(self, parent: RunState, seq: int, child: str) -> None:
         """Cancels attached child ``child`` of ``parent``, whose wait the code dropped."""
         engine = self._engine
+        await self._after_start(parent, child)
         state = engine.runs.loaded(child)
         if state is not None:
             parent_of = state.parent.id if state.parent is not None else None
         else:
             row = await engine.store.get(child)
             parent_of = row.parent if row is not None else None
-        if parent_of != parent.id:
-            return  # not started (it never will be), or not this parent's
-        try:
-            await self.cancel(child, f"its parent '{parent.id}' stopped waiting for it")
-        except (RunFinished, NotFound):
-            return
+        if parent_of == parent.id:
+            # Else not started (it never will be), or not this parent's.
+            with contextlib.suppress(RunFinished, NotFound):
+                await self.cancel(child, f"its parent '{parent.id}' stopped waiting for it")
+        # Not in a `finally`, as a send's: a cancel cut short stays owed.
+        engine.outbox_done(parent, cancel_key(seq))
 
     # --- queries and updates -----------------------------------------------------------------
 

@@ -245,6 +245,9 @@ class Queues:
     async def _enqueue(self, item: QueueItem, row: RunRow) -> QueueItem | None:
         """Stores ``item`` with ``row`` and tries its queue; returns once durable (None: taken)."""
         engine = self._engine
+        # A handle means the id's latest run: the end of an earlier one (a
+        # REPLACE) no longer answers its `result()`.
+        engine.result_ready(item.id)
         book = self.book
         if book is None:
             stored = await engine.store.enqueue(item, row)

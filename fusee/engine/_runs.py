@@ -74,6 +74,10 @@ class Runs:
         self._engine = engine
         self.shards = [Shard() for _ in range(shards)]
         self._loading: dict[str, asyncio.Future[RunState | None]] = {}
+        # Ended runs whose row still says "running" while their outbox
+        # empties (`Engine.ended`): ended, though their row does not say so
+        # yet, so a message to one never loads it again.
+        self.ending: dict[str, RunState] = {}
 
     # --- lookup ------------------------------------------------------------------------------
 
@@ -202,7 +206,7 @@ class Runs:
             row = await engine.store.get(id)
         if row is None:
             raise no_run(id)
-        if row.status in FINISHED_STATUSES:
+        if row.status in FINISHED_STATUSES or id in self.ending:
             return None
         if row.status == RunStatus.QUEUED:
             # No journal yet: signals and cancels to it are handled by `Queues`.
@@ -231,7 +235,11 @@ class Runs:
         state.telemetry = engine.telemetry.run(start, "recovered" if recovering else "woken")
         state.row_status = RunStatus(row.status)
         state.shard.add(state)
-        self.rebuild(state, records, recovering=recovering)
+        # A row that does not say "suspended" is not a parked run's: the run
+        # was loaded when its process stopped (or its shard moved), and what
+        # it owed other runs may have been lost with it (a run owing nothing
+        # says "suspended" once it waits: `EngineHost.turned`).
+        self.rebuild(state, records, recovering=recovering or row.status != RunStatus.SUSPENDED)
         state.driver.start()
         if state.driver.end is None:
             # Signals its journal holds for waits still open (a crash came
@@ -327,12 +335,10 @@ class Runs:
         for seq, at in deadlines.items():
             engine.timers.arm(id, run, seq, at, DEADLINE)
         for child in children.values():
-            state.outbox.add(child.seq)
-            engine.spawn(engine.messages.start_child(state, child))
+            engine.messages.owe(state, child)
         if recovering:
             for send in sends:
-                state.outbox.add(send.seq)
-                engine.spawn(engine.messages.send(state, send))
+                engine.messages.owe(state, send)
 
     # --- deliveries to runs that may be parked -----------------------------------------------
 
@@ -444,6 +450,7 @@ class Runs:
                 if state.telemetry is not None:
                     state.telemetry.unloaded("closed")
             shard.clear()
+        self.ending.clear()
 
 
 def through_end(records: list[Record]) -> list[Record]:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from fusee.record import Parent, Record, Signal, Status
     from fusee.store import RunRow
 
-__all__ = ["Alarms", "RunState", "Shard", "shard_index"]
+__all__ = ["Alarms", "RunState", "Shard", "cancel_key", "shard_index"]
 
 # A global: an enum member read from its class goes through the enum's slow
 # class attribute hook (Python 3.11).
@@ -44,6 +44,19 @@ def shard_index(id: str, shards: int) -> int:
         True
     """
     return zlib.crc32(id.encode()) % shards
+
+
+def cancel_key(seq: int) -> int:
+    """The outbox key of the cancel of the attached child started at position ``seq``.
+
+    Negative, so that it never meets a position (the child's start, at
+    ``seq``, may still be in the outbox beside it).
+
+    Example:
+        >>> cancel_key(0), cancel_key(4)
+        (-1, -5)
+    """
+    return -1 - seq
 
 
 @dataclass(eq=False, slots=True, init=False)
@@ -82,10 +95,22 @@ class RunState:
     carried_updates: dict[str, tuple[Status, bytes]]
     # Callers waiting for an update id's outcome that is not recorded yet.
     update_waiters: dict[str, asyncio.Future[tuple[Status, bytes]]]
-    # The positions of `Send`s and `Child`s whose delivery is not confirmed
-    # yet (the target's signal, the child's start durable): the outbox. The
-    # run does not park, nor does its row say it ended, before it is empty.
+    # What the run's durable records make it owe other runs, not confirmed
+    # yet: the positions of its `Send`s and `Child`s (the target's signal,
+    # the child's start durable), and `cancel_key(seq)` of each attached
+    # child it dropped (the child's cancel durable): the outbox. The run
+    # neither parks nor says
+    # it is suspended or ended before it is empty, so that a crash meanwhile
+    # leaves its row saying "running" and recovery re-derives the outbox
+    # from its journal (`Runs.rebuild`).
     outbox: set[int]
+    # Its children whose start is in the outbox, by id, each set once the
+    # start is done: a send to one waits for it (made when first needed).
+    starting: dict[str, asyncio.Event] | None
+    # The latest of its sends under way to each run id, set once it is done:
+    # the next send to that id waits for it, so that one run's messages to
+    # another are applied in the order its journal records them.
+    sending: dict[str, asyncio.Event] | None
     # Attached children whose wait the code dropped (cancelled): cancelled
     # with it, and never started if they were not yet.
     dropped_children: set[int]
@@ -146,6 +171,8 @@ class RunState:
         self.carried_updates = {}
         self.update_waiters = {}
         self.outbox = set()
+        self.starting = None
+        self.sending = None
         self.dropped_children = set()
         self.start_lsn = 0
         self.final_row = None

@@ -63,7 +63,16 @@ from fusee.store._queues import QueueItem
 from fusee.testing import TestEngine
 
 from .faults import FaultyStore
-from .workload import STOP, WORKFLOWS, add, expected_of_steps, msg, queues
+from .workload import (
+    STOP,
+    WORKFLOWS,
+    add,
+    expected_of_sender,
+    expected_of_steps,
+    msg,
+    queues,
+    tree_ids,
+)
 
 __all__ = [
     "Report",
@@ -146,8 +155,8 @@ class Workload:
     def new_start(self, n: int, inboxes: list[str]) -> _Op:
         """The start of a new run, number ``n``; a sender targets one of ``inboxes``."""
         rng = self.rng
-        kinds = ["steps", "parent", "inbox", "cancellable", "sender"]
-        kind = rng.choices(kinds, [3, 2, 3, 2, 2])[0]
+        kinds = ["steps", "parent", "inbox", "cancellable", "sender", "tree"]
+        kind = rng.choices(kinds, [3, 2, 3, 2, 3, 1])[0]
         if kind == "sender" and not inboxes:
             kind = "inbox"
         p = self.prefix
@@ -175,13 +184,21 @@ class Workload:
                 "target": rng.choice(inboxes),
                 "item": 100_000 + n,
                 "after": self.step_spec(),
+                # A send in the turn of the child it targets, or after a
+                # child's result (the shapes of Restate's CallOrdering).
+                "shape": rng.choice(["plain", "plain", "child_send", "after_child"]),
             }
+            if spec["shape"] == "after_child":
+                spec["child"] = self.steps_spec()
             return _Op("start", f"{p}sender-{n}", "sim_sender", spec, queue, qkey)
         spec = {
             "book": self.step_spec(),
             "hold": rng.choice(self.holds),
             "confirm": self.step_spec(),
         }
+        if kind == "tree":
+            # Cancelled, its cancel goes down to its branch and leaf.
+            return _Op("start", f"{p}tree-{n}", "sim_tree", spec, queue, qkey)
         return _Op("start", f"{p}cancellable-{n}", "sim_cancellable", spec, queue, qkey)
 
     def step_spec(self) -> dict[str, int]:
@@ -287,7 +304,7 @@ class Sim:
     def _message(self, kind: str) -> None:
         rng = self.rng
         if kind == "cancel":
-            targets = self._started("sim_cancellable")
+            targets = self._started("sim_cancellable") + self._started("sim_tree")
         else:
             targets = self._started("sim_inbox")
         if not targets:
@@ -434,6 +451,9 @@ class Sim:
                     self.send(_Op("signal", op.id, f"item-{self.counter}", self.counter))
         await self.resend_unacknowledged()
         ids = self._ids()
+        # A tree's descendants: each started one ends (a cancel reaches it).
+        grown = [id for op in self._started("sim_tree") if op.acked for id in tree_ids(op.id)]
+        ids += [id for id in grown if await self.store.get(id) is not None]
         await self._run_to_end(ids)
         for id in ids:
             row = await self.store.get(id)
@@ -688,7 +708,7 @@ def check_outcomes(
             want = (
                 spec["before"]["value"] + expected_of_steps(spec["child"]) + spec["after"]["value"]
             )
-        elif op.key == "sim_cancellable":
+        elif op.key in ("sim_cancellable", "sim_tree"):
             spec = op.value
             want = spec["book"]["value"] + spec["confirm"]["value"]
             # A cancel sent and not acknowledged may have been applied all the
@@ -698,8 +718,7 @@ def check_outcomes(
             if cancelled and isinstance(got, str) and "Cancelled" in got:
                 continue
         elif op.key == "sim_sender":
-            spec = op.value
-            want = spec["before"]["value"] + spec["after"]["value"]
+            want = expected_of_sender(op.value)
         else:
             _check_inbox(ops, op.id, got, sender_ok, violation, (behind or {}).get(op.id, set()))
             continue
@@ -723,7 +742,8 @@ def _check_inbox(
     sent = {op.value for op in items}
     # A sender that ended has sent its item: its `Send` was durable.
     for op in [o for o in ops if o.kind == "start" and o.key == "sim_sender"]:
-        if op.value["target"] == id:
+        # A "child_send" sender sends its item to its own box instead.
+        if op.value["target"] == id and op.value.get("shape") != "child_send":
             sent.add(op.value["item"])
             if not early and sender_ok(op.id):
                 acked.append(op.value["item"])

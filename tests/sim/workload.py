@@ -20,6 +20,7 @@ import fusee
 __all__ = [
     "WORKFLOWS",
     "add",
+    "expected_of_sender",
     "expected_of_steps",
     "msg",
     "queues",
@@ -28,7 +29,9 @@ __all__ = [
     "sim_parent",
     "sim_sender",
     "sim_steps",
+    "sim_tree",
     "step_log",
+    "tree_ids",
 ]
 
 msg = fusee.signal("msg", int)
@@ -153,15 +156,74 @@ async def sim_cancellable(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
         raise
 
 
+@fusee.workflow("sim_box")
+async def sim_box(ctx: fusee.Ctx) -> int:
+    """Waits for one `msg` item and returns it."""
+    return await ctx.wait_for(msg) or 0
+
+
 @fusee.workflow("sim_sender")
 async def sim_sender(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
-    """A step, then `ctx.send` of an item to an inbox, then a step: a message between runs."""
+    """A step, then `ctx.send` of an item to an inbox, then a step: a message between runs.
+
+    Its ``shape`` says how the send meets a child: ``"child_send"`` starts a
+    `sim_box` child and sends it the item in the same turn (the box's start
+    and the send in one outbox), adding what the box got; ``"after_child"``
+    sends once a child `sim_steps` returned, adding its result.
+    """
     first = await _step(ctx, "before", spec["before"])
-    ctx.send(spec["target"], msg, spec["item"])
-    return first + await _step(ctx, "after", spec["after"])
+    shape = spec.get("shape", "plain")
+    got = 0
+    if shape == "child_send":
+        box = f"{ctx.info.id}-box"
+        handle = ctx.child(sim_box, box)
+        ctx.send(box, msg, spec["item"])
+        got = await handle
+    elif shape == "after_child":
+        got = await ctx.child(sim_steps, f"{ctx.info.id}-kid", spec["child"])
+    if shape != "child_send":
+        ctx.send(spec["target"], msg, spec["item"])
+    return first + got + await _step(ctx, "after", spec["after"])
 
 
-WORKFLOWS = [sim_steps, sim_parent, sim_inbox, sim_cancellable, sim_sender]
+def expected_of_sender(spec: dict[str, Any]) -> int:
+    """What `sim_sender` returns for ``spec``."""
+    want = int(spec["before"]["value"]) + int(spec["after"]["value"])
+    shape = spec.get("shape", "plain")
+    if shape == "child_send":
+        want += int(spec["item"])
+    elif shape == "after_child":
+        want += expected_of_steps(spec["child"])
+    return want
+
+
+@fusee.workflow("sim_branch")
+async def sim_branch(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
+    """The middle of a `sim_tree`: waits for its attached `sim_cancellable` leaf."""
+    return await ctx.child(sim_cancellable, f"{ctx.info.id}-leaf", spec)
+
+
+@fusee.workflow("sim_tree")
+async def sim_tree(ctx: fusee.Ctx, spec: dict[str, Any]) -> int:
+    """A parent with a tree of attached children (branch, then leaf): a cancel goes down it."""
+    return await ctx.child(sim_branch, f"{ctx.info.id}-branch", spec)
+
+
+def tree_ids(id: str) -> list[str]:
+    """The descendants of `sim_tree` run ``id``."""
+    return [f"{id}-branch", f"{id}-branch-leaf"]
+
+
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [
+    sim_steps,
+    sim_parent,
+    sim_inbox,
+    sim_cancellable,
+    sim_sender,
+    sim_box,
+    sim_branch,
+    sim_tree,
+]
 
 
 def queues(*, real_time: bool = False) -> list[fusee.Queue]:
