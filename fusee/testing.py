@@ -28,6 +28,7 @@ import asyncio
 import builtins
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import logging
 import textwrap
@@ -897,9 +898,10 @@ class _CrashingStore(_LoggingStore):
                     # admission with its `Start`, a freed slot with its
                     # `Done`): kept where they are all kept, as rows are.
                     lost_ids = {e.id for e in lost}
+                    before = {id: await self.get(id) for id in lost_ids}
                     await super().append(
                         kept,
-                        _rows_of_prefix(kept, lost, runs),
+                        _rows_of_prefix(kept, lost, runs, before),
                         items=[i for i in items if i.id not in lost_ids],
                         forget=forget,
                     )
@@ -908,24 +910,37 @@ class _CrashingStore(_LoggingStore):
 
 
 def _rows_of_prefix(
-    kept: Sequence[Entry], lost: Sequence[Entry], runs: Sequence[RunRow]
+    kept: Sequence[Entry],
+    lost: Sequence[Entry],
+    runs: Sequence[RunRow],
+    before: Mapping[str, RunRow | None],
 ) -> list[RunRow]:
     """The rows a crash after ``kept`` leaves, as if each run's records and row were one write.
 
-    A run whose records in the batch are all kept keeps its row; a run with
-    records lost keeps none of its row (its last row stands); a run started
-    in the kept part has at least a "running" row, as its start and its row
-    are written together.
+    A run whose records in the batch are all kept keeps its row. A run with
+    records kept and records lost is in the middle of what the batch
+    records: its row says "running", whatever it said before (``before``)
+    or the batch would have made it say, so that recovery loads it and
+    goes on from its journal. A real store writes a batch whole; this
+    prefix is no state it can be in, and "running" is the one row under
+    which the kept records act (a "suspended" row would hide what they
+    owe other runs; an ended one, an end not recorded).
     """
     lost_ids = {e.id for e in lost}
     rows = [row for row in runs if row.id not in lost_ids]
     have = {row.id for row in rows}
+    batch_rows = {row.id: row for row in runs}
     for e in kept:
-        if e.id in lost_ids and e.id not in have:
+        if e.id not in lost_ids or e.id in have:
+            continue
+        row = batch_rows.get(e.id) or before.get(e.id)
+        if row is None:
             rec = decode(e.data)
-            if isinstance(rec, Start):
-                rows.append(RunRow(rec.id, rec.run, rec.wtype, "running", rec.started_ms))
-                have.add(e.id)
+            if not isinstance(rec, Start):
+                continue
+            row = RunRow(rec.id, rec.run, rec.wtype, "running", rec.started_ms)
+        rows.append(dataclasses.replace(row, status="running", finished_ms=None, wake_ms=None))
+        have.add(e.id)
     return rows
 
 

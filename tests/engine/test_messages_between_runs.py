@@ -299,14 +299,6 @@ async def cancel_trunk(t: TestEngine, run: Any) -> None:
 CASCADE = ["crash-everywhere-trunk-branch", "crash-everywhere-trunk-branch-leaf"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 31, open: a torn batch (crash after record 13 of 23) keeps a woken run's "
-        "Cancel and Send but not its row, which still says 'suspended' from before, so "
-        "recovery does not load it and its send is lost"
-    ),
-)
 async def test_a_cancel_cascade_reaches_every_attached_descendant_across_every_crash() -> None:
     assert await crash_everywhere(root, workflows=[trunk, branch, leaf], drive=cancel_trunk) == (
         CASCADE
