@@ -131,6 +131,7 @@ class Engine:
         worker: str | None = None,
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
+        write_timeout: Any = "5s",
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -153,7 +154,12 @@ class Engine:
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         if isinstance(self.clock, WallClock):
             self.clock.loop = self.loop
-        self.committer = Committer(store, on_fail=self._store_failed, clock=self.clock)
+        self.committer = Committer(
+            store,
+            on_fail=self._store_failed,
+            clock=self.clock,
+            write_timeout_s=parse_duration(write_timeout) if write_timeout is not None else None,
+        )
         # On a store several workers share, this engine serves the runs of the
         # shards it leases (the store's shards, then), and reaches the others
         # through the store's inbox.
@@ -217,6 +223,7 @@ class Engine:
         worker: str | None = None,
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
+        write_timeout: Any = "5s",
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -240,6 +247,11 @@ class Engine:
             queues: The `fusee.Queue` values runs may be started through.
             schedules: The `fusee.Schedule` values this engine ticks
                 (reconciled with the store's on open; see ``engine.schedules``).
+            write_timeout: While the store takes no writes (a full disk, a
+                lost connection), how long a call waits for its own write
+                before it raises `fusee.StoreError` (None: as long as the
+                outage lasts). Nothing acknowledged is lost either way, and
+                the engine resumes by itself once the store takes writes.
 
         Example:
             >>> async def main() -> None:
@@ -271,6 +283,7 @@ class Engine:
             worker=worker,
             queues=queues,
             schedules=schedules,
+            write_timeout=write_timeout,
         )
         try:
             await engine.recover()
@@ -865,7 +878,8 @@ class Engine:
             ...     async for info in engine.list(status="running", workflow="checkout"):
             ...         print(info.id)
         """
-        await self.committer.flush()
+        # A read: during a write outage it answers from what the store holds.
+        await self.committer.readable()
         rows = await self.store.list(
             status=None, workflow=workflow, attributes=attributes, limit=None
         )
@@ -1017,7 +1031,8 @@ class Engine:
     async def _describe(self, id: str) -> RunInfo:
         state = self.runs.loaded(id)
         if state is None:
-            await self.committer.flush()
+            # A read: during a write outage it answers from what the store holds.
+            await self.committer.readable()
             row = await self.store.get(id)
             if row is None:
                 raise no_run(id)

@@ -401,7 +401,7 @@ class Runs:
         driver = state.driver
         if engine.closed or not self._parkable(state):
             return
-        await engine.committer.durable(driver.machine.gate)
+        await engine.committer.durable(driver.machine.gate, bounded=False)
         if not self._parkable(state):
             return
         if engine.strict:
