@@ -296,7 +296,7 @@ async def _waiting_for_writes(t: TestEngine, calls: int) -> None:
 @pytest.mark.parametrize(
     "store_kind", [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
 )
-async def test_on_a_full_disk_calls_raise_store_error_within_the_write_timeout_and_reads_do_not_wait(
+async def test_on_a_full_disk_calls_raise_store_error_within_write_timeout_and_reads_do_not_wait(
     host: Host, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with host(workflows=[checkout]) as t:
