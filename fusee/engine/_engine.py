@@ -224,6 +224,7 @@ class Engine:
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
         write_timeout: Any = "5s",
+        accept_loss: bool = False,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -252,6 +253,10 @@ class Engine:
                 before it raises `fusee.StoreError` (None: as long as the
                 outage lasts). Nothing acknowledged is lost either way, and
                 the engine resumes by itself once the store takes writes.
+            accept_loss: Open an SQLite store that is behind its high-water
+                mark (its write-ahead log lost acknowledged records, which
+                the open otherwise refuses with `fusee.StoreError`): the
+                loss is logged at WARNING and recorded in the store.
 
         Example:
             >>> async def main() -> None:
@@ -270,7 +275,7 @@ class Engine:
             )
         workflows, schedules = list(workflows), list(schedules)
         check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
-        store = open_store(path, durability=durability)
+        store = open_store(path, durability=durability, accept_loss=accept_loss)
         await store.open()
         engine = cls(
             store,
