@@ -20,6 +20,7 @@ mark.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import secrets
 import sqlite3
@@ -140,7 +141,13 @@ def start_mark(conn: sqlite3.Connection, db: Path, lsn: int, loss: tuple[int, in
 
 
 class Mark:
-    """The open mark file of a store: `move` records a durable LSN, with a plain pwrite.
+    """The open mark file of a store: `move` records a durable LSN in its shared mapping.
+
+    A store to a shared mapping is the cheapest write there is (no system
+    call), and it dirties no inode: a ``pwrite`` would change the file's
+    mtime each time, which the next commit's fsync (of the WAL) must then
+    journal on many file systems. The page cache holds the mark as soon as
+    it is stored, for any process that reads the file.
 
     Example:
         >>> import tempfile
@@ -153,33 +160,34 @@ class Mark:
         (7, 5)
     """
 
-    __slots__ = ("_fd", "_store_id", "lsn")
+    __slots__ = ("_map", "_store_id", "lsn")
 
     def __init__(self, db: Path, *, store_id: int, lsn: int) -> None:
         self._store_id = store_id
         self.lsn = lsn
         try:
-            self._fd: int | None = os.open(mark_path(db), os.O_RDWR | os.O_CREAT, 0o644)
-            os.pwrite(self._fd, _pack(store_id, lsn), 0)
+            fd = os.open(mark_path(db), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, _SIZE)
+                self._map: mmap.mmap | None = mmap.mmap(fd, _SIZE)
+            finally:
+                os.close(fd)
         except OSError as e:
             raise StoreError(
                 f"cannot write {mark_path(db)}, the store's high-water mark: {e.strerror}; "
                 "give the process write access to the store's directory"
             ) from e
+        self._map[:] = _pack(store_id, lsn)
 
     def move(self, lsn: int) -> None:
         """Records that the store holds ``lsn`` durably (called after the commit's fsync)."""
-        if lsn > self.lsn and self._fd is not None:
+        if lsn > self.lsn and self._map is not None:
             self.lsn = lsn
-            # One aligned write of one block: it lands whole in the page cache.
-            # A mark that cannot be written lags: the commit stands, and the
-            # worst is a loss the next open does not see.
-            with contextlib.suppress(OSError):
-                os.pwrite(self._fd, _pack(self._store_id, lsn), 0)
+            # Within one page: it never tears in the page cache.
+            self._map[:] = _pack(self._store_id, lsn)
 
     def close(self) -> None:
-        """Closes the file (the mark stays)."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        """Unmaps the file (the mark stays)."""
+        m, self._map = self._map, None
+        if m is not None:
+            m.close()
