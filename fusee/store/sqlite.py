@@ -332,18 +332,22 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
                 last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
                 await loop.run_in_executor(self._reader, self._open_client)
             elif self._readonly:
+                # The mark before the store: an engine writing meanwhile moves
+                # the mark only past what a later read holds (no false alarm).
+                mark = await loop.run_in_executor(self._reader, read_mark, self._path)
                 last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
                 self._behind_lsns = await loop.run_in_executor(
-                    self._reader, self._behind_mark, last_lsn
+                    self._reader, self._behind_mark, last_lsn, mark
                 )
             else:
                 await loop.run_in_executor(self._reader, self._prepare_writer)
+                mark = await loop.run_in_executor(self._reader, read_mark, self._path)
                 # Checked through a read-only connection before a writable one
                 # opens: refusing a damaged file then changes nothing in it (a
                 # writable connection's close would fold the WAL into it).
                 held, _ = await loop.run_in_executor(self._reader, self._open_reader)
                 self._behind_lsns = await loop.run_in_executor(
-                    self._reader, self._behind_mark, held
+                    self._reader, self._behind_mark, held, mark
                 )
                 self._loss = None
                 if self._behind_lsns is not None:
@@ -1244,9 +1248,8 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         self._rconn = conn
         return counters
 
-    def _behind_mark(self, held: int) -> tuple[int, int] | None:
-        """(held, marked) if the store holds less than its mark says it made durable."""
-        mark = read_mark(self._path)
+    def _behind_mark(self, held: int, mark: tuple[int, int] | None) -> tuple[int, int] | None:
+        """(held, marked) if the store holds less than its ``mark`` says it made durable."""
         if mark is None or self._rconn is None:
             return None
         marked_id, marked = mark
