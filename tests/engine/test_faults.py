@@ -294,8 +294,9 @@ async def _waiting_for_writes(t: TestEngine, calls: int) -> None:
     await eventually(lambda: t.engine.committer.callers_waiting >= calls)
 
 
-# Postgres: the reopening test below covers it; this one's many real round
-# trips race the virtual clock there after the store takes writes again.
+# Postgres: the reopening test below covers the bound there. This one, on
+# Postgres, now and then never settles in the test host's `advance` once the
+# store takes writes again (41 runs' writes land at once): not diagnosed yet.
 @pytest.mark.parametrize(
     "store_kind", [pytest.param("memory", id="memory"), pytest.param("sqlite", id="sqlite")]
 )
