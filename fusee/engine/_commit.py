@@ -18,7 +18,8 @@ writer does everything and the other never wakes.
 A failed write (a full disk, a lost connection) is retried with backoff on
 the engine's clock, the failed batches in their order and nothing new
 meanwhile, until the store takes it: what was not acknowledged waits, and
-nothing acknowledged is lost. A `StaleLease` (the shard is another worker's
+nothing acknowledged is lost. When both writers' batches failed, the outage
+ends with the last of their retries, never before the older one is stored. A `StaleLease` (the shard is another worker's
 now) and an `Unrecoverable` error are not retried: the committer stops and
 every waiter gets the error.
 
@@ -209,6 +210,7 @@ class Committer:
         self._outage_waiters: list[asyncio.Future[None]] = []
         # Failed batches retry one at a time, in the order they were written.
         self._retry_turn = asyncio.Lock()
+        self._failed_batches = 0  # waiting for their retry, or being retried
         self._closing = False
         self._stopped = False
         self._backing_off = False
@@ -606,6 +608,18 @@ class Committer:
                 error,
             )
         delay = RETRY_FIRST_S
+        # Both writers' batches may have failed: the outage lasts until the
+        # last of them is stored, or a writer would write a newer batch
+        # before an older one's retry (a hole, then a refused append).
+        self._failed_batches += 1
+        try:
+            return await self._retry_turns(batch, error, delay)
+        finally:
+            self._failed_batches -= 1
+
+    async def _retry_turns(
+        self, batch: _Batch, error: StoreError, delay: float
+    ) -> StoreError | None:
         async with self._retry_turn:
             while True:
                 if self._closing:
@@ -637,7 +651,7 @@ class Committer:
                     continue
                 break
         self.retried_writes += 1
-        if self.outage is not None:
+        if self.outage is not None and self._failed_batches == 1:  # this one's, the last
             self.outage = None
             log.warning("the store takes writes again; the failed writes are stored")
             for fut in self._outage_waiters:
