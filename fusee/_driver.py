@@ -269,8 +269,10 @@ class RunDriver:
         # The host's own state for this run, so it finds it without a lookup.
         self.host_data: Any = None
         self._turning = False
-        # When the current turn began (time.monotonic), for the watchdog.
+        # When the current turn began (time.monotonic), for the watchdog; and
+        # the watchdog, once it aims at this run's turns (`Watchdog.turn_ended`).
         self.turn_started: float | None = None
+        self.watch: Any = None
 
     # --- life ------------------------------------------------------------------------------------
 
@@ -369,6 +371,8 @@ class RunDriver:
             loop.leave(token)
             self._turning = False
             self.turn_started = None
+            if self.watch is not None:
+                self.watch.turn_ended(self)
         self.host.turned(self)
 
     def _deliver_live(self, seq: int, outcome: Outcome, record: Record) -> None:

@@ -414,6 +414,10 @@ class StaleLease(StoreError):
 class WatchdogError(FuseeError):
     """Workflow code ran without yielding for longer than the watchdog allows.
 
+    The watchdog raises it inside that code (its message carries the stack
+    it saw), so the run fails with it and the other runs go on; code blocked
+    inside a C call gets it only when the call returns.
+
     Example:
         >>> issubclass(WatchdogError, FuseeError)
         True

@@ -323,7 +323,10 @@ async def spin(ctx: fusee.Ctx) -> str:
 
 async def test_the_watchdog_reports_code_that_does_not_yield_with_its_stack() -> None:
     async with await fusee.Engine.open("memory", workflows=[spin], watchdog="100ms") as engine:
-        assert await engine.execute(spin, "spin-1") == "done"
+        # Interrupted, too: the run fails with the report.
+        with pytest.raises(fusee.WorkflowFailed) as failed:
+            await engine.execute(spin, "spin-1")
+        assert failed.value.type == "WatchdogError"
         # The watchdog's thread writes the report while the code spins, in
         # the GIL slices the spinning thread leaves it: it may still be
         # formatting the stack when the run ends.

@@ -228,8 +228,10 @@ async def test_a_workflow_that_blocks_fails_its_result_with_watchdog_error_namin
             await t.execute(blocking, "w-1")
         assert "in blocking" in str(e.value)  # the stack names the workflow function
         assert watchdog_reported.is_set()
-        # Reported once: the run's result is there afterwards.
-        assert await t.get("w-1").result() == "late"
+        # Reported once; the run failed with it, interrupted by the watchdog.
+        with pytest.raises(fusee.WorkflowFailed) as failed:
+            await t.get("w-1").result()
+        assert failed.value.type == "WatchdogError"
 
 
 async def test_a_workflow_that_blocks_fails_advance_with_watchdog_error(

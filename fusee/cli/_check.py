@@ -1,10 +1,13 @@
 """``fusee check``: read every row and every record of a store and report the damage.
 
-It finds a record that does not decode, a journal that does not start with
-its Start, records after a run's Done, a finished row whose journal has no
-Done, a row whose journal is missing, a queued row no queue holds, and a
-row that cannot be read, each named by its run. It uses only the `fusee.store.Store` protocol and
-`fusee.record.decode`, so it checks any store the same way.
+It finds a store behind its high-water mark (an SQLite store whose
+write-ahead log lost acknowledged records), a record that does not decode,
+a journal that does not start with its Start, records after a run's Done,
+a finished row whose journal has no Done, a row whose journal is missing, a
+queued row no queue holds, and a row that cannot be read, each named by its
+run. It uses only the `fusee.store.Store` protocol (and a store's
+``behind``, where it keeps a mark) and `fusee.record.decode`, so it checks
+any store the same way.
 
 The rule: it only reads (the store opened read-only), and one damaged run
 never stops the check of the others: each is read on its own, and the
@@ -204,11 +207,36 @@ async def _check_run(store: Store, row: RunRow) -> tuple[int, list[Finding]]:
     return len(entries), found
 
 
+_BEHIND: Final = "the store is behind its high-water mark"
+
+
+def _behind_mark(store: Store) -> list[Finding]:
+    """A finding if the store holds less than its high-water mark says it made durable."""
+    # An SQLite store keeps the mark (`SqliteStore.behind`); the others rely
+    # on their database's own log.
+    behind: tuple[int, int] | None = getattr(store, "behind", None)
+    if behind is None:
+        return []
+    held, marked = behind
+    return [
+        Finding(
+            None,
+            None,
+            None,
+            f"{_BEHIND}: it acknowledged records through LSN "
+            f"{marked} but holds them only through LSN {held} ({marked - held} lost: its "
+            "write-ahead log was cut, damaged or deleted); restore it from a backup, or open "
+            "it accepting the loss (fusee.Engine.open(..., accept_loss=True))",
+        )
+    ]
+
+
 async def check_command(args: argparse.Namespace, out: Output) -> int:
     where = store_shown(args)
     records = 0
     async with reading(args) as store:
         rows, findings = await _rows(store)
+        findings.extend(_behind_mark(store))
         queued = {i.id for i in await store.queue_items() if i.state == "queued"}
         for row in rows:
             if row.status == RunStatus.QUEUED:
@@ -235,7 +263,10 @@ async def check_command(args: argparse.Namespace, out: Output) -> int:
         out.emit(report)
         return 1 if findings else 0
     for f in findings:
-        run = "(unreadable row)" if f.id is None else f"{f.id} (run {f.run}, {f.status})"
+        if f.id is not None:
+            run = f"{f.id} (run {f.run}, {f.status})"
+        else:
+            run = "(the store)" if f.problem.startswith(_BEHIND) else "(unreadable row)"
         out.say(("  damaged  ", "bold red"), f"{run}: {f.problem}")
     if findings:
         out.say(

@@ -18,9 +18,19 @@ writer does everything and the other never wakes.
 A failed write (a full disk, a lost connection) is retried with backoff on
 the engine's clock, the failed batches in their order and nothing new
 meanwhile, until the store takes it: what was not acknowledged waits, and
-nothing acknowledged is lost. A `StaleLease` (the shard is another worker's
-now) and an `Unrecoverable` error are not retried: the committer stops and
-every waiter gets the error.
+nothing acknowledged is lost. When both writers' batches failed, the outage
+ends with the last of their retries, never before the older one is stored.
+A `StaleLease` (the shard is another worker's now) and an `Unrecoverable`
+error are not retried: the committer stops and every waiter gets the error.
+
+A caller never waits on a failed write for long: while a write is being
+retried, a call waiting for its own write (a start, a signal) gets a
+`StoreError` once it has waited `write_timeout_s`, which says that the
+store takes no writes and that nothing acknowledged is lost (its own
+write stays queued, stored once the store takes writes). The engine's
+own waits (a step's gate, parking) are unbounded: they resume with the
+store. A read waits for no write during an outage: it answers from what
+the store holds.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ if TYPE_CHECKING:
     from fusee.engine._clock import Clock
     from fusee.store import Store
 
-__all__ = ["RETRY_FIRST_S", "RETRY_MAX_S", "Committer", "Unrecoverable"]
+__all__ = ["RETRY_FIRST_S", "RETRY_MAX_S", "WRITE_TIMEOUT_S", "Committer", "Unrecoverable"]
 
 log = logging.getLogger("fusee")
 
@@ -52,6 +62,15 @@ RETRY_FIRST_S = 0.1
 """The wait before the first retry of a failed write; it doubles up to `RETRY_MAX_S`."""
 RETRY_MAX_S = 30.0
 """The longest wait between two retries of a failed write."""
+
+WRITE_TIMEOUT_S = 5.0
+"""How long a call waits for its write while the store takes none, by default."""
+
+# What a waiter is: a caller whose wait is bounded during an outage, the
+# engine's own (unbounded) wait, or a read (released when an outage begins).
+_BOUNDED, _UNBOUNDED, _READ = 0, 1, 2
+
+_Waiters = list[tuple[int, int, asyncio.Future[None], int]]
 
 # One batch being written and one queued behind it: enough to keep the disk
 # busy; more would only split what the next batch could carry.
@@ -135,8 +154,11 @@ class Committer:
         store: Store,
         on_fail: Callable[[StoreError], None] | None = None,
         clock: Clock | None = None,
+        write_timeout_s: float | None = WRITE_TIMEOUT_S,
     ) -> None:
         self.store = store
+        # None: a caller waits for its write however long the store fails.
+        self.write_timeout_s = write_timeout_s
         self._on_fail = on_fail
         # Retries wait on the engine's clock (the test host's is virtual).
         self._clock = clock
@@ -150,11 +172,11 @@ class Committer:
         # Queue item changes of an engine alone on its store (`put_item`).
         self._items: dict[int, QueueItem] = {}
         self._forget: list[int] = []
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._waiters: _Waiters = []
         # Batches taken by writers, and stored (in order): `stored` waits on them.
         self._taken = 0
         self._stored = 0
-        self._batch_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._batch_waiters: _Waiters = []
         # By LSN, then as registered: most come in LSN order (a run's gate is
         # the newest record), so a deque takes them at its end.
         self._callbacks: collections.deque[tuple[int, Callable[[], object]]] = collections.deque()
@@ -188,6 +210,7 @@ class Committer:
         self._outage_waiters: list[asyncio.Future[None]] = []
         # Failed batches retry one at a time, in the order they were written.
         self._retry_turn = asyncio.Lock()
+        self._failed_batches = 0  # waiting for their retry, or being retried
         self._closing = False
         self._stopped = False
         self._backing_off = False
@@ -257,15 +280,38 @@ class Committer:
         if not self._woken and self._idle:
             self._wake()
 
-    async def stored(self) -> None:
+    async def stored(self, *, bounded: bool = True) -> None:
         """Returns once everything handed over so far (records, rows, items) is durable.
 
+        Args:
+            bounded: Whether the wait ends with a `StoreError` after
+                `write_timeout_s` of an outage (a caller's wait), or lasts
+                until the store takes writes again (the engine's own).
+
         Raises:
-            StoreError: The store failed; nothing after its last good write is durable.
+            StoreError: The store failed; nothing after its last good write is
+                durable. Or (``bounded``) the store took no write for
+                `write_timeout_s`: nothing acknowledged is lost.
         """
         number = self._taken + 1 if self._pending() else self._taken
         if number > self._stored:
-            await self._wait(self._batch_waiters, number)
+            await self._wait(self._batch_waiters, number, _BOUNDED if bounded else _UNBOUNDED)
+
+    async def readable(self) -> None:
+        """Returns once what was handed over so far is stored, or at once during an outage.
+
+        A read's wait: it reads its own writes while the store takes them,
+        and never waits on a write the store refuses (it then answers from
+        what the store holds).
+
+        Raises:
+            StoreError: The store failed for good.
+        """
+        if self.outage is not None:
+            return
+        number = self._taken + 1 if self._pending() else self._taken
+        if number > self._stored:
+            await self._wait(self._batch_waiters, number, _READ)
 
     def _pending(self) -> bool:
         return bool(self._entries or self._rows or self._commands or self._items or self._forget)
@@ -293,19 +339,25 @@ class Committer:
         """Whether the log is durable through ``lsn``."""
         return lsn <= self.durable_lsn
 
-    async def durable(self, lsn: int) -> None:
+    async def durable(self, lsn: int, *, bounded: bool = True) -> None:
         """Returns once the log is durable through ``lsn``.
 
+        Args:
+            lsn: The record waited for.
+            bounded: As for `stored`.
+
         Raises:
-            StoreError: The store failed; nothing after its last good write is durable.
+            StoreError: The store failed; nothing after its last good write is
+                durable. Or (``bounded``) the store took no write for
+                `write_timeout_s`: nothing acknowledged is lost.
         """
         if lsn <= self.durable_lsn:
             if self._lost and lsn in self._lost:
                 raise self._lost[lsn]
             return
-        await self._wait(self._waiters, lsn)
+        await self._wait(self._waiters, lsn, _BOUNDED if bounded else _UNBOUNDED)
 
-    async def _wait(self, waiters: list[tuple[int, int, asyncio.Future[None]]], at: int) -> None:
+    async def _wait(self, waiters: _Waiters, at: int, kind: int) -> None:
         """Waits in ``waiters`` until ``_release`` reaches ``at`` (an LSN, or a batch's number)."""
         if self.failed is not None:
             raise self.failed
@@ -314,8 +366,44 @@ class Committer:
             # test host): a caller still working in it must not wait forever.
             raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
         fut = self._loop.create_future()
-        heapq.heappush(waiters, (at, next(self._order), fut))
+        heapq.heappush(waiters, (at, next(self._order), fut, kind))
+        if kind == _BOUNDED and self.outage is not None:
+            self._bound(fut)
         await fut
+
+    def _bound(self, fut: asyncio.Future[None]) -> None:
+        """Fails caller's wait ``fut`` if the outage lasts `write_timeout_s` more."""
+        timeout_s = self.write_timeout_s
+        if timeout_s is None:
+            return
+        if self._clock is None:
+            self._loop.call_later(timeout_s, self._time_out, fut)
+        else:
+            at_ms = self._clock.now_ms() + max(1, round(timeout_s * 1000))
+            self._clock.call_at(at_ms, lambda: self._time_out(fut))
+
+    def _time_out(self, fut: asyncio.Future[None]) -> None:
+        outage = self.outage
+        if fut.done() or outage is None:
+            return  # written meanwhile, or about to be (the store took the retry)
+        fut.set_exception(
+            StoreError(
+                f"{outage}. This call waited {self.write_timeout_s:g}s for its write and is not "
+                "acknowledged: the write stays queued, stored once the store takes writes "
+                "unless this engine stops first. Nothing acknowledged is lost, and the engine "
+                "resumes by itself once the store takes writes again"
+            )
+        )
+
+    def _outage_began(self) -> None:
+        """Bounds the callers' waits, and releases the reads: none waits on the failed write."""
+        for _, _, fut, kind in self._waiters + self._batch_waiters:
+            if fut.done():
+                continue
+            if kind == _BOUNDED:
+                self._bound(fut)
+            elif kind == _READ:
+                fut.set_result(None)
 
     def on_durable(self, lsn: int, callback: Callable[[], object]) -> None:
         """Calls ``callback`` once the log is durable through ``lsn`` (at once if it is)."""
@@ -334,11 +422,15 @@ class Committer:
         """Nothing is waiting to be written, and no write is in flight."""
         return not self._pending() and not self._flights
 
-    async def flush(self) -> None:
-        """Returns once everything appended so far is durable (or lost with its shard's lease)."""
+    async def flush(self, *, bounded: bool = True) -> None:
+        """Returns once everything appended so far is durable (or lost with its shard's lease).
+
+        Args:
+            bounded: As for `stored`.
+        """
         # What a lost lease refused is settled too (its run is dropped): its
         # batch was stored without it.
-        await self.stored()
+        await self.stored(bounded=bounded)
 
     def _wake(self) -> None:
         idle = self._idle
@@ -488,6 +580,14 @@ class Committer:
         return self.outage is not None
 
     @property
+    def callers_waiting(self) -> int:
+        """How many callers wait for their writes (the engine's own waits not counted)."""
+        return sum(
+            kind == _BOUNDED and not fut.done()
+            for _, _, fut, kind in self._waiters + self._batch_waiters
+        )
+
+    @property
     def backing_off(self) -> bool:
         """A failed write waits on the clock for its next attempt (none is in flight)."""
         return self._backing_off
@@ -501,12 +601,25 @@ class Committer:
         """
         if self.outage is None:
             self.outage = error
+            self._outage_began()
             log.warning(
                 "the store failed to write (%s); retrying with backoff, and what was not "
                 "acknowledged waits for it (nothing acknowledged is lost)",
                 error,
             )
         delay = RETRY_FIRST_S
+        # Both writers' batches may have failed: the outage lasts until the
+        # last of them is stored, or a writer would write a newer batch
+        # before an older one's retry (a hole, then a refused append).
+        self._failed_batches += 1
+        try:
+            return await self._retry_turns(batch, error, delay)
+        finally:
+            self._failed_batches -= 1
+
+    async def _retry_turns(
+        self, batch: _Batch, error: StoreError, delay: float
+    ) -> StoreError | None:
         async with self._retry_turn:
             while True:
                 if self._closing:
@@ -538,7 +651,7 @@ class Committer:
                     continue
                 break
         self.retried_writes += 1
-        if self.outage is not None:
+        if self.outage is not None and self._failed_batches == 1:  # this one's, the last
             self.outage = None
             log.warning("the store takes writes again; the failed writes are stored")
             for fut in self._outage_waiters:
@@ -569,7 +682,7 @@ class Committer:
         waiters = self._waiters
         lost = self._lost
         while waiters and waiters[0][0] <= durable:
-            lsn, _, fut = heapq.heappop(waiters)
+            lsn, _, fut, _ = heapq.heappop(waiters)
             if not fut.done():
                 if lost and lsn in lost:
                     fut.set_exception(lost[lsn])
@@ -588,7 +701,7 @@ class Committer:
 
     def _fail(self, error: StoreError) -> None:
         self.failed = error
-        for _, _, fut in self._waiters + self._batch_waiters:
+        for _, _, fut, _ in self._waiters + self._batch_waiters:
             if not fut.done():
                 fut.set_exception(error)
         self._waiters.clear()
@@ -629,7 +742,7 @@ class Committer:
         self._commands.clear()
         self._items.clear()
         self._forget.clear()
-        for _, _, fut in self._waiters + self._batch_waiters:
+        for _, _, fut, _ in self._waiters + self._batch_waiters:
             fut.cancel()
         self._waiters.clear()
         self._batch_waiters.clear()

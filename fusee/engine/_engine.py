@@ -136,6 +136,7 @@ class Engine:
         schedules: Iterable[Schedule] = (),
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        write_timeout: Any = "5s",
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -162,7 +163,12 @@ class Engine:
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         if isinstance(self.clock, WallClock):
             self.clock.loop = self.loop
-        self.committer = Committer(store, on_fail=self._store_failed, clock=self.clock)
+        self.committer = Committer(
+            store,
+            on_fail=self._store_failed,
+            clock=self.clock,
+            write_timeout_s=parse_duration(write_timeout) if write_timeout is not None else None,
+        )
         # On a store several workers share, this engine serves the runs of the
         # shards it leases (the store's shards, then), and reaches the others
         # through the store's inbox.
@@ -228,6 +234,8 @@ class Engine:
         schedules: Iterable[Schedule] = (),
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        write_timeout: Any = "5s",
+        accept_loss: bool = False,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -257,6 +265,15 @@ class Engine:
                 to (default: the global one, as set when the engine opens).
             meter_provider: The OpenTelemetry meter provider its metrics go
                 to (default: the global one).
+            write_timeout: While the store takes no writes (a full disk, a
+                lost connection), how long a call waits for its own write
+                before it raises `fusee.StoreError` (None: as long as the
+                outage lasts). Nothing acknowledged is lost either way, and
+                the engine resumes by itself once the store takes writes.
+            accept_loss: Open an SQLite store that is behind its high-water
+                mark (its write-ahead log lost acknowledged records, which
+                the open otherwise refuses with `fusee.StoreError`): the
+                loss is logged at WARNING and recorded in the store.
 
         Example:
             >>> async def main() -> None:
@@ -275,7 +292,7 @@ class Engine:
             )
         workflows, schedules = list(workflows), list(schedules)
         check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
-        store = open_store(path, durability=durability)
+        store = open_store(path, durability=durability, accept_loss=accept_loss)
         await store.open()
         engine = cls(
             store,
@@ -290,6 +307,7 @@ class Engine:
             schedules=schedules,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
+            write_timeout=write_timeout,
         )
         try:
             await engine.recover()
@@ -900,7 +918,8 @@ class Engine:
             ...     async for info in engine.list(status="running", workflow="checkout"):
             ...         print(info.id)
         """
-        await self.committer.flush()
+        # A read: during a write outage it answers from what the store holds.
+        await self.committer.readable()
         # The status is filtered here, on what describe says (a loaded run's
         # state), so rows are read a page at a time until ``limit`` match:
         # without a status every row matches and a page is ``limit`` rows.
@@ -1061,7 +1080,8 @@ class Engine:
     async def _describe(self, id: str) -> RunInfo:
         state = self.runs.loaded(id)
         if state is None:
-            await self.committer.flush()
+            # A read: during a write outage it answers from what the store holds.
+            await self.committer.readable()
             row = await self.store.get(id)
             if row is None:
                 raise no_run(id)

@@ -142,7 +142,7 @@ class Events:
             waiters.append(fut)
             handle = None
             try:
-                await self._committer.flush()
+                await self._committer.readable()
                 found, value = await read_event(self._store, id, key)
                 if found:
                     return value

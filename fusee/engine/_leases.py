@@ -208,9 +208,9 @@ class Leases:
             self._releasing[s] = self.held.pop(s)
         try:
             # Messages to their runs go to the next holder from here on.
-            await engine.committer.flush()
+            await engine.committer.flush(bounded=False)
             engine.drop_shards(wanted)
-            await engine.committer.flush()
+            await engine.committer.flush(bounded=False)
             await self._store.release_shards(self.owner, wanted)
             log.info("worker %s gave back shards %s", self.owner, _names(wanted))
         finally:

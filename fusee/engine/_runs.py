@@ -45,6 +45,7 @@ from fusee.record import (
     Send,
     Signal,
     Start,
+    Status,
     Step,
     StreamEnd,
     Timer,
@@ -412,7 +413,7 @@ class Runs:
         driver = state.driver
         if engine.closed or not self._parkable(state):
             return
-        await engine.committer.durable(driver.machine.gate)
+        await engine.committer.durable(driver.machine.gate, bounded=False)
         if not self._parkable(state):
             return
         if engine.strict:
@@ -429,7 +430,7 @@ class Runs:
 
     def check_replay(self, state: RunState) -> None:
         """The dev profile's strict replay: the journal so far, replayed against the code."""
-        if state.records is None:
+        if state.records is None or _interrupted(state):
             return
         replay = RunDriver(
             ReplayHost(), state.workflow, list(state.records), state.driver.machine.gate
@@ -482,3 +483,16 @@ def unknown_workflow(name: str, workflows: Any) -> str:
         f"workflow '{name}' is not registered with this engine (it has: {known}); "
         "pass it in Engine.open(..., workflows=[...])"
     )
+
+
+def _interrupted(state: RunState) -> bool:
+    """Whether the run failed with the watchdog's interruption.
+
+    Its replay would run the same code that never yielded, with no watchdog
+    looking at it (the replay is not a loaded run): the run's end says it all.
+    """
+    end = state.driver.end
+    if end is None or end.status is not Status.FAILED:
+        return False
+    error = _codec.decode(end.payload)
+    return isinstance(error, list) and bool(error) and error[0] == "WatchdogError"

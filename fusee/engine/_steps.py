@@ -404,7 +404,7 @@ class StepExecutor:
                     continue
                 if not call.read_only and not host.committer.is_durable(gate):
                     try:
-                        await host.committer.durable(gate)
+                        await host.committer.durable(gate, bounded=False)
                     except StoreError:
                         # The store failed (reported once, by the engine):
                         # nothing the run did since may act. Reopening

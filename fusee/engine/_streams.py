@@ -77,7 +77,7 @@ class Streams:
             event = asyncio.Event()
             self._events.setdefault(id, []).append(event)
             try:
-                await self._committer.flush()
+                await self._committer.readable()
                 chunks, ended = await read_stream(self._store, id, name)
                 for c in chunks[sent:]:
                     yield _codec.decode(c)

@@ -63,6 +63,7 @@ def open_store(
     durability: str = "fsync",
     readonly: bool = False,
     client: bool = False,
+    accept_loss: bool = False,
 ) -> Store:
     """Makes the store a target names; the caller then awaits its ``open()``.
 
@@ -79,6 +80,9 @@ def open_store(
         client: Open it as a client (`fusee.Client`): it reads, and writes
             nothing but commands to the inbox; it never takes the engine's
             writer lock, so it works while an engine serves the store.
+        accept_loss: Open an SQLite store that is behind its high-water mark,
+            logging and recording the loss (see `SqliteStore`); other stores
+            keep no such mark.
 
     Returns:
         The store, not opened yet.
@@ -121,7 +125,9 @@ def open_store(
         )
     from fusee.store.sqlite import SqliteStore
 
-    return SqliteStore(target, durability=durability, readonly=readonly, client=client)
+    return SqliteStore(
+        target, durability=durability, readonly=readonly, client=client, accept_loss=accept_loss
+    )
 
 
 _BACKENDS: Final = {

@@ -29,6 +29,7 @@ from typing import Any, Final
 from fusee.errors import StoreError
 from fusee.store._base import Entry, RunRow
 from fusee.store._lock import try_lock, unlock
+from fusee.store._sqlite_mark import Mark, start_mark
 from fusee.store._sqlite_open import (
     _bind_plainly,
     _check_format,
@@ -94,6 +95,8 @@ class _SqliteWriter:
     _conn: sqlite3.Connection | None
     _conn_lock: threading.Lock
     _conn_waits: bool  # `_conn`'s busy timeout is the store's (see `_wait_for_locks`)
+    _mark: Mark | None
+    _loss: tuple[int, int] | None
 
     # -- the loop's side of an answer --------------------------------------------------
 
@@ -182,6 +185,9 @@ class _SqliteWriter:
                 with contextlib.suppress(sqlite3.Error):
                     self._wait_for_locks(conn, True)
                 _close(conn, self._path)
+                mark, self._mark = self._mark, None
+                if mark is not None:
+                    mark.close()
 
     def _open_writer(self) -> tuple[sqlite3.Connection, tuple[int, int]]:
         conn: sqlite3.Connection | None = None
@@ -205,6 +211,9 @@ class _SqliteWriter:
             self._synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
             _check_format(conn, self._path, writer=True, change=True)
             counters = _counters(conn, self._path)
+            if self._durability == "fsync":
+                # Only durable commits are acknowledged as durable: the mark's account.
+                self._mark = start_mark(conn, self._path, counters[0], self._loss)
         except BaseException as e:
             if conn is not None:
                 _close(conn, self._path)
@@ -359,6 +368,10 @@ class _SqliteWriter:
             _roll_back(conn)
             raise
         self._transactions += 1
+        mark = self._mark
+        if mark is not None and entries:
+            # After COMMIT, which fsynced the WAL: the mark never leads the disk.
+            mark.move(entries[-1][0])
 
     def _write_error(self, e: Exception) -> StoreError:
         if isinstance(e, sqlite3.Error):

@@ -76,6 +76,7 @@ from fusee.store._base import (
 )
 from fusee.store._lock import try_lock, unlock
 from fusee.store._queues import QueueItem
+from fusee.store._sqlite_mark import Mark, behind_error, read_mark, read_store_id
 from fusee.store._sqlite_open import (
     _check_format,
     _check_pages,
@@ -146,6 +147,10 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         client: Read it, and post commands to its inbox (`fusee.Client`):
             creates the store if there is none, takes no writer lock, and
             writes nothing but ``commands`` rows.
+        accept_loss: Open a store that is behind its high-water mark (its
+            write-ahead log lost acknowledged records, see `behind`): the
+            loss is logged at WARNING and recorded in the store's ``meta``
+            table, and the mark starts again from what the store holds.
 
     Raises:
         ValueError: An unknown ``durability``, or both ``readonly`` and ``client``.
@@ -177,6 +182,7 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         durability: str = "fsync",
         readonly: bool = False,
         client: bool = False,
+        accept_loss: bool = False,
     ) -> None:
         _check_durability(durability)
         if readonly and client:
@@ -237,6 +243,12 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
         self._synchronous: int | None = None
         self._fail_next: Exception | None = None
         self._setup_next: Callable[[sqlite3.Connection], object] | None = None
+        self._accept_loss = accept_loss
+        # The high-water mark (`_sqlite_mark`), moved by the writer after each
+        # durable commit; and the (held, marked) LSNs of a loss being accepted.
+        self._mark: Mark | None = None
+        self._loss: tuple[int, int] | None = None
+        self._behind_lsns: tuple[int, int] | None = None
 
     @property
     def path(self) -> Path:
@@ -247,6 +259,19 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
             'data/fusee.db'
         """
         return self._path
+
+    @property
+    def behind(self) -> tuple[int, int] | None:
+        """(LSN held, LSN acknowledged) when the store is behind its high-water mark, else None.
+
+        A writer's open refuses such a store (unless ``accept_loss``); a
+        read-only one opens and says so here (`fusee check` reports it).
+
+        Example:
+            >>> SqliteStore("data").behind is None
+            True
+        """
+        return self._behind_lsns
 
     @property
     def last_lsn(self) -> int:
@@ -307,13 +332,35 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
                 last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
                 await loop.run_in_executor(self._reader, self._open_client)
             elif self._readonly:
+                # The mark before the store: an engine writing meanwhile moves
+                # the mark only past what a later read holds (no false alarm).
+                mark = await loop.run_in_executor(self._reader, read_mark, self._path)
                 last_lsn, reserved = await loop.run_in_executor(self._reader, self._open_reader)
+                self._behind_lsns = await loop.run_in_executor(
+                    self._reader, self._behind_mark, last_lsn, mark
+                )
             else:
                 await loop.run_in_executor(self._reader, self._prepare_writer)
+                mark = await loop.run_in_executor(self._reader, read_mark, self._path)
                 # Checked through a read-only connection before a writable one
                 # opens: refusing a damaged file then changes nothing in it (a
                 # writable connection's close would fold the WAL into it).
-                await loop.run_in_executor(self._reader, self._open_reader)
+                held, _ = await loop.run_in_executor(self._reader, self._open_reader)
+                self._behind_lsns = await loop.run_in_executor(
+                    self._reader, self._behind_mark, held, mark
+                )
+                self._loss = None
+                if self._behind_lsns is not None:
+                    if not self._accept_loss:
+                        raise behind_error(self._path, *self._behind_lsns)
+                    self._loss = self._behind_lsns
+                    log.warning(
+                        "%s: opened accepting the loss of acknowledged records %d to %d (its "
+                        "write-ahead log lost them); the loss is recorded in its meta table",
+                        self._path,
+                        self._behind_lsns[0] + 1,
+                        self._behind_lsns[1],
+                    )
                 ready: asyncio.Future[tuple[int, int]] = loop.create_future()
                 self._writer = threading.Thread(
                     target=self._write_main,
@@ -1200,6 +1247,20 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
             raise
         self._rconn = conn
         return counters
+
+    def _behind_mark(self, held: int, mark: tuple[int, int] | None) -> tuple[int, int] | None:
+        """(held, marked) if the store holds less than its ``mark`` says it made durable."""
+        if mark is None or self._rconn is None:
+            return None
+        marked_id, marked = mark
+        store_id = read_store_id(self._rconn)
+        if store_id is not None and marked_id != store_id:
+            # Another store's mark (a database put in place of this one):
+            # the writer's open starts a mark of its own. (A store with no
+            # identity lost it with its WAL: the mark is its own.)
+            log.warning("%s: its high-water mark belongs to another store; not used", self._path)
+            return None
+        return (held, marked) if marked > held else None
 
     def _close_reader(self) -> None:
         conn, self._rconn = self._rconn, None

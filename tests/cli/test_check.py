@@ -15,6 +15,7 @@ import pytest
 
 import fusee
 from fusee.store import Entry, SqliteStore
+from fusee.store._sqlite_mark import Mark, read_store_id
 
 from .conftest import cli, engine_on
 
@@ -185,3 +186,28 @@ def test_one_damaged_run_does_not_stop_the_check_of_the_others(tmp_path: Path) -
     assert report["runs"] == 8
     named = {f["id"] for f in report["findings"]}
     assert {"g-6", "g-7"}.isdisjoint(named)
+
+
+def test_check_reports_a_store_behind_its_high_water_mark_and_exits_1(tmp_path: Path) -> None:
+    async def make() -> int:
+        async with await fusee.Engine.open(tmp_path, workflows=[wfs.greet]) as engine:
+            await engine.execute(wfs.greet, "g-1", "g-1")
+            return engine.store.last_lsn
+
+    last = asyncio.run(make())
+    code, out, _ = cli("check", "--data", str(tmp_path))
+    assert code == 0, out  # level with its mark
+    # The mark says three more records were made durable than the store holds
+    # (as a WAL cut after them leaves it).
+    with contextlib.closing(sqlite3.connect(tmp_path / "fusee.db")) as conn:
+        store_id = read_store_id(conn)
+    assert store_id is not None
+    Mark(tmp_path / "fusee.db", store_id=store_id, lsn=last + 3).close()
+    code, out, _ = cli("check", "--data", str(tmp_path))
+    assert code == 1
+    assert "(the store): the store is behind its high-water mark" in out
+    assert f"through LSN {last + 3} but holds them only through LSN {last} (3 lost" in out
+    code, out, _ = cli("check", "--data", str(tmp_path), "--json")
+    assert code == 1
+    (finding,) = json.loads(out)["findings"]
+    assert finding["problem"].startswith("the store is behind its high-water mark")

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
+import io
 import logging
+import os
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -17,11 +21,13 @@ import _postgres
 import pytest
 
 import fusee
+from fusee.cli import main
 from fusee.store import MemoryStore, SqliteStore, Store
 from fusee.store import sqlite as sqlite_store
 from fusee.store.postgres import PostgresStore
+from fusee.testing import TestEngine
 
-from .conftest import Host, assert_steps_ran_once
+from .conftest import Host, assert_steps_ran_once, eventually
 
 pytestmark = pytest.mark.asyncio
 
@@ -234,17 +240,21 @@ async def test_a_full_disk_holds_writes_until_space_is_freed_then_the_engine_car
             # An input the full disk cannot take.
             big = asyncio.ensure_future(t.start(checkout, "c-big", Order("x" * 200_000, 1)))
             # Timers fire meanwhile and retries fail for minutes: one warning,
-            # no traceback from a timer (the suite fails on one).
+            # no traceback from a timer (the suite fails on one). The caller
+            # hears of it within the write timeout.
             await t.advance("5m")
-            assert not big.done()
+            with pytest.raises(fusee.StoreError, match=r"is full.*Nothing acknowledged is lost"):
+                await big
             assert t.engine.committer.retrying
             signal = asyncio.ensure_future(first.signal(go, 7))
             await t.advance("1m")
-            assert not signal.done()
+            with pytest.raises(fusee.StoreError, match="is full"):
+                await signal
             _free_space(t.engine.store)
             await t.advance("1m")
-            await signal
-            await (await big).signal(go, 0)
+            # The writes that waited are stored: the engine resumed by itself.
+            assert (await first.describe()).status == "completed"
+            await t.get("c-big").signal(go, 0)
             assert await first.result() == 8
             assert await naps.result() == 3
             assert await t.get("c-big").result() == 1
@@ -257,6 +267,112 @@ async def test_a_full_disk_holds_writes_until_space_is_freed_then_the_engine_car
         assert await t.get("c-1").result() == 8
         assert await t.get("n-1").result() == 3
         assert await t.get("c-big").result() == 1
+        assert_steps_ran_once(t)
+
+
+class DiskFull:
+    """Fails every append of ``store`` as a full disk does (ENOSPC), until `free`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.real = store.append
+        store.append = self.append  # type: ignore[method-assign]
+
+    async def append(self, *args: Any, **kw: Any) -> None:
+        raise fusee.StoreError(
+            f"the disk holding the store is full ({os.strerror(errno.ENOSPC)}): nothing of "
+            "this write was stored; free some space"
+        )
+
+    def free(self) -> None:
+        self.store.append = self.real  # type: ignore[method-assign]
+
+
+async def _waiting_for_writes(t: TestEngine, calls: int) -> None:
+    """Until ``calls`` callers wait for their writes (a call reads the store first, for real)."""
+
+    await eventually(lambda: t.engine.committer.callers_waiting >= calls)
+
+
+async def test_on_a_full_disk_calls_raise_store_error_within_write_timeout_and_reads_do_not_wait(
+    host: Host, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with host(workflows=[checkout]) as t:
+        parked = await t.start(checkout, "parked", Order("p", 1))
+        idle = await t.start(checkout, "idle", Order("i", 1))
+        first = await t.start(checkout, "c-1", Order("a", 1))
+        await t.advance("1m")  # they park
+        await first.signal(go, 0)
+        assert await first.result() == 1
+        full = DiskFull(t.engine.store)
+        with caplog.at_level(logging.WARNING, logger="fusee"):
+            starts = [
+                asyncio.ensure_future(t.start(checkout, f"s-{i}", Order(str(i), i)))
+                for i in range(40)
+            ]
+            signal = asyncio.ensure_future(parked.signal(go, 10))
+            await _waiting_for_writes(t, 41)
+            await t.advance("4s")
+            assert not any(s.done() for s in starts)
+            assert not signal.done()
+            assert t.engine.committer.retrying
+            # Reads answer from what is stored, waiting for no write.
+            assert (await idle.describe()).status == "suspended"
+            assert sorted([i.id async for i in t.engine.list()]) == ["c-1", "idle", "parked"]
+            await t.advance("1s")  # the default write_timeout
+            for call in [*starts, signal]:
+                with pytest.raises(fusee.StoreError) as e:
+                    await call
+                assert "the disk holding the store is full" in str(e.value)
+                assert "waited 5s for its write" in str(e.value)
+                assert "Nothing acknowledged is lost" in str(e.value)
+            # Still full: a new call answers within the bound too.
+            late = asyncio.ensure_future(t.start(checkout, "late", Order("l", 1)))
+            await _waiting_for_writes(t, 1)
+            await t.advance("5s")
+            with pytest.raises(fusee.StoreError, match="Nothing acknowledged is lost"):
+                await late
+            full.free()
+            await t.advance("1m")  # the retry stores what waited, in order
+            await eventually(lambda: not t.engine.committer.retrying)
+            # What waited was stored after all: it was queued, never dropped.
+            assert await parked.result() == 11
+            assert (await t.get("s-39").describe()).status == "suspended"
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert sum("the store failed to write" in m for m in warnings) == 1, warnings
+        await t.crash()
+        assert await parked.result() == 11
+        assert await first.result() == 1
+        assert len([i async for i in t.engine.list()]) == 44
+        assert_steps_ran_once(t)
+
+
+async def test_after_reopening_on_a_full_disk_a_start_raises_store_error_and_acknowledged_runs_stay(
+    host: Host,
+) -> None:
+    async with host(workflows=[checkout]) as t:
+        run = await t.start(checkout, "c-1", Order("a", 1))
+        await t.settle()
+        full = DiskFull(t.engine.store)
+        pending = asyncio.ensure_future(run.signal(go, 5))
+        await t.settle()
+        await t.crash()  # the unacknowledged signal goes with the process
+        if t.engine.store is not full.store:  # SQLite: a new store object on the same file
+            full = DiskFull(t.engine.store)
+        assert not pending.done() or pending.cancelled() or pending.exception() is not None
+        start = asyncio.ensure_future(t.start(checkout, "c-2", Order("b", 2)))
+        await _waiting_for_writes(t, 1)
+        await t.advance("5s")
+        with pytest.raises(fusee.StoreError, match=r"full.*Nothing acknowledged is lost"):
+            await start
+        assert (await run.describe()).status == "suspended"
+        full.free()
+        await t.advance("1m")
+        await run.signal(go, 5)
+        assert await run.result() == 6
+        assert (await t.get("c-2").describe()).status == "suspended"
+        await t.crash()
+        assert await run.result() == 6
         assert_steps_ran_once(t)
 
 
@@ -363,3 +479,114 @@ async def test_a_database_that_is_not_a_fusee_store_is_refused_at_open(tmp_path:
         conn.close()
     with pytest.raises(fusee.StoreError, match="not a fusee store"):
         await fusee.Engine.open(tmp_path, workflows=[other], durability="none")
+
+
+# --- a damaged write-ahead log --------------------------------------------------------------------
+
+
+async def acli(*argv: str) -> tuple[int, str]:
+    """The ``fusee`` command, from a thread (it runs its own event loop): exit code, output."""
+    out, err = io.StringIO(), io.StringIO()
+    code = await asyncio.to_thread(main, list(argv), stdout=out, stderr=err)
+    return code, out.getvalue() + err.getvalue()
+
+
+async def _crash_copy(tmp_path: Path, runs: int) -> Path:
+    """A store with ``runs`` acknowledged runs, copied while its engine is open (a crash's files).
+
+    The copy keeps the write-ahead log (no checkpoint ran) and the
+    high-water mark, as a killed process leaves them.
+    """
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+    async with await fusee.Engine.open(live, workflows=[checkout], watchdog=None) as engine:
+        for i in range(runs):
+            run = await engine.start(checkout, f"c-{i}", Order(str(i), i))
+            if i % 2:
+                await run.signal(go, 1)
+                assert await run.result() == i + 1
+        shutil.copytree(live, crashed)
+    assert (crashed / "fusee.db-wal").stat().st_size > 0
+    return crashed
+
+
+def _truncate_wal(directory: Path) -> None:
+    wal = directory / "fusee.db-wal"
+    with wal.open("r+b") as f:
+        f.truncate(wal.stat().st_size * 2 // 3)
+
+
+def _corrupt_wal_tail(directory: Path) -> None:
+    wal = directory / "fusee.db-wal"
+    data = bytearray(wal.read_bytes())
+    for n in range(len(data) - 3000, len(data), 7):
+        data[n] ^= 0x5A
+    wal.write_bytes(bytes(data))
+
+
+def _delete_wal(directory: Path) -> None:
+    (directory / "fusee.db-wal").unlink()
+    (directory / "fusee.db-shm").unlink(missing_ok=True)
+
+
+DAMAGES = [
+    pytest.param(_truncate_wal, id="truncated"),
+    pytest.param(_corrupt_wal_tail, id="corrupted"),
+    pytest.param(_delete_wal, id="deleted"),
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+async def test_a_damaged_wal_that_lost_acknowledged_runs_is_refused_at_open_saying_what_was_lost(
+    tmp_path: Path, damage: Any
+) -> None:
+    crashed = await _crash_copy(tmp_path, 30)
+    damage(crashed)
+    with pytest.raises(fusee.StoreError) as e:
+        await fusee.Engine.open(crashed, workflows=[checkout], watchdog=None)
+    message = str(e.value)
+    assert "is behind its high-water mark" in message
+    assert "acknowledged record(s) are lost" in message
+    assert "Restore the store from a backup" in message
+    assert "accept_loss=True" in message
+    # Refused as it was: the check sees the same, and says so.
+    code, out = await acli("check", "--data", str(crashed))
+    assert code == 1
+    assert "the store is behind its high-water mark" in out
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+async def test_a_damaged_wal_opens_accepting_the_loss_which_is_logged_and_recorded(
+    tmp_path: Path, damage: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    crashed = await _crash_copy(tmp_path, 30)
+    damage(crashed)
+    with caplog.at_level(logging.WARNING, logger="fusee"):
+        engine = await fusee.Engine.open(
+            crashed, workflows=[checkout, other], watchdog=None, accept_loss=True
+        )
+    async with engine:
+        assert any("opened accepting the loss" in r.getMessage() for r in caplog.records)
+        # The store works on from what it holds.
+        assert await engine.execute(other, "after", 1) == 2
+    conn = sqlite3.connect(crashed / "fusee.db")
+    try:
+        recorded = dict(conn.execute("SELECT key, value FROM meta WHERE key LIKE 'loss%'"))
+    finally:
+        conn.close()
+    assert recorded["loss_accepted_held_lsn"] < recorded["loss_accepted_marked_lsn"]
+    # Accepted once: the next open finds the store level with its mark.
+    async with await fusee.Engine.open(
+        crashed, workflows=[checkout, other], watchdog=None
+    ) as engine:
+        assert await engine.get("after").result() == 2
+
+
+async def test_a_crash_copy_with_its_whole_wal_opens_with_every_acknowledged_run(
+    tmp_path: Path,
+) -> None:
+    crashed = await _crash_copy(tmp_path, 30)
+    async with await fusee.Engine.open(crashed, workflows=[checkout], watchdog=None) as engine:
+        assert len([i async for i in engine.list()]) == 30
+        assert await engine.get("c-29").result() == 30
+    code, _ = await acli("check", "--data", str(crashed))
+    assert code == 0
