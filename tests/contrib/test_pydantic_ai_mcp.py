@@ -15,6 +15,7 @@ import pytest
 from engine.conftest import Host, assert_steps_ran_once
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
+from fastmcp.server.middleware import Middleware
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
@@ -70,9 +71,45 @@ EVENTS = [
 ]
 
 
-def _order_desk(calls: Counter[str]) -> FastMCP:
-    """An MCP server with two tools; ``calls`` counts each call it serves, by tool and argument."""
+def _mcp_steps(names: list[str]) -> int:
+    return sum("__mcp_server__" in name for name in names)
+
+
+# What the server served: each tool call once, and one session per MCP step.
+SERVED = {
+    "lookup_order:1042": 1,
+    "track_parcel:P-77": 1,
+    "session": _mcp_steps(STEPS),
+}
+
+
+class _Sessions(Middleware):
+    """Counts a server's sessions in ``calls["session"]``, after refusing ``refuse`` of them."""
+
+    def __init__(self, calls: Counter[str], refuse: int) -> None:
+        self.calls = calls
+        self.refuse = refuse
+
+    # A session starts with `discover` (MCP's modern protocol) or with
+    # `initialize` (its legacy one).
+    async def on_discover(self, context: Any, call_next: Any) -> Any:
+        return await self._open(context, call_next)
+
+    async def on_initialize(self, context: Any, call_next: Any) -> Any:
+        return await self._open(context, call_next)
+
+    async def _open(self, context: Any, call_next: Any) -> Any:
+        if self.calls["refused"] < self.refuse:
+            self.calls["refused"] += 1
+            raise ConnectionRefusedError("the order desk is starting up")
+        self.calls["session"] += 1
+        return await call_next(context)
+
+
+def _order_desk(calls: Counter[str], refuse: int = 0) -> FastMCP:
+    """An MCP server with two tools; ``calls`` counts its sessions and its tools' calls."""
     server = FastMCP("order desk", instructions="Order ids are four digits.")
+    server.add_middleware(_Sessions(calls, refuse))
 
     @server.tool
     def lookup_order(order_id: str) -> dict[str, Any]:
@@ -105,9 +142,11 @@ def _reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[ToolCallPart("lookup_order", {"order_id": "1042"}, "c1")])
 
 
-def _desk(calls: Counter[str], reply: Reply = _reply) -> fusee.WorkflowDef[None, str]:
+def _desk(
+    calls: Counter[str], reply: Reply = _reply, *, refuse: int = 0
+) -> fusee.WorkflowDef[None, str]:
     """A workflow running the agent "desk" with the order desk's MCP toolset, id "orders"."""
-    orders = MCPToolset(_order_desk(calls), id="orders", include_instructions=True)
+    orders = MCPToolset(_order_desk(calls, refuse), id="orders", include_instructions=True)
     agent = Agent(
         function_model(reply), name="desk", toolsets=[orders], capabilities=[FuseeDurability()]
     )
@@ -144,13 +183,13 @@ async def test_mcp_get_tools_and_call_tool_are_steps_named_by_agent_and_toolset(
         assert await _read(run) == EVENTS
         assert await run.result() == ANSWER
         assert await step_names(t.store, "o-1") == STEPS
-        assert calls == {"lookup_order:1042": 1, "track_parcel:P-77": 1}
+        assert calls == SERVED
         await t.crash()
         assert await run.result() == ANSWER
         assert await _read(run) == EVENTS
         assert_steps_ran_once(t)
     # Replayed from the journal: the server was not called again.
-    assert calls == {"lookup_order:1042": 1, "track_parcel:P-77": 1}
+    assert calls == SERVED
 
 
 # pydantic-ai gathers the toolsets' get_tools (and get_instructions) in an
@@ -171,8 +210,9 @@ async def test_a_crash_anywhere_calls_each_mcp_tool_once_per_durable_position() 
     # most the one call it interrupted (its step's result not recorded yet),
     # never one whose result was (crash_everywhere checks that too).
     runs = len(readers.engines)
-    assert set(calls) == {"lookup_order:1042", "track_parcel:P-77"}
-    assert all(runs <= n <= 2 * runs - 1 for n in calls.values())
+    assert set(calls) == set(SERVED)
+    tools = [n for call, n in calls.items() if call != "session"]
+    assert all(runs <= n <= 2 * runs - 1 for n in tools)
 
 
 async def test_an_mcp_tool_error_is_recorded_and_sent_back_to_the_model(host: Host) -> None:
@@ -195,8 +235,24 @@ async def test_an_mcp_tool_error_is_recorded_and_sent_back_to_the_model(host: Ho
         assert await run.result() == "it has shipped"
         assert len(told) == 1
         assert "order ids are four digits" in told[0]
-        assert (await step_names(t.store, "o-3")).count("desk__mcp_server__orders.call_tool") == 2
+        names = await step_names(t.store, "o-3")
+        assert names.count("desk__mcp_server__orders.call_tool") == 2
         await t.crash()
         assert await run.result() == "it has shipped"
         assert_steps_ran_once(t)
-    assert calls == {"lookup_order:10420": 1, "lookup_order:1042": 1}
+    sessions = _mcp_steps(names)
+    assert calls == {"lookup_order:10420": 1, "lookup_order:1042": 1, "session": sessions}
+
+
+async def test_a_server_refusing_a_session_is_retried_by_the_steps_policy(host: Host) -> None:
+    calls: Counter[str] = Counter()
+    desk = _desk(calls, refuse=2)
+    async with host(workflows=[desk]) as t:
+        run = await t.start(desk, "o-4")
+        assert await run.result() == ANSWER
+        # The first step (get_tools) connected on its third attempt.
+        assert calls == {**SERVED, "refused": 2}
+        assert await step_names(t.store, "o-4") == STEPS
+        await t.crash()
+        assert await run.result() == ANSWER
+    assert calls == {**SERVED, "refused": 2}
