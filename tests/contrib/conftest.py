@@ -3,17 +3,37 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from engine.conftest import host, store_kind, stores
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 import fusee
 from fusee.record import Step, decode
 from fusee.store import Store
 from fusee.testing import TestEngine
 
-__all__ = ["Readers", "host", "step_names", "store_kind", "stores"]
+__all__ = ["Readers", "Reply", "function_model", "host", "step_names", "store_kind", "stores"]
+
+Reply = Callable[[list[ModelMessage], AgentInfo], ModelResponse]
+
+
+def function_model(reply: Reply) -> FunctionModel:
+    """A pydantic-ai FunctionModel answering with ``reply``, streamed or not."""
+
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        for i, part in enumerate(reply(messages, info).parts):
+            if isinstance(part, TextPart):
+                yield part.content
+            elif isinstance(part, ToolCallPart):
+                args = part.args_as_json_str()
+                yield {i: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
+
+    return FunctionModel(reply, stream_function=stream)
 
 
 async def step_names(store: Store, id: str) -> list[str]:

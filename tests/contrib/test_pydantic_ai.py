@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 import fusee
@@ -47,7 +47,7 @@ from examples.agent_support import (
 from fusee.contrib.pydantic_ai import DECISIONS, Decisions, FuseeDurability, events, run_agent
 from fusee.testing import TestEngine, crash_everywhere
 
-from .conftest import Readers, step_names
+from .conftest import Readers, function_model, step_names
 
 ANSWER = "Done: refunded 39.90 for order 1042. Anything else?"
 QUESTION = "Please refund my order #1042."
@@ -228,25 +228,6 @@ async def test_a_crash_anywhere_gives_the_same_answer_and_stream(tmp_path: Path)
 # --- retries and failures -------------------------------------------------------------------------
 
 
-Reply = Callable[[list[ModelMessage], AgentInfo], ModelResponse]
-
-
-def _function_model(reply: Reply) -> FunctionModel:
-    """A FunctionModel answering with ``reply``, streamed or not."""
-
-    async def stream(
-        messages: list[ModelMessage], info: AgentInfo
-    ) -> AsyncIterator[str | DeltaToolCalls]:
-        for i, part in enumerate(reply(messages, info).parts):
-            if isinstance(part, TextPart):
-                yield part.content
-            elif isinstance(part, ToolCallPart):
-                args = part.args_as_json_str()
-                yield {i: DeltaToolCall(part.tool_name, args, tool_call_id=part.tool_call_id)}
-
-    return FunctionModel(reply, stream_function=stream)
-
-
 def _one_tool_model(tool: str, args: dict[str, Any]) -> FunctionModel:
     """Calls ``tool`` until it returns, then answers with what it returned."""
 
@@ -256,7 +237,7 @@ def _one_tool_model(tool: str, args: dict[str, Any]) -> FunctionModel:
             return ModelResponse(parts=[TextPart(f"got {last.content}")])
         return ModelResponse(parts=[ToolCallPart(tool, args, tool_call_id="c1")])
 
-    return _function_model(reply)
+    return function_model(reply)
 
 
 def _agent_workflow(
@@ -495,7 +476,7 @@ async def test_deferred_calls_may_be_answered_one_signal_at_a_time(host: Host) -
         calls = [ToolCallPart("send", {"to": to}, tool_call_id=to) for to in ("ann", "bob")]
         return ModelResponse(parts=calls)
 
-    mailer = _agent_workflow("mailer", _function_model(reply), tools, deferred=True)
+    mailer = _agent_workflow("mailer", function_model(reply), tools, deferred=True)
 
     async with host(workflows=[mailer]) as t:
         run = await t.start(mailer, "m-1")
