@@ -958,6 +958,33 @@ def test_shutdown_ends_groups_gathers_shields_and_timeouts_quietly(run: Run) -> 
     assert not fut.done()  # a journal future is the driver's: shutdown leaves it alone
 
 
+def test_shutdown_ends_an_anyio_task_group_quietly(run: Run) -> None:
+    # anyio's group ends with its children, with no error logged (one would
+    # fail the test).
+    fut = run.loop.create_future()
+    ended: list[str] = []
+
+    async def child(name: str) -> None:
+        try:
+            await fut
+        finally:
+            ended.append(name)
+
+    async def workflow() -> None:
+        async with anyio.create_task_group() as group:
+            for name in ("a", "b", "c"):
+                group.start_soon(child, name)
+            await fut
+
+    task = run.start(workflow())
+    tasks = run.loop.tasks
+    assert len(tasks) == 4
+    run.loop.shutdown()
+    assert sorted(ended) == ["a", "b", "c"]
+    assert all(t.done() for t in tasks)
+    assert task.done()
+
+
 def test_shutdown_names_tasks_that_swallow_run_evicted(run: Run) -> None:
     fut = run.loop.create_future()
 
