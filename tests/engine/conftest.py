@@ -116,11 +116,13 @@ class HeldWrites:
         self.store.append = self.real  # type: ignore[method-assign]
 
 
-async def eventually(check: Callable[[], Any], *, within_s: float = 30.0) -> Any:
+async def eventually(
+    check: Callable[[], Any], what: str = "the condition", *, within_s: float = 30.0
+) -> Any:
     """Polls ``check`` (sync or async) until it returns a truthy value, which it returns.
 
     For conditions of other processes or engines (leases, workers), which
-    no event of this one announces.
+    no event of this one announces; ``what`` names it when it does not come.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
@@ -130,5 +132,5 @@ async def eventually(check: Callable[[], Any], *, within_s: float = 30.0) -> Any
             value = await value
         if value:
             return value
-        assert loop.time() < deadline, "the condition did not come true in time"
+        assert loop.time() < deadline, f"{what} did not come true in time"
         await asyncio.sleep(0.05)

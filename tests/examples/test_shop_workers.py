@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -25,6 +25,7 @@ import asyncpg
 import httpx
 import pytest
 from _postgres import Cluster
+from engine.conftest import eventually
 from example_runner import ROOT
 
 import fusee
@@ -107,20 +108,6 @@ def workers(store: str, payment_url: str, *names: str) -> Iterator[list[WorkerPr
         yield started
 
 
-async def eventually(check: Callable[[], Awaitable[Any] | Any], what: str) -> Any:
-    """Polls ``check`` until it holds: a state other processes reach, which no event announces."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        assert loop.time() < deadline, f"{what} did not come true in time"
-        await asyncio.sleep(0.05)
-
-
 async def charged(payment_url: str) -> dict[str, int]:
     async with httpx.AsyncClient(base_url=payment_url, timeout=10) as http:
         answer = await http.get("/charges")
@@ -169,7 +156,9 @@ async def test_two_workers_one_killed_amid_fifty_orders_complete_each_with_one_c
     with serving_in_a_process() as payment_url, workers(store, payment_url, "w1", "w2") as ws:
         doomed, survivor = ws
         # Both hold shards before the orders come: the kill leaves runs behind.
-        await eventually(lambda: _both_own(store), "both workers holding shards:\n" + doomed.output)
+        await eventually(
+            lambda: _both_own(store), "both workers holding shards:\n" + doomed.output, within_s=60
+        )
         async with await fusee.Client.connect(store) as client:
 
             async def place() -> list[fusee.Run[Any]]:
@@ -180,7 +169,9 @@ async def test_two_workers_one_killed_amid_fifty_orders_complete_each_with_one_c
             # The kill comes while the orders are still being placed and run.
             placing = asyncio.ensure_future(place())
             await eventually(
-                lambda: _at_least(payment_url, ORDERS // 10), "a tenth of the orders charged"
+                lambda: _at_least(payment_url, ORDERS // 10),
+                "a tenth of the orders charged",
+                within_s=60,
             )
             owners = await shard_owners(store)
             doomed.proc.kill()  # SIGKILL: no cleanup, its leases run out
