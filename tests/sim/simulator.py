@@ -128,6 +128,7 @@ class _Op:
     refused: bool = False  # the run had finished (a signal or cancel)
     result: Any = None
     in_flight: bool = False
+    replace: bool = False  # a start with IdPolicy.REPLACE (of an id started before)
 
 
 class Workload:
@@ -231,7 +232,8 @@ class Sim:
         self.ops: list[_Op] = []
         self.tasks: set[asyncio.Task[None]] = set()
         self.violations: list[str] = []
-        self.seen_ends: dict[str, tuple[int, int, bytes]] = {}
+        self.seen_ends: dict[str, tuple[int, int, bytes]] = {}  # each id's latest run's
+        self.run_ends: dict[tuple[str, int], tuple[int, int, bytes]] = {}
         self.durable_at_crash: list[frozenset[tuple[str, int, int]]] = []
         self.counter = 0
         self.figures: dict[str, int] = {"crashes": 0, "jumps": 0, "checks": 0}
@@ -250,7 +252,7 @@ class Sim:
                 op.key,
                 op.id,
                 op.value,
-                id_policy=fusee.IdPolicy.ATTACH,
+                id_policy=fusee.IdPolicy.REPLACE if op.replace else fusee.IdPolicy.ATTACH,
                 queue=op.queue,
                 key=op.qkey,
             )
@@ -290,6 +292,8 @@ class Sim:
                 )
             op.acked = True
             op.result = result
+            if op.replace:
+                self.figures["replaced"] = self.figures.get("replaced", 0) + 1
         finally:
             op.in_flight = False
 
@@ -321,6 +325,22 @@ class Sim:
             self.send(_Op("signal", target, "stop-early", STOP))
         elif not any(op.kind == "cancel" and op.id == target for op in self.ops):
             self.send(_Op("cancel", target, "cancel", None))
+
+    def _replace(self) -> None:
+        # A queued id started again with REPLACE and a new input: refused
+        # while its run is running, else run 2 waits in the queue, and the
+        # id's handle means that run (its result() waits for it).
+        queued = [
+            op
+            for op in self._started("sim_steps")
+            if op.acked and op.queue is not None and not op.replace
+        ]
+        if not queued:
+            return
+        first = self.rng.choice(queued)
+        spec = self.workload.steps_spec()
+        self.send(_Op("start", first.id, "sim_steps", spec, first.queue, first.qkey, replace=True))
+        self.figures["replaces"] = self.figures.get("replaces", 0) + 1
 
     def _resend(self) -> None:
         # A client that resends what was already acknowledged (with its dedup id).
@@ -354,6 +374,7 @@ class Sim:
             "cancel": 0.8,
             "stop": 0.3,
             "resend": 0.3,
+            "replace": 0.3,
             "retry": 0.5,
             "turns": 2,
             "advance": 2,
@@ -373,6 +394,8 @@ class Sim:
                 self._message(move)
             elif move == "resend":
                 self._resend()
+            elif move == "replace":
+                self._replace()
             elif move == "retry":
                 # A client that timed out resends a call still in flight.
                 waiting = [op for op in self.ops if op.in_flight]
@@ -565,11 +588,15 @@ class Sim:
             self.violation("acked_start", f"the acknowledged start of {op.id} has no row")
         elif row.status == RunStatus.QUEUED:
             # No journal until its queue admits it: its item stands for it.
-            items = [i for i in await self.store.queue_items() if i.id == op.id]
-            if len(items) != 1 or journals:
+            items = [
+                i for i in await self.store.queue_items() if i.id == op.id and i.state == "queued"
+            ]
+            # Runs of the id before a REPLACE have journals; the queued one has none.
+            mine = [j for j in journals if j and isinstance(j[0], Start) and j[0].run >= row.run]
+            if len(items) != 1 or mine:
                 self.violation(
                     "acked_start",
-                    f"queued {op.id} has {len(items)} queue items and {len(journals)} journals",
+                    f"queued {op.id} has {len(items)} queue items and {len(mine)} journals",
                 )
             return
         if not journals and (row is None or not await self._journal_now(op.id, row.run)):
@@ -618,9 +645,14 @@ class Sim:
             done = records[-1]
             if done.status.name == "CONTINUED":
                 continue
-            seen = self.seen_ends.setdefault(id, (run, int(done.status), done.payload))
-            if seen != (run, int(done.status), done.payload):
+            # Each run's end once seen stays; an id started again (REPLACE)
+            # has a later run, whose end is the id's from then on.
+            end = (run, int(done.status), done.payload)
+            seen = self.run_ends.setdefault((id, run), end)
+            if seen != end:
                 self.violation("result_changed", f"the end of {id} changed: {seen} then {done}")
+            if run >= self.seen_ends.get(id, end)[0]:
+                self.seen_ends[id] = end
 
     def _check_steps(self) -> None:
         for life, key in self.t.step_log:
@@ -697,10 +729,15 @@ def check_outcomes(
     ``sender_ok(id)`` tells whether sender ``id`` completed (its send is
     durable); ``behind`` holds the items an inbox never takes (`behind_stops`).
     """
+    replaced = {op.id for op in ops if op.kind == "start" and op.replace}
     for op in ops:
         if op.kind != "start" or op.id not in outcomes:
             continue
         got = outcomes[op.id]
+        if op.id in replaced:
+            if not op.replace:
+                _check_replaced(ops, op.id, got, violation)
+            continue
         if op.key == "sim_steps":
             want: Any = expected_of_steps(op.value)
         elif op.key == "sim_parent":
@@ -724,6 +761,19 @@ def check_outcomes(
             continue
         if got != want:
             violation("delivered", f"{op.key} {op.id} returned {got!r}, not {want!r}")
+
+
+def _check_replaced(
+    ops: list[_Op], id: str, got: Any, violation: Callable[[str, str], None]
+) -> None:
+    """An id started again with REPLACE ends as its latest run: the last acknowledged
+    start's, or a later one's that was applied without its answer."""
+    starts = [op for op in ops if op.kind == "start" and op.id == id]
+    acked = [n for n, op in enumerate(starts) if op.acked and not op.refused]
+    later = starts[acked[-1] if acked else 0 :]
+    wants = [expected_of_steps(op.value) for op in later]
+    if got not in wants:
+        violation("delivered", f"sim_steps {id} (replaced) returned {got!r}, not one of {wants!r}")
 
 
 def _check_inbox(
