@@ -467,8 +467,18 @@ class RunDriver:
         self.machine.gate = self.host.append(self, record)
 
     def append(self, record: Record | None) -> None:
-        """Appends a record the code's call produced (None: nothing to append)."""
-        if record is not None and (self.end is None or type(record) is Done):
+        """Appends a record the code's call produced (None: nothing to append).
+
+        Code unwinding while its run shuts down (parked, or the engine stops)
+        records nothing: what its ``finally`` blocks and context managers do
+        then (a stream's close, say) is not the run's history, which goes on
+        in its next life from the journal as it is.
+        """
+        if (
+            record is not None
+            and (self.end is None or type(record) is Done)
+            and not self.loop.is_shutting_down()
+        ):
             self.machine.gate = self.host.append(self, record)
 
     # --- operations ------------------------------------------------------------------------------

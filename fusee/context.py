@@ -27,7 +27,6 @@ from fusee import _codec
 from fusee._definitions import DEFAULT_RETRY, Retry, checked
 from fusee._durations import parse_duration
 from fusee._events import event_key
-from fusee._loop import RunEvicted
 from fusee._runtime import ContinueAsNew, StepCall
 from fusee._stepfn import StepShape, shape_of
 from fusee.errors import DeterminismError, FuseeError
@@ -719,10 +718,6 @@ class WorkflowStream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc_type is not None and issubclass(exc_type, RunEvicted):
-            # The run is parked (or its engine closes), not ended: replay
-            # opens the stream again and goes on appending to it.
-            return
         await self.close()
 
     async def append(self, value: Any) -> None:

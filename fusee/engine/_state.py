@@ -99,10 +99,9 @@ class RunState:
     # yet: the positions of its `Send`s and `Child`s (the target's signal,
     # the child's start durable), and `cancel_key(seq)` of each attached
     # child it dropped (the child's cancel durable): the outbox. The run
-    # neither parks nor says
-    # it is suspended or ended before it is empty, so that a crash meanwhile
-    # leaves its row saying "running" and recovery re-derives the outbox
-    # from its journal (`Runs.rebuild`).
+    # neither parks nor says it is suspended or ended before it is empty, so
+    # that a crash meanwhile leaves its row saying "running" and recovery
+    # re-derives the outbox from its journal (`Runs.rebuild`).
     outbox: set[int]
     # Its children whose start is in the outbox, by id, each set once the
     # start is done: a send to one waits for it (made when first needed).

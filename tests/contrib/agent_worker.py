@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ class HangingService(OrderService):
         if self.hang:
             # Blocks the whole process, the engine's loop too: what is not
             # durable yet (the step's result) is lost with the SIGKILL.
-            time.sleep(3600)
+            threading.Event().wait()  # until the SIGKILL
         return answer
 
 
