@@ -36,7 +36,7 @@ from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
 from fusee.engine._inbox import Inbox, deliver_command
 from fusee.engine._journal import decode_journal, end_record, end_value, no_run
-from fusee.engine._leases import Leases, default_worker, is_shared
+from fusee.engine._leases import Leases, default_worker, forwards, is_shared
 from fusee.engine._messages import Messages
 from fusee.engine._queues import Queues
 from fusee.engine._remote import Remote
@@ -705,7 +705,8 @@ class Engine:
                     )
                     return Run(self, id)
                 except StaleLease:
-                    if self.owns(id):
+                    # Nothing was written: the shard's holder queues it.
+                    if not forwards(self):
                         raise
             # Queued by its shard's owner, who admits it: at once when the
             # queue allows (a worker that queued it elsewhere would not tell it).
@@ -719,9 +720,10 @@ class Engine:
             try:
                 return await self._start_here(wf, id, data, id_policy)
             except StaleLease:
-                # Its shard moved to another worker meanwhile (nothing of the
-                # start was written): its new owner starts it.
-                if self.owns(id):
+                # Its shard's lease ran out meanwhile (nothing of the start was
+                # written): whoever holds the shard now starts it, through
+                # the store's inbox.
+                if not forwards(self):
                     raise
         fields: dict[str, Any] = {
             "workflow": wf.name,

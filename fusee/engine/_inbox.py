@@ -32,6 +32,7 @@ from fusee import _codec
 from fusee import errors as _errors
 from fusee._status import RunStatus
 from fusee.engine._journal import decode_journal
+from fusee.engine._leases import APPLYING
 from fusee.engine._run import IdPolicy, dedup_key
 from fusee.errors import AlreadyExists, FuseeError, NotFound, PayloadError, StaleLease
 from fusee.machine import ChildCompleted
@@ -276,14 +277,15 @@ class Inbox:
             self._untake(command)
             return
         fields: dict[str, Any]
+        APPLYING.set(True)  # this task's own context: the command's run is served here
         try:
             try:
                 fields = await self._apply(command)
             except StaleLease:
-                if self._engine.owns(id):
-                    raise
-                # Its run moved to another worker while it was applied, and
-                # nothing of it was written: that worker takes it and applies it.
+                # The lease of its run's shard ran out while it was applied,
+                # and nothing of it was written: whoever holds the shard now
+                # takes it and applies it (this worker too, should it hold the
+                # shard again), and its poster never hears of the move.
                 self._untake(command)
                 return
             ok = True

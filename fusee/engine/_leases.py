@@ -28,6 +28,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from fusee.engine._state import shard_index
@@ -36,7 +37,7 @@ from fusee.errors import FuseeError
 if TYPE_CHECKING:
     from fusee.engine._engine import Engine
 
-__all__ = ["LeasedStore", "Leases", "default_worker", "is_shared"]
+__all__ = ["APPLYING", "LeasedStore", "Leases", "default_worker", "forwards", "is_shared"]
 
 log = logging.getLogger("fusee")
 
@@ -70,6 +71,21 @@ class LeasedStore(Protocol):
     async def leave(self, owner: str) -> None: ...
 
     async def max_lsn(self, shards: Iterable[int]) -> int: ...
+
+
+# Set while the inbox applies a command: a command whose run moved stays in
+# the store for the shard's holder to take (`Inbox._run`); posted again from
+# inside, it would wait behind the command that posts it.
+APPLYING: Final[ContextVar[bool]] = ContextVar("fusee_applying", default=False)
+
+
+def forwards(engine: Engine) -> bool:
+    """Whether an operation its run's lost lease refused goes on through the store's inbox.
+
+    A store no worker shares has no lease to lose: a `fusee.StaleLease` there
+    is the store failing, and reaches the caller.
+    """
+    return engine.leases is not None and not APPLYING.get()
 
 
 def is_shared(store: object) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -32,6 +33,7 @@ from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import carried_of
 from fusee.engine._journal import decode_journal, end_record, error_pair
+from fusee.engine._leases import APPLYING, forwards
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
 from fusee.engine._state import cancel_key
@@ -166,10 +168,14 @@ class Messages:
             try:
                 return await here()
             except StaleLease:
-                # Its shard moved to another worker meanwhile, and nothing of
-                # this was written: its new owner applies it.
-                if engine.owns(id):
+                # Its shard's lease ran out meanwhile, and nothing of this was
+                # written: the store's inbox takes it to whoever holds the
+                # shard now (this engine too, under a lease taken again), and
+                # the caller never hears of the move.
+                if not forwards(engine):
                     raise
+        elif APPLYING.get():
+            raise StaleLease([engine.runs.shard_index(id)])
         return await there()
 
     async def signal(
@@ -208,6 +214,10 @@ class Messages:
             fusee.UpdateFailed: The handler raised.
             fusee.RunFinished: The run has ended.
         """
+        if update_id is None and self._engine.leases is not None:
+            # On a shared store a move of the run's shard mid-update offers it
+            # again to the new holder: under one id, it is applied once.
+            update_id = f"{id}/update/{uuid.uuid4().hex}"
         return await self._routed(
             id,
             lambda: self._update_here(id, name, update_id, payload),

@@ -43,6 +43,23 @@ async def waiter(ctx: fusee.Ctx, n: int) -> int:
     return n + got
 
 
+bump = fusee.update("bump", int, int)
+
+
+@fusee.workflow("bumper")
+async def bumper(ctx: fusee.Ctx, n: int) -> int:
+    total = [n]
+
+    def add(k: int) -> int:
+        total[0] += k
+        return total[0]
+
+    ctx.on_update(bump, add)
+    await ctx.step("first", lambda: ran.append(f"{ctx.info.id}/first"))
+    got = await ctx.wait_for(go) or 0
+    return total[0] + got
+
+
 @fusee.workflow("pinger")
 async def pinger(ctx: fusee.Ctx, target: str) -> int:
     ctx.send(target, go, 5)
@@ -54,7 +71,7 @@ async def nester(ctx: fusee.Ctx, kid: str) -> int:
     return await ctx.child(waiter, kid, 7)
 
 
-WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [waiter, pinger, nester]
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [waiter, bumper, pinger, nester]
 
 
 class Cluster2:
@@ -350,6 +367,56 @@ async def test_a_result_waited_for_as_its_run_moves_is_waited_for_where_it_went(
     waiting.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await waiting
+
+
+@pytest.mark.parametrize("message", ["signal", "update"])
+@pytest.mark.parametrize("caller", ["engine", "client"])
+async def test_a_message_whose_lease_ran_out_and_came_back_mid_write_reaches_its_run_not_its_caller(
+    shared: Cluster2, postgres_cluster: Cluster, message: str, caller: str
+) -> None:
+    a = await shared.open("a", lease="30s")
+    assert a.leases is not None
+    (id,) = ids_on(a, 1, "m")
+    run = await a.start(bumper, id, 1)
+    await eventually(lambda: f"{id}/first" in ran)
+    shard = shard_of(id, SHARDS)
+    client = fusee.Client(shared.store(), owned=True)
+    await client.store.open()
+    target = a.get(id) if caller == "engine" else client.get(id)
+    with HeldWrites(a.store) as writes:
+        call = asyncio.ensure_future(
+            target.signal(go, 10) if message == "signal" else target.update(bump, 10)
+        )
+        await writes.waiting.wait()
+        # While the message's write is on its way, the lease runs out (a
+        # thief takes the shard), then comes back under a new epoch: the
+        # write is refused, though this worker holds the shard again.
+        await _steal(postgres_cluster, shared.schema, shard)
+        await a.leases._round()
+        assert shard not in held(a)
+        await _expire(postgres_cluster, shared.schema, shard)
+        await a.leases._round()
+        assert shard in held(a)
+    # The refused message goes through the store's inbox to the shard's
+    # holder (this worker again), and is applied once.
+    answer = await asyncio.wait_for(call, 30)
+    if message == "update":
+        assert answer == 11
+        await a.get(id).signal(go, 100)
+    assert await run.result() == (111 if message == "update" else 11)
+    assert sorted(ran) == [f"{id}/first"]
+    await client.close()
+
+
+async def _expire(cluster: Cluster, schema: str, shard: int) -> None:
+    conn = await asyncpg.connect(cluster.dsn)
+    try:
+        await conn.execute(
+            f"UPDATE \"{schema}\".shard_leases SET lease_until = '-infinity' WHERE shard = $1",
+            shard,
+        )
+    finally:
+        await conn.close()
 
 
 async def _steal(cluster: Cluster, schema: str, shard: int) -> None:
