@@ -365,6 +365,10 @@ class SyncRun(Generic[T]):
         """Resumes the run's paused steps (`fusee.Run.resume`)."""
         _blocking(self._portal, self._run.resume)
 
+    def delete(self) -> None:
+        """Deletes the finished run from the store (`fusee.Run.delete`)."""
+        _blocking(self._portal, self._run.delete)
+
     def describe(self) -> RunInfo:
         """The run's status, times and attributes (`fusee.Run.describe`)."""
         return _blocking(self._portal, self._run.describe)
