@@ -27,6 +27,8 @@ from fusee import _codec
 from fusee._definitions import checked
 from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine import _bulk
+from fusee.engine._bulk import BulkActions, BulkResult, Filters
 from fusee.engine._carry import carried_from_records, carried_from_state
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
@@ -103,7 +105,7 @@ _ENDS_KEPT = 1024
 _LIST_PAGE = 100
 
 
-class Engine:
+class Engine(BulkActions):
     """The embedded durable execution engine.
 
     Open it with `Engine.open` and use it as an async context manager.
@@ -953,6 +955,19 @@ class Engine:
             if page is None or len(rows) < page or not rows:
                 return
             after = (rows[-1].started_ms, rows[-1].id)
+
+    async def _bulk(self, filters: Filters, act: _bulk.Act, dry_run: bool) -> BulkResult:
+        self.check_open()
+        await self.committer.readable()
+        return await _bulk.bulk(
+            self,
+            self.store,
+            filters,
+            act,
+            now_ms=self.clock.now_ms(),
+            status_of=lambda row: self._info_of(row).status,
+            dry_run=dry_run,
+        )
 
     async def queue_stats(self) -> builtins.list[QueueStats]:
         """Queued and running runs per queue and per key, by queue name.

@@ -294,12 +294,17 @@ class PostgresDeletes:
             " AND ($2::bigint IS NULL OR (started_ms < $2 AND finished_ms < $2))"
             " AND ($3::text[] IS NULL OR id = ANY($3::text[]))"
             " ORDER BY started_ms, id LIMIT $4 FOR UPDATE SKIP LOCKED)"
-            " AND status = ANY($1::text[]) RETURNING id),"
+            " AND status = ANY($1::text[]) RETURNING id, started_ms),"
             f" records AS (DELETE FROM {q}.journal WHERE id IN (SELECT id FROM gone))"
-            " SELECT id FROM gone"
+            " SELECT id FROM gone ORDER BY started_ms, id"
         )
         found = await self._query(
             lambda conn: conn.fetch(sql, list(_STATUS_LIST), finished_before_ms, wanted, limit),
             "deleting runs from",
         )
-        return [str(r[0]) for r in found]
+        gone = [str(r[0]) for r in found]
+        if wanted is not None:
+            # In the order asked, as the other stores answer.
+            order = {id: n for n, id in enumerate(wanted)}
+            gone.sort(key=order.__getitem__)
+        return gone

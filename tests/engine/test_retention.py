@@ -104,7 +104,11 @@ async def test_a_deleted_runs_id_starts_again_as_a_new_run(host: Host) -> None:
         again = await t.start(report, "r-1", 10)
         assert await again.result() == 11
         info = await again.describe()
-        assert (info.run, info.status, dict(info.attributes)) == (1, "completed", {"kind": "report"})
+        assert (info.run, info.status, dict(info.attributes)) == (
+            1,
+            "completed",
+            {"kind": "report"},
+        )
         await t.crash()
         assert await t.get("r-1").result() == 11
 
