@@ -38,8 +38,8 @@ async def pay(ctx: fusee.Ctx, amount: int) -> int:
             raise ConnectionError("bank down")
         return amount + fee
 
-    exhausted = "fail" if amount >= 100 else "pause"
-    return await ctx.step("charge", charge, retry=fusee.Retry(attempts=1, on_exhausted=exhausted))
+    retry = fusee.Retry(attempts=1, on_exhausted="fail" if amount >= 100 else "pause")
+    return await ctx.step("charge", charge, retry=retry)
 
 
 async def test_cancel_many_cancels_each_run_the_filters_match_once(host: Host) -> None:
