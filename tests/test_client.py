@@ -234,10 +234,9 @@ async def test_cancel_many_cancels_each_matching_run_once_and_says_what_it_did(
     for run in runs:
         with pytest.raises(fusee.Cancelled, match="closing the shop"):
             await run.result()
+    # Finished runs do not match a cancel.
     again = await client.cancel_many(workflow="tally")
-    assert again.done == ()
-    assert sorted(again.skipped) == ["t-0", "t-1", "t-2"]
-    assert all("has finished" in why for why in again.skipped.values())
+    assert (again.done, dict(again.skipped)) == ((), {})
     assert (await client.get("e-1").describe()).status == "completed"
     with pytest.raises(ValueError, match="status 'nope'"):
         await client.cancel_many(status="nope")

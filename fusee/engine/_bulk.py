@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from fusee._status import RunStatus
+from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._fork import last_failure
 from fusee.engine._journal import decode_journal
 from fusee.engine._run import Run, RunOperations
@@ -82,8 +82,13 @@ def _ms(when: datetime.datetime | None) -> int | None:
     return int(when.timestamp() * 1000)
 
 
-Act = Callable[[Run[Any], RunRow], Awaitable[str]]
-"""Acts on one run; returns the id to report as done (the new run's, for a fork)."""
+@dataclass(frozen=True, slots=True)
+class Act:
+    """What a bulk action does to one run: ``fn`` returns the id to report as done."""
+
+    fn: Callable[[Run[Any], RunRow], Awaitable[str]]
+    unfinished_only: bool = True
+    """Whether it matches only runs that have not finished (a cancel, a resume)."""
 
 
 async def bulk(
@@ -126,12 +131,14 @@ async def bulk(
         if not rows:
             break
         after = (rows[-1].started_ms, rows[-1].id)
-        matched = [
-            r
-            for r in rows
-            if filters.status is None
-            or (status_of(r) if status_of is not None else r.status) == filters.status
-        ]
+        matched = []
+        for r in rows:
+            status = status_of(r) if status_of is not None else r.status
+            if filters.status is not None and status != filters.status:
+                continue
+            if act.unfinished_only and status in FINISHED_STATUSES:
+                continue
+            matched.append(r)
         if dry_run:
             done.extend(r.id for r in matched)
         else:
@@ -150,7 +157,7 @@ async def bulk(
 
 async def _one(act: Act, run: Run[Any], row: RunRow) -> tuple[bool, str]:
     try:
-        return True, await act(run, row)
+        return True, await act.fn(run, row)
     except FuseeError as e:
         # The run changed meanwhile (it finished, or was deleted): the others go on.
         return False, str(e)
@@ -163,13 +170,16 @@ def cancel(reason: str) -> Act:
         await run.cancel(reason)
         return run.id
 
-    return act
+    return Act(act)
 
 
-async def resume(run: Run[Any], row: RunRow) -> str:
-    """The act of ``resume_many``."""
+async def _resume(run: Run[Any], row: RunRow) -> str:
     await run.resume()
     return run.id
+
+
+resume: Final = Act(_resume)
+"""The act of ``resume_many``."""
 
 
 def fork_at_last_failure(store: Store, new_id: str) -> Act:
@@ -192,7 +202,7 @@ def fork_at_last_failure(store: Store, new_id: str) -> Act:
         forked = await run.fork(new_id.replace("{id}", run.id), at=at)
         return forked.id
 
-    return act
+    return Act(act, unfinished_only=False)
 
 
 class BulkActions:
@@ -220,10 +230,11 @@ class BulkActions:
     ) -> BulkResult:
         """Cancels every run the filters match (as ``list()`` takes them), each once, in batches.
 
-        ``started_from`` and ``started_to`` bound the start time (inclusive);
-        runs started after the call began are not matched. A run that ends
-        meanwhile is skipped, with why (`BulkResult.skipped`). ``dry_run``:
-        only say which runs it would cancel.
+        Only runs that have not finished match. ``started_from`` and
+        ``started_to`` bound the start time (inclusive); runs started after
+        the call began are not matched. A run that ends meanwhile is
+        skipped, with why (`BulkResult.skipped`). ``dry_run``: only say which
+        runs it would cancel.
 
         Raises:
             ValueError: An unknown status.
