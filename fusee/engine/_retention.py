@@ -36,6 +36,10 @@ log = logging.getLogger("fusee")
 BATCH: Final = 100
 """How many runs one write of a sweep or a prune deletes."""
 
+# Before each batch a sweep waits this long at most for the runs' own writes
+# to drain (checking every _QUIET_POLL_S): under steady load it goes on anyway.
+_QUIET_MAX_S: Final = 0.05
+_QUIET_POLL_S: Final = 0.002
 # A sweep runs this often (a fraction of the retention, within bounds): a
 # run is deleted at most that long after it becomes due.
 _SWEEPS_PER_PERIOD: Final = 24
@@ -125,6 +129,7 @@ class Retention:
         total = 0
         while True:
             engine.check_open()
+            await self._quiet()
             gone = await engine.store.delete_runs(finished_before_ms=before_ms, limit=BATCH)
             if gone:
                 await self._forget(gone)
@@ -133,6 +138,14 @@ class Retention:
                 return total
             # Off the hot path: runs' writes go first between batches.
             await asyncio.sleep(0)
+
+    async def _quiet(self) -> None:
+        """Waits a little for the committer to go idle: a batch then delays no run's write."""
+        committer = self._engine.committer
+        waited = 0.0
+        while not committer.idle and waited < _QUIET_MAX_S:
+            await asyncio.sleep(_QUIET_POLL_S)
+            waited += _QUIET_POLL_S
 
     async def delete(self, id: str) -> None:
         """Deletes finished run ``id`` now (``run.delete()``).
