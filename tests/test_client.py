@@ -289,6 +289,13 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
                 other.cancel("stop")
                 with pytest.raises(fusee.Cancelled, match="stop"):
                     other.result()
+                sync.start("tally", "t-3", 0)
+                assert sync.cancel_many(workflow="tally").done == ("t-3",)
+                assert sync.resume_many(status="paused").done == ()
+                assert sync.fork_many(workflow="tally", dry_run=True).done == ("t-1", "t-2", "t-3")
+                other.delete()
+                with pytest.raises(fusee.NotFound):
+                    other.describe()
                 return result, ids, next(iter(run.stream("log")))
 
         assert await asyncio.to_thread(script) == (6, ["t-1"], "total 6")
