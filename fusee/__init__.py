@@ -45,7 +45,7 @@ from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
 from fusee.client import Client, SyncClient
 from fusee.context import Ctx, StepCtx, WorkflowInfo, WorkflowStream, current_step
-from fusee.engine import Engine, IdPolicy, Run, RunInfo
+from fusee.engine import BulkResult, Engine, IdPolicy, Run, RunInfo
 from fusee.errors import (
     AlreadyExists,
     Cancelled,
@@ -59,6 +59,7 @@ from fusee.errors import (
     PayloadError,
     QueryFailed,
     RunFinished,
+    RunNotFinished,
     RunPaused,
     RunQueued,
     StaleLease,
@@ -74,6 +75,7 @@ from fusee.errors import (
 
 __all__ = [
     "AlreadyExists",
+    "BulkResult",
     "Cancelled",
     "ChildFailed",
     "Client",
@@ -96,6 +98,7 @@ __all__ = [
     "Run",
     "RunFinished",
     "RunInfo",
+    "RunNotFinished",
     "RunPaused",
     "RunQueued",
     "RunStatus",

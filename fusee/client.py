@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -22,6 +23,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fusee import _codec
 from fusee._durations import duration_ms
 from fusee._queue import Queue, QueueStats
+from fusee.engine._bulk import BulkActions, BulkResult, Filters, bulk
 from fusee.engine._queues import queue_stats
 from fusee.engine._remote import Remote
 from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, check_id, info_of
@@ -42,7 +44,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class Client(Remote):
+class Client(Remote, BulkActions):
     """Starts and talks to runs that workers serve, without an engine of its own.
 
     Open one with `Client.connect` and use it as an async context manager.
@@ -207,6 +209,10 @@ class Client(Remote):
         for row in rows:
             yield info_of(row, None, None)
 
+    async def _bulk(self, filters: Filters, act: Any, dry_run: bool) -> BulkResult:
+        self._check_open()
+        return await bulk(self, self.store, filters, act, now_ms=_now_ms(), dry_run=dry_run)
+
     async def queue_stats(self) -> builtins.list[QueueStats]:
         """Queued and running runs per queue (that has any) and per key, by queue name.
 
@@ -301,6 +307,10 @@ class ClientSchedules:
         return await self._client.store.schedules()
 
 
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 def _blocking(portal: BlockingPortal, call: Callable[[], Awaitable[T]]) -> T:
     """Runs ``call()`` on the portal's loop and waits; a `fusee.Cancelled` is raised as itself.
 
@@ -364,6 +374,10 @@ class SyncRun(Generic[T]):
     def resume(self) -> None:
         """Resumes the run's paused steps (`fusee.Run.resume`)."""
         _blocking(self._portal, self._run.resume)
+
+    def delete(self) -> None:
+        """Deletes the finished run from the store (`fusee.Run.delete`)."""
+        _blocking(self._portal, self._run.delete)
 
     def describe(self) -> RunInfo:
         """The run's status, times and attributes (`fusee.Run.describe`)."""
@@ -501,6 +515,18 @@ class SyncClient:
             return [info async for info in listing]
 
         return _blocking(self._portal, collect)
+
+    def cancel_many(self, **filters: Any) -> BulkResult:
+        """Cancels every run the filters match (`fusee.Client.cancel_many`)."""
+        return _blocking(self._portal, lambda: self._client.cancel_many(**filters))
+
+    def resume_many(self, **filters: Any) -> BulkResult:
+        """Resumes every run the filters match (`fusee.Client.resume_many`)."""
+        return _blocking(self._portal, lambda: self._client.resume_many(**filters))
+
+    def fork_many(self, **filters: Any) -> BulkResult:
+        """Forks every run the filters match at its last failure (`fusee.Client.fork_many`)."""
+        return _blocking(self._portal, lambda: self._client.fork_many(**filters))
 
     def queue_stats(self) -> builtins.list[QueueStats]:
         """Queued and running runs per queue and per key (`Client.queue_stats`)."""

@@ -12,6 +12,7 @@ FuseeError
 ├── UnknownWorkflow       a workflow name the engine was not given
 ├── UnknownQueue          a queue name the engine was not given
 ├── RunFinished           a signal, update or cancel sent to a run that has ended
+├── RunNotFinished        a delete of a run that has not ended (cancel it first)
 ├── RunQueued             a query, update, resume or fork of a run its queue has
 │                         not admitted yet (it has no journal, no code running)
 ├── RunPaused             TestEngine: the awaited run paused (step, attempts,
@@ -52,6 +53,7 @@ __all__ = [
     "PayloadError",
     "QueryFailed",
     "RunFinished",
+    "RunNotFinished",
     "RunPaused",
     "RunQueued",
     "StaleLease",
@@ -244,6 +246,27 @@ class RunFinished(FuseeError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.id, self.status, self.what))
+
+
+class RunNotFinished(FuseeError):
+    """A delete of a run that has not ended; nothing was deleted.
+
+    Example:
+        >>> e = RunNotFinished("order-1", "running")
+        >>> (e.id, e.status)
+        ('order-1', 'running')
+    """
+
+    def __init__(self, id: str, status: str) -> None:
+        self.id = id
+        self.status = status
+        super().__init__(
+            f"run '{id}' has not finished ({status}); only a finished run can be deleted: "
+            f"cancel it first (run.cancel() or `fusee cancel {id}`), then delete it"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.id, self.status))
 
 
 class RunPaused(FuseeError):

@@ -122,6 +122,8 @@ class TestEngine:
             spans go to (an SDK provider with an in-memory exporter, say),
             as in `fusee.Engine.open`; default: the global one.
         meter_provider: The same for metrics.
+        retention: Delete finished runs that ended this long ago, as in
+            `fusee.Engine.open`, on the virtual clock (None: keep them).
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -147,11 +149,13 @@ class TestEngine:
         on_pause: Literal["raise", "wait"] = "raise",
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        retention: Any = None,
     ) -> None:
         if on_pause not in ("raise", "wait"):
             raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
         self.on_pause = on_pause
         self._tracer_provider = tracer_provider
+        self._retention = retention
         self._meter_provider = meter_provider
         self.workflows = list(workflows)
         self.queues = list(queues)
@@ -224,6 +228,7 @@ class TestEngine:
             schedules=self.schedules_given,
             tracer_provider=self._tracer_provider,
             meter_provider=self._meter_provider,
+            retention=self._retention,
         )
         self._engine = engine
         await engine.recover()
@@ -400,6 +405,9 @@ class TestEngine:
 
     async def _resume(self, id: str) -> None:
         await self._current()._resume(id)
+
+    async def _delete(self, id: str) -> None:
+        await self._current()._delete(id)
 
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         return self._current()._stream(id, name)

@@ -57,3 +57,20 @@ async def tally(ctx: fusee.Ctx, start: int) -> int:
 @fusee.workflow("echo")
 async def echo(ctx: fusee.Ctx, text: str) -> str:
     return await ctx.step("echo", lambda: text)
+
+
+DECLINED: set[str] = set()
+"""Run ids whose card is declined: their ``charge`` step fails (the tests' switch)."""
+
+
+@fusee.workflow("charge")
+async def charge(ctx: fusee.Ctx, amount: int) -> int:
+    """Charges ``amount`` in a step that pauses the run after one failed attempt."""
+    id = ctx.info.id
+
+    def pay() -> int:
+        if id in DECLINED:
+            raise RuntimeError(f"card of {id} declined")
+        return amount
+
+    return await ctx.step("pay", pay, retry=fusee.Retry(attempts=1))

@@ -27,7 +27,7 @@ from fusee.record import Signal, decode
 from fusee.store import MemoryStore, PostgresStore, Store
 
 HERE = Path(__file__).parent
-WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [wfs.tally, wfs.echo]
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [wfs.tally, wfs.echo, wfs.charge]
 
 
 @contextlib.asynccontextmanager
@@ -192,6 +192,79 @@ async def test_a_fork_posted_by_a_client_copies_the_steps_before_its_position(
         await run.fork("e-7", at=0, input=5)
 
 
+async def test_a_finished_run_a_client_deletes_is_gone_and_its_id_starts_again(
+    client: fusee.Client,
+) -> None:
+    assert await (await client.start(wfs.echo, "e-1", "hi")).result() == "hi"
+    running = await client.start(wfs.tally, "t-1", 0)
+    with pytest.raises(fusee.RunNotFinished, match="cancel it first"):
+        await running.delete()
+    await client.get("e-1").delete()
+    assert await client.store.get("e-1") is None
+    with pytest.raises(fusee.NotFound):
+        await client.get("e-1").describe()
+    with pytest.raises(fusee.NotFound):
+        await client.get("e-1").delete()
+    assert await (await client.start(wfs.echo, "e-1", "again")).result() == "again"
+    await running.cancel("done with it")
+    with pytest.raises(fusee.Cancelled):
+        await running.result()
+    await running.delete()
+    assert [i.id async for i in client.list()] == ["e-1"]
+
+
+async def _paused(client: fusee.Client, ids: list[str]) -> None:
+    # The worker pauses them on its own time: polled, as a result is.
+    for _ in range(1000):
+        if [(await client.get(id).describe()).status for id in ids] == ["paused"] * len(ids):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"runs {ids} did not pause")
+
+
+async def test_cancel_many_cancels_each_matching_run_once_and_says_what_it_did(
+    client: fusee.Client,
+) -> None:
+    runs = [await client.start(wfs.tally, f"t-{n}", n) for n in range(3)]
+    assert await (await client.start(wfs.echo, "e-1", "hi")).result() == "hi"
+    dry = await client.cancel_many(workflow="tally", dry_run=True)
+    assert (dry.done, dict(dry.skipped)) == (("t-0", "t-1", "t-2"), {})
+    done = await client.cancel_many(workflow="tally", reason="closing the shop")
+    assert done.done == ("t-0", "t-1", "t-2")
+    for run in runs:
+        with pytest.raises(fusee.Cancelled, match="closing the shop"):
+            await run.result()
+    # Finished runs do not match a cancel.
+    again = await client.cancel_many(workflow="tally")
+    assert (again.done, dict(again.skipped)) == ((), {})
+    assert (await client.get("e-1").describe()).status == "completed"
+    with pytest.raises(ValueError, match="status 'nope'"):
+        await client.cancel_many(status="nope")
+
+
+async def test_fork_many_and_resume_many_move_every_paused_run_on(client: fusee.Client) -> None:
+    wfs.DECLINED.update({"c-1", "c-2"})
+    try:
+        runs = [await client.start(wfs.charge, f"c-{n}", n * 10) for n in (1, 2)]
+        assert await (await client.start(wfs.charge, "c-3", 30)).result() == 30
+        await _paused(client, ["c-1", "c-2"])
+        # Each fork runs the failed step again, live, under its new id.
+        forks = await client.fork_many(workflow="charge", status="paused", new_id="{id}-again")
+        assert forks.done == ("c-1-again", "c-2-again")
+        assert [await client.get(id).result() for id in forks.done] == [10, 20]
+        # A completed run has no failed step to fork from.
+        none = await client.fork_many(workflow="charge", status="completed")
+        assert none.done == ()
+        assert sorted(none.skipped) == ["c-1-again", "c-2-again", "c-3"]
+        assert "no failed step" in none.skipped["c-3"]
+        wfs.DECLINED.clear()
+        resumed = await client.resume_many(workflow="charge", status="paused")
+        assert resumed.done == ("c-1", "c-2")
+        assert [await run.result() for run in runs] == [10, 20]
+    finally:
+        wfs.DECLINED.clear()
+
+
 async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) -> None:
     async with await fusee.Engine.open(tmp_path, workflows=WORKFLOWS, durability="none"):
 
@@ -216,6 +289,13 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
                 other.cancel("stop")
                 with pytest.raises(fusee.Cancelled, match="stop"):
                     other.result()
+                sync.start("tally", "t-3", 0)
+                assert sync.cancel_many(workflow="tally").done == ("t-3",)
+                assert sync.resume_many(status="paused").done == ()
+                assert sync.fork_many(workflow="tally", dry_run=True).done == ("t-1", "t-2", "t-3")
+                other.delete()
+                with pytest.raises(fusee.NotFound):
+                    other.describe()
                 return result, ids, next(iter(run.stream("log")))
 
         assert await asyncio.to_thread(script) == (6, ["t-1"], "total 6")

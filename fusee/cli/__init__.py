@@ -8,6 +8,8 @@
     fusee event ID KEY [--wait]                           a run's latest value of an event
     fusee start MODULE:WORKFLOW ID [JSON] [--queue Q]     start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
+    fusee cancel|resume --status S --workflow W [--dry-run]  act on every run that matches
+    fusee prune --older-than 30d [--dry-run]              delete the runs that ended long ago
     fusee fork ID NEW_ID --at N [--input JSON]            a new run from a run's journal before N
     fusee schedules [list|pause|resume|trigger NAME]      a store's schedules
     fusee worker MODULE... [--store URL]                  serve a module's workflows
@@ -22,7 +24,8 @@ Reading commands (``list``, ``show``, ``result``, ``event``, ``replay``, ``check
 process.
 
 The rule: the commands never write a store as an engine does. So the commands that
-change runs (``start``, ``signal``, ``cancel``, ``resume``, ``fork``, ``schedules``)
+change runs (``start``, ``signal``, ``cancel``, ``resume``, ``fork``, ``schedules``,
+``prune``)
 never open an engine: they
 post a command to the store's inbox through a `fusee.Client` (a row of its
 ``commands`` table), and the engine serving the store (``fusee worker``, or
@@ -40,13 +43,12 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final, TextIO
 
+from fusee.cli._bulk import add_filters, cancel_runs, resume_runs
 from fusee.cli._check import check_command
 from fusee.cli._commands import (
-    cancel_command,
     fork_command,
     list_command,
     result_command,
-    resume_command,
     signal_command,
     start_command,
 )
@@ -54,6 +56,7 @@ from fusee.cli._diskcheck import disk_check_command
 from fusee.cli._event import event_command
 from fusee.cli._inbox import writer_lock
 from fusee.cli._output import CliError, Output
+from fusee.cli._prune import prune_command
 from fusee.cli._queues import queues_command
 from fusee.cli._replay import replay_command
 from fusee.cli._schedules import ACTIONS, schedules_command
@@ -206,16 +209,40 @@ def _parser() -> argparse.ArgumentParser:
     acting(p)
     p.set_defaults(handler=signal_command)
 
-    p = command("cancel", "cancel a run", f"Cancel a run. {act}")
-    p.add_argument("id")
+    bulk = (
+        "Instead of ID, filters (those of `fusee list`) name every run to act on, each "
+        "once, in batches; --dry-run lists them and changes nothing."
+    )
+    p = command("cancel", "cancel a run, or every run that matches", f"Cancel a run. {act} {bulk}")
+    p.add_argument("id", nargs="?", help="the run (or give filters)")
     p.add_argument("--reason", default="cancelled from the fusee command")
+    add_filters(p, "cancel")
     acting(p)
-    p.set_defaults(handler=cancel_command)
+    p.set_defaults(handler=cancel_runs)
 
-    p = command("resume", "resume a run's paused steps", f"Resume a run's paused steps. {act}")
-    p.add_argument("id")
+    p = command(
+        "resume",
+        "resume a run's paused steps, or every matching run's",
+        f"Resume a run's paused steps. {act} {bulk}",
+    )
+    p.add_argument("id", nargs="?", help="the run (or give filters)")
+    add_filters(p, "resume")
     acting(p)
-    p.set_defaults(handler=resume_command)
+    p.set_defaults(handler=resume_runs)
+
+    p = command(
+        "prune",
+        "delete the finished runs that ended long ago",
+        "Delete the finished runs (completed, failed, cancelled) that ended longer ago than "
+        "--older-than, whole: journal, row, events, streams. Their ids may start again. "
+        f"{act} --dry-run counts them (read-only) and deletes nothing.",
+    )
+    p.add_argument(
+        "--older-than", required=True, metavar="DURATION", help="e.g. 30d, 12h (required)"
+    )
+    p.add_argument("--dry-run", action="store_true", help="count them; delete nothing")
+    acting(p)
+    p.set_defaults(handler=prune_command)
 
     p = command(
         "fork",

@@ -27,6 +27,8 @@ from fusee import _codec
 from fusee._definitions import checked
 from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
+from fusee.engine import _bulk
+from fusee.engine._bulk import BulkActions, BulkResult, Filters
 from fusee.engine._carry import carried_from_records, carried_from_state
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
@@ -40,6 +42,7 @@ from fusee.engine._leases import Leases, default_worker, forwards, is_shared
 from fusee.engine._messages import Messages
 from fusee.engine._queues import Queues
 from fusee.engine._remote import Remote
+from fusee.engine._retention import Retention, retention_ms
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._schedules import Scheduler, check_schedules
@@ -102,7 +105,7 @@ _ENDS_KEPT = 1024
 _LIST_PAGE = 100
 
 
-class Engine:
+class Engine(BulkActions):
     """The embedded durable execution engine.
 
     Open it with `Engine.open` and use it as an async context manager.
@@ -137,6 +140,7 @@ class Engine:
         tracer_provider: Any = None,
         meter_provider: Any = None,
         write_timeout: Any = "5s",
+        retention: Any = None,
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -214,6 +218,7 @@ class Engine:
         self.inbox = Inbox(self)
         self.queues = Queues(self, queues)
         self.schedules = Scheduler(self, schedules)
+        self.retention = Retention(self, retention_ms(retention))
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -236,6 +241,7 @@ class Engine:
         meter_provider: Any = None,
         write_timeout: Any = "5s",
         accept_loss: bool = False,
+        retention: Any = None,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -274,6 +280,10 @@ class Engine:
                 mark (its write-ahead log lost acknowledged records, which
                 the open otherwise refuses with `fusee.StoreError`): the
                 loss is logged at WARNING and recorded in the store.
+            retention: Delete finished runs (completed, failed, cancelled)
+                that ended longer ago than this duration (``"30d"``), whole:
+                journal, row, events, streams. In small batches, off the hot
+                path, from the open on (None, the default: keep every run).
 
         Example:
             >>> async def main() -> None:
@@ -292,6 +302,7 @@ class Engine:
             )
         workflows, schedules = list(workflows), list(schedules)
         check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
+        retention_ms(retention)  # likewise
         store = open_store(path, durability=durability, accept_loss=accept_loss)
         await store.open()
         engine = cls(
@@ -308,6 +319,7 @@ class Engine:
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             write_timeout=write_timeout,
+            retention=retention,
         )
         try:
             await engine.recover()
@@ -347,6 +359,7 @@ class Engine:
             await self.recover_shards(None)
         self.inbox.start()
         await self.schedules.open()
+        self.retention.start()
 
     async def recover_shards(self, shards: set[int] | None) -> None:
         """Picks up the unfinished runs and queue items of ``shards`` (None: the whole store)."""
@@ -513,6 +526,7 @@ class Engine:
         self.streams.release_all()
         self.events.release_all()
         self.schedules.stop()
+        self.retention.stop()
         self.messages.release_updates()
         if self._watchdog is not None:
             self._watchdog.stop()
@@ -944,6 +958,19 @@ class Engine:
                 return
             after = (rows[-1].started_ms, rows[-1].id)
 
+    async def _bulk(self, filters: Filters, act: _bulk.Act, dry_run: bool) -> BulkResult:
+        self.check_open()
+        await self.committer.readable()
+        return await _bulk.bulk(
+            self,
+            self.store,
+            filters,
+            act,
+            now_ms=self.clock.now_ms(),
+            status_of=lambda row: self._info_of(row).status,
+            dry_run=dry_run,
+        )
+
     async def queue_stats(self) -> builtins.list[QueueStats]:
         """Queued and running runs per queue and per key, by queue name.
 
@@ -1089,6 +1116,18 @@ class Engine:
                 raise no_run(id)
             return self._info_of(row)
         return self._info_of(self.runs.row(state))
+
+    async def _delete(self, id: str) -> None:
+        if not self.owns(id):
+            await self.remote._delete(id)
+            return
+        await self.retention.delete(id)
+
+    def forget_runs(self, ids: Iterable[str]) -> None:
+        """Runs ``ids`` were deleted from the store: what the engine kept of them goes too."""
+        for id in ids:
+            self._ends.pop(id, None)
+            self._stuck.pop(id, None)
 
     async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
         if not self.owns(new_id):

@@ -45,6 +45,7 @@ from fusee.record import (
     Record,
     Resume,
     Start,
+    Status,
     Step,
     StreamEnd,
     Timer,
@@ -57,7 +58,7 @@ from fusee.store import RunRow
 if TYPE_CHECKING:
     from fusee.engine._engine import Engine
 
-__all__ = ["fork", "fork_records", "position"]
+__all__ = ["fork", "fork_records", "last_failure", "position"]
 
 # Outcomes of operations begun before the position, kept after the cut.
 _COMPLETIONS = (Step, Attempt, Resume, Heartbeat, Fired, ChildDone, Completed, Chunk, StreamEnd)
@@ -73,6 +74,27 @@ def _seq(rec: Record) -> int | None:
     if seq == stream.WORKFLOW and isinstance(rec, Chunk | StreamEnd):
         return None
     return seq
+
+
+def last_failure(records: Sequence[Record]) -> int | None:
+    """The position of the last step that failed for good or is paused, or None.
+
+    A step whose attempts failed but which then succeeded does not count:
+    a fork there would run again a step that did its work.
+
+    Example:
+        >>> ok, failed = Status.OK, Status.FAILED
+        >>> last_failure([Step(1, 0, "a", 1, ok, b""), Step(1, 1, "b", 3, failed, b"")])
+        1
+    """
+    succeeded = {r.seq for r in records if isinstance(r, Step) and r.status is Status.OK}
+    found: int | None = None
+    for rec in records:
+        if (isinstance(rec, Step) and rec.status in (Status.FAILED, Status.TIMED_OUT)) or (
+            isinstance(rec, Attempt) and rec.seq not in succeeded
+        ):
+            found = rec.seq
+    return found
 
 
 def position(records: Sequence[Record], at: int | str, id: str) -> int:

@@ -411,6 +411,12 @@ class Inbox:
         if kind == "resume":
             await engine._resume(id)
             return {"message": f"run {id!r} resumed"}
+        if kind == "delete":
+            await engine._delete(id)
+            return {"message": f"run {id!r} deleted"}
+        if kind == "prune":
+            count = await engine.retention.prune(int(p["before_ms"]))
+            return {"message": f"deleted {count} finished run(s)", "deleted": count}
         if kind == "complete":
             await engine.complete(str(p["token"]), _codec.decode(bytes(p["value"])))
             return {"message": f"completed {p['token']!r}"}

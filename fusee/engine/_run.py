@@ -101,6 +101,7 @@ class RunOperations(Protocol):
     async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any: ...
     async def _cancel(self, id: str, reason: str) -> None: ...
     async def _resume(self, id: str) -> None: ...
+    async def _delete(self, id: str) -> None: ...
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]: ...
     async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any: ...
     async def _describe(self, id: str) -> RunInfo: ...
@@ -296,6 +297,22 @@ class Run(Generic[T]):
     async def resume(self) -> None:
         """Resumes the run's paused steps, each with a fresh retry budget."""
         await self._engine._resume(self.id)
+
+    async def delete(self) -> None:
+        """Deletes the finished run from the store: its journal, row, events and streams.
+
+        Its id may then start again (under its `IdPolicy`, as if it never
+        ran). A run that has not finished is refused: cancel it first.
+
+        Raises:
+            fusee.NotFound: No run has this id.
+            fusee.RunNotFinished: The run has not finished.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     await engine.get("order-1").delete()
+        """
+        await self._engine._delete(self.id)
 
     def stream(self, name: str) -> AsyncIterator[Any]:
         """Reads stream ``name`` from its start, live, until it ends."""

@@ -54,6 +54,8 @@ COMMAND_KINDS: Final = frozenset(
         "complete",
         "deliver",
         "fork",
+        "delete",
+        "prune",
         "schedule",
         "stop",
     }
@@ -339,6 +341,30 @@ class Store(ScheduleStore, Protocol):
 
     async def next_run(self) -> int:
         """Returns a run number never used before in this store (from 1 up)."""
+        ...
+
+    async def delete_runs(
+        self,
+        ids: Collection[str] | None = None,
+        *,
+        finished_before_ms: int | None = None,
+        limit: int = 100,
+    ) -> builtins.list[str]:
+        """Deletes up to ``limit`` finished runs whole, in one write; returns their ids.
+
+        A run goes with its row and the journal records of every run of its
+        id (its events, streams and attributes live there). Only a row that
+        says completed, failed or cancelled, and with ``finished_before_ms``
+        one that ended before it, is deleted: checked inside the write, so a
+        run started again under its id meanwhile stays. ``ids``: only these
+        (None: any, oldest start first). The store's next LSNs stay above
+        every LSN it held.
+
+        Raises:
+            ValueError: A ``limit`` below 1.
+            StoreError: The write failed (nothing is deleted), or the store is
+                read-only or a client's.
+        """
         ...
 
     # --- the commands inbox ----------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final
 
 from fusee.errors import StoreError
+from fusee.store._retention import sqlite_lsn_floor
 from fusee.store._sqlite_schema import _MIGRATIONS, _SCHEMA, APPLICATION_ID, FORMAT, PAGE_SIZE
 
 log = logging.getLogger("fusee")
@@ -284,6 +285,9 @@ def _foreign(path: Path) -> StoreError:
 def _counters(conn: sqlite3.Connection, path: Path) -> tuple[int, int]:
     """Returns the highest LSN stored and the reserved run-number count."""
     last_lsn = conn.execute("SELECT coalesce(max(lsn), 0) FROM journal").fetchone()[0]
+    if type(last_lsn) is int:
+        # Runs deleted (`Store.delete_runs`) may have held the highest LSNs.
+        last_lsn = max(last_lsn, sqlite_lsn_floor(conn))
     found = conn.execute("SELECT value FROM meta WHERE key = 'run_reserved'").fetchone()
     if found is None or type(found[0]) is not int or type(last_lsn) is not int:
         what = (

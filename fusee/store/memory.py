@@ -37,6 +37,7 @@ from fusee.store._base import (
     _unpack_attributes,
 )
 from fusee.store._queues import MemoryQueues, QueueItem
+from fusee.store._retention import MemoryDeletes
 from fusee.store._schedules import MemorySchedules
 
 __all__ = ["MemoryStore"]
@@ -44,7 +45,7 @@ __all__ = ["MemoryStore"]
 _lsn_of = itemgetter(0)
 
 
-class MemoryStore(MemoryQueues, MemorySchedules):
+class MemoryStore(MemoryQueues, MemorySchedules, MemoryDeletes):
     """A `fusee.store.Store` in memory; ``close`` then ``open`` keeps the data.
 
     Example:

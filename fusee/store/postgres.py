@@ -90,6 +90,7 @@ from fusee.store._postgres_sql import (
 from fusee.store._postgres_writer import _PostgresWriter, _Write
 from fusee.store._queues import QueueItem
 from fusee.store._redact import redact_dsn, secrets_of
+from fusee.store._retention import PostgresDeletes
 
 if TYPE_CHECKING:
     import asyncpg
@@ -120,7 +121,7 @@ _PREFETCH: Final = 512
 _T = TypeVar("_T")
 
 
-class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
+class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, PostgresDeletes):
     """A `fusee.store.Store` in a PostgreSQL database (asyncpg, the ``postgres`` extra).
 
     Args:

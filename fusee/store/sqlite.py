@@ -76,6 +76,7 @@ from fusee.store._base import (
 )
 from fusee.store._lock import try_lock, unlock
 from fusee.store._queues import QueueItem
+from fusee.store._retention import SqliteDeletes
 from fusee.store._sqlite_mark import Mark, behind_error, read_mark, read_store_id
 from fusee.store._sqlite_open import (
     _check_format,
@@ -133,7 +134,7 @@ _T = TypeVar("_T")
 log = logging.getLogger("fusee")
 
 
-class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules):
+class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules, SqliteDeletes):
     """A `fusee.store.Store` in ``DIRECTORY/fusee.db`` (SQLite, WAL mode).
 
     Args:

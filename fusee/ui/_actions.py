@@ -7,10 +7,12 @@ the serving worker applies (on SQLite its one writer), as the CLI's are.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from fusee._definitions import signal as signal_def
 from fusee.client import Client
+from fusee.engine._bulk import BulkResult
 
 __all__ = ["ClientActions"]
 
@@ -68,6 +70,16 @@ class ClientActions:
         else:
             raise ValueError(f"a schedule takes pause, resume or trigger, not {action!r}")
         return None
+
+    async def bulk(
+        self, verb: str, filters: Mapping[str, Any], *, reason: str, dry_run: bool
+    ) -> BulkResult:
+        client = await self._connected()
+        if verb == "cancel":
+            return await client.cancel_many(**filters, reason=reason, dry_run=dry_run)
+        if verb == "resume":
+            return await client.resume_many(**filters, dry_run=dry_run)
+        raise ValueError(f"a bulk action is cancel or resume, not {verb!r}")
 
     async def close(self) -> None:
         """Closes the client (the server stops)."""

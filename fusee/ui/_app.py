@@ -20,7 +20,7 @@ import datetime
 import hmac
 import json
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee._queue import stats_json
 from fusee._schedule import last_tick, spec_text
+from fusee.engine._bulk import BulkResult
 from fusee.engine._queues import queue_stats
 from fusee.engine._run import KEEP_INPUT
 from fusee.errors import FuseeError, NotFound, PayloadError
@@ -60,9 +61,10 @@ DEFAULT_LIMIT: Final = 50
 MAX_WATCHED_IDS: Final = 500
 SCAN_BATCHES: Final = 10
 """A page of top-level runs reads this many store pages at most, past the children."""
-ACTIONS: Final = ("signal", "cancel", "resume", "fork", "schedule")
+ACTIONS: Final = ("signal", "cancel", "resume", "fork", "schedule", "bulk")
 """What an app with `Actions` may do (``GET /api/info``'s ``actions``)."""
 SCHEDULE_VERBS: Final = ("pause", "resume", "trigger")
+BULK_VERBS: Final = ("cancel", "resume")
 # A run's tree of children is read this deep and this wide, at most.
 TREE_DEPTH: Final = 3
 TREE_NODES: Final = 100
@@ -107,6 +109,16 @@ class Actions(Protocol):
 
         Returns the id of the run a trigger started (None for the others).
         An unknown schedule raises `fusee.NotFound` (answered 404).
+        """
+        ...
+
+    async def bulk(
+        self, verb: str, filters: Mapping[str, Any], *, reason: str, dry_run: bool
+    ) -> BulkResult:
+        """Cancels or resumes (``verb``) every run ``filters`` match (`fusee.Client.cancel_many`).
+
+        ``filters`` holds ``cancel_many``'s: ``status``, ``workflow``,
+        ``attributes``, ``started_from`` and ``started_to``.
         """
         ...
 
@@ -559,6 +571,54 @@ async def _schedule_act(request: Request) -> Response:
     return JSONResponse(answer)
 
 
+def _ms_time(ms: int | None) -> datetime.datetime | None:
+    return None if ms is None else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+
+
+async def _bulk_act(request: Request) -> Response:
+    """``POST /api/bulk/cancel|resume``: every run the body's filters (the list's) match."""
+    actions: Actions = request.app.state.actions
+    verb = request.path_params["verb"]
+    if verb not in BULK_VERBS:
+        return _error(404, f"no bulk action {verb!r}; there are cancel and resume")
+    body = await _body(request)
+    status = body.get("status") or None
+    if status is not None and status not in RUN_STATUSES:
+        raise _BadRequest(
+            f"status={status!r} is not a status; use one of {', '.join(sorted(RUN_STATUSES))}"
+        )
+    attr = body.get("attr") or []
+    pairs = [attr] if isinstance(attr, str) else attr
+    if not isinstance(pairs, list) or not all(isinstance(p, str) for p in pairs):
+        raise _BadRequest('attr takes "KEY=VALUE" or a list of them')
+    since, until = body.get("since"), body.get("until")
+    filters = {
+        "status": status,
+        "workflow": body.get("workflow") or None,
+        "attributes": _attributes(pairs),
+        "started_from": _ms_time(_time_ms("since", None if since is None else str(since))),
+        "started_to": _ms_time(_time_ms("until", None if until is None else str(until))),
+    }
+    reason = str(body.get("reason") or "cancelled from the fusee ui")
+    dry_run = bool(body.get("dry_run"))
+    try:
+        result = await actions.bulk(verb, filters, reason=reason, dry_run=dry_run)
+    except ValueError as e:
+        return _error(400, str(e))
+    except FuseeError as e:
+        return _error(409, str(e))
+    return JSONResponse(
+        {
+            "ok": True,
+            "action": verb,
+            "dry_run": dry_run,
+            "count": len(result.done),
+            "ids": list(result.done),
+            "skipped": dict(result.skipped),
+        }
+    )
+
+
 async def _get_run(request: Request) -> Response:
     store = _store(request)
     id = request.path_params["id"]
@@ -808,6 +868,9 @@ def build_app(
                 _handles_bad_requests(_schedule_act),
                 methods=["POST"],
             )
+        )
+        routes.append(
+            Route("/api/bulk/{verb:str}", _handles_bad_requests(_bulk_act), methods=["POST"])
         )
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_Guard, token=token)])
     # Shown in the page's header and GET /api/info: never with a password.

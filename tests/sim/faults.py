@@ -207,6 +207,15 @@ class FaultyStore:
     async def forget_commands(self, answered_before_ms: int) -> int:
         return await self.inner.forget_commands(answered_before_ms)
 
+    async def delete_runs(
+        self,
+        ids: Collection[str] | None = None,
+        *,
+        finished_before_ms: int | None = None,
+        limit: int = 100,
+    ) -> builtins.list[str]:
+        return await self.inner.delete_runs(ids, finished_before_ms=finished_before_ms, limit=limit)
+
     # Queue admission is passed through untouched: the simulation starts no queued run.
     async def enqueue(self, item: QueueItem, row: RunRow) -> QueueItem | None:
         return await self.inner.enqueue(item, row)

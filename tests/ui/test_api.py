@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -448,6 +449,12 @@ class Recorder:
         self.calls.append(("schedule", name, action))
         return f"{name}/now" if action == "trigger" else None
 
+    async def bulk(
+        self, verb: str, filters: Mapping[str, Any], *, reason: str, dry_run: bool
+    ) -> fusee.BulkResult:
+        self.calls.append(("bulk", verb, dict(filters), reason, dry_run))
+        return fusee.BulkResult(("order-1",), {"order-2": "it ended meanwhile"})
+
 
 def test_actions_reach_the_actions_object(data: Path) -> None:
     actions = Recorder()
@@ -459,6 +466,7 @@ def test_actions_reach_the_actions_object(data: Path) -> None:
             "resume",
             "fork",
             "schedule",
+            "bulk",
         ]
         ok = c.post("/api/runs/order-1/signal", json={"name": "go", "payload": True})
         assert ok.json() == {"ok": True, "id": "order-1", "action": "signal"}
@@ -486,6 +494,55 @@ def test_actions_reach_the_actions_object(data: Path) -> None:
         ("resume", "flaky-1"),
         ("fork", "order-1", "order-2", 2, KEEP_INPUT),
         ("fork", "order-1", "o-3", "go", 5),
+    ]
+
+
+def test_a_bulk_action_takes_the_lists_filters_and_says_what_it_did(data: Path) -> None:
+    actions = Recorder()
+    app = create_app(str(data), actions=actions)
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        body = {"status": "suspended", "workflow": "gated", "attr": "customer=ada"}
+        dry = c.post("/api/bulk/cancel", json={**body, "since": 1000, "dry_run": True})
+        assert dry.json() == {
+            "ok": True,
+            "action": "cancel",
+            "dry_run": True,
+            "count": 1,
+            "ids": ["order-1"],
+            "skipped": {"order-2": "it ended meanwhile"},
+        }
+        assert c.post("/api/bulk/resume", json={"until": "2026-01-01T00:00:00Z"}).status_code == 200
+        assert c.post("/api/bulk/cancel", json={"status": "nope"}).status_code == 400
+        assert c.post("/api/bulk/delete", json={}).status_code == 404
+        assert c.post("/api/bulk/cancel", data={"status": "running"}).status_code == 400
+    utc = datetime.UTC
+    assert actions.calls == [
+        (
+            "bulk",
+            "cancel",
+            {
+                "status": "suspended",
+                "workflow": "gated",
+                "attributes": {"customer": "ada"},
+                "started_from": datetime.datetime(1970, 1, 1, 0, 0, 1, tzinfo=utc),
+                "started_to": None,
+            },
+            "cancelled from the fusee ui",
+            True,
+        ),
+        (
+            "bulk",
+            "resume",
+            {
+                "status": None,
+                "workflow": None,
+                "attributes": None,
+                "started_from": None,
+                "started_to": datetime.datetime(2026, 1, 1, tzinfo=utc),
+            },
+            "cancelled from the fusee ui",
+            False,
+        ),
     ]
 
 

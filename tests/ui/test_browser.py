@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
+from playwright.sync_api import Browser, Dialog, Page, ViewportSize, expect, sync_playwright
 
 import fusee
 from fusee.cli._inbox import signal_checker
@@ -265,6 +265,45 @@ def acting(data: Path, *, schedules: bool = False) -> Iterator[str]:
         served(create_app(str(data), actions=ClientActions(str(data)))) as base,
     ):
         yield base
+
+
+def test_a_bulk_cancel_from_the_runs_list_cancels_what_the_filter_matches(
+    page: Page, tmp_path: Path
+) -> None:
+    data = make_store(tmp_path / "data")
+    for id in ("order-2", "order-3"):
+        start_waiting(data, id)
+    asked: list[str] = []
+
+    def answer(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        if len(asked) == 1:
+            dialog.dismiss()
+        else:
+            dialog.accept()
+
+    page.on("dialog", answer)
+    with acting(data) as base:
+        page.goto(f"{base}/?workflow=gated")
+        expect(page.locator("#runs tbody tr")).to_have_count(3)
+        # Counted first, then confirmed: a dismissed confirm changes nothing.
+        page.click("#bulk-cancel")
+        expect(page.locator("#bulk-message")).to_have_text("nothing cancelled")
+        page.click("#bulk-cancel")
+        expect(page.locator("#bulk-message")).to_have_text("cancelled 2 runs")
+        assert asked == ["Cancel 2 runs this filter matches (child runs included)?"] * 2
+        for id in ("order-2", "order-3"):
+            expect(page.locator(f'#runs tr[data-id="{id}"] .badge')).to_have_text("cancelled")
+        expect(page.locator('#runs tr[data-id="order-1"] .badge')).to_have_text("completed")
+        # Nothing left to cancel: no confirm is asked.
+        page.click("#bulk-cancel")
+        expect(page.locator("#bulk-message")).to_have_text(
+            "no run this filter matches can be cancelled"
+        )
+        assert len(asked) == 2
+        page.goto(f"{base}/?status=paused")
+        page.click("#bulk-resume")
+        expect(page.locator("#bulk-message")).to_have_text("resumed 1 run")
 
 
 def test_a_signal_sent_from_the_run_page_reaches_the_run(page: Page, tmp_path: Path) -> None:

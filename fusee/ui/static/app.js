@@ -147,6 +147,48 @@ function apiQuery(params) {
   return q;
 }
 
+// Cancel or resume every run the page's filter matches: counted first (a dry
+// run), confirmed with that count, then done by the worker; the rows update live.
+function bulkBar(params) {
+  const message = el("p", { class: "form-message", id: "bulk-message", role: "status" });
+  const filters = () => {
+    const body = {};
+    for (const key of ["status", "workflow", "attr"]) if (params.get(key)) body[key] = params.get(key);
+    for (const key of ["since", "until"]) {
+      const ms = params.get(key) ? new Date(params.get(key)).getTime() : NaN;
+      if (!isNaN(ms)) body[key] = ms;
+    }
+    return body;
+  };
+  const runs = (n) => `${n} run${n === 1 ? "" : "s"}`;
+  const act = async (verb, past) => {
+    message.textContent = "counting…";
+    try {
+      const dry = await post(`/api/bulk/${verb}`, { ...filters(), dry_run: true });
+      if (dry.count === 0) {
+        message.textContent = `no run this filter matches can be ${past}`;
+        return;
+      }
+      const ask = `${verb === "cancel" ? "Cancel" : "Resume"} ${runs(dry.count)} this filter matches (child runs included)?`;
+      if (!confirm(ask)) {
+        message.textContent = `nothing ${past}`;
+        return;
+      }
+      message.textContent = `${verb}…`;
+      const done = await post(`/api/bulk/${verb}`, filters());
+      const skipped = Object.keys(done.skipped).length;
+      message.textContent = `${past} ${runs(done.count)}` + (skipped ? `; ${skipped} skipped (they changed meanwhile)` : "");
+    } catch (err) {
+      message.textContent = err.message;
+    }
+  };
+  return el("div", { class: "bulk", id: "bulk" },
+    el("span", { class: "muted small", text: "Every run this filter matches: " }),
+    el("button", { type: "button", id: "bulk-cancel", class: "danger", onclick: () => act("cancel", "cancelled"), text: "Cancel all…" }), " ",
+    el("button", { type: "button", id: "bulk-resume", onclick: () => act("resume", "resumed"), text: "Resume all…" }),
+    message);
+}
+
 async function runsPage(main, info) {
   document.title = "runs · fusee";
   const params = new URLSearchParams(location.search);
@@ -174,7 +216,8 @@ async function runsPage(main, info) {
     tbody);
   const pager = el("nav", { class: "pager" });
   const count = el("span", { class: "muted", id: "count" });
-  main.replaceChildren(el("h1", { text: "Runs" }), form, el("div", { class: "table-wrap" }, table), el("div", { class: "under" }, count, pager));
+  const bulk = (info.actions || []).includes("bulk") ? bulkBar(params) : null;
+  main.replaceChildren(el("h1", { text: "Runs" }), form, ...(bulk ? [bulk] : []), el("div", { class: "table-wrap" }, table), el("div", { class: "under" }, count, pager));
 
   const q = apiQuery(params);
   q.set("limit", params.get("limit") || "50");
