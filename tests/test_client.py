@@ -19,6 +19,7 @@ import client_workflows as wfs
 import pytest
 import pytest_asyncio
 from _postgres import Cluster
+from engine.conftest import eventually
 
 import fusee
 from fusee import _codec
@@ -123,6 +124,8 @@ async def test_a_wrongly_typed_signal_is_refused_before_it_is_recorded(
 async def test_query_answers_decode_to_the_querys_result_type(client: fusee.Client) -> None:
     run = await client.start(wfs.tally, "t-1", 1)
     await run.signal(wfs.add, 2)
+    # Durable is not yet seen by the code: the update waits for the sum.
+    await eventually(lambda: _is(run.query(wfs.total), 3), "the signal's sum")
     assert await run.update(wfs.bump, 4) == 7
     assert await run.query(wfs.summary) == wfs.Summary(total=7, signals=1)
     assert await run.query(wfs.counts) == wfs.Counts(signals=1, bumps=1)
@@ -436,3 +439,7 @@ async def test_a_client_posts_to_a_postgres_worker_process(postgres_cluster: Clu
             run = await client.start(wfs.tally, "client-pg-1", 1)
             await run.signal(wfs.add, 0)
             assert await run.result() == 1
+
+
+async def _is(answer: Any, expected: Any) -> bool:
+    return bool(await answer == expected)

@@ -11,12 +11,23 @@ from pathlib import Path
 from typing import Any
 
 import cli_workflows as wfs
+import pytest
 
 import fusee
 from fusee.cli import main
 
 HERE = Path(__file__).parent.parent
 MODULE = str(HERE / "cli_workflows.py")
+
+
+@pytest.fixture(autouse=True)
+def _wide_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The width the command prints at when not on a terminal, whatever runs the suite.
+
+    pytest-xdist's workers inherit ``COLUMNS=80`` from execnet; a test that
+    checks the narrow layout sets its own.
+    """
+    monkeypatch.setenv("COLUMNS", "120")
 
 
 class Watch(io.StringIO):

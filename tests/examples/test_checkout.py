@@ -31,7 +31,9 @@ def recorded_steps(data: Path) -> list[str]:
 def test_the_demo_resumes_after_kill_9_without_running_recorded_steps_again(
     tmp_path: Path,
 ) -> None:
-    first = Example("checkout", "--cool-off", "4", cwd=tmp_path)
+    # A cool-off long enough that the rival below starts before it ends, however
+    # loaded the machine.
+    first = Example("checkout", "--cool-off", "12", cwd=tmp_path)
     first.wait_for("step quote")
     first.wait_for("step charge      attempt 2")
     first.wait_for("manager          approves")
