@@ -23,7 +23,7 @@ from fusee import _codec
 from fusee._durations import duration_ms
 from fusee._queue import Queue, QueueStats
 from fusee.engine._queues import queue_stats
-from fusee.engine._remote import Remote
+from fusee.remote._remote import Remote
 from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, check_id, info_of
 from fusee.engine._telemetry import caller_trace
 from fusee.errors import Cancelled

@@ -40,6 +40,7 @@ RANKS: Mapping[str, int] = {
     "fusee._driver": 7,
     "fusee.store": 8,
     "fusee._queue": 8,
+    "fusee.remote": 9,
     "fusee.engine": 9,
     "fusee.client": 10,
     "fusee.testing": 11,

@@ -39,7 +39,7 @@ from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._leases import Leases, default_worker, is_shared
 from fusee.engine._messages import Messages
 from fusee.engine._queues import Queues
-from fusee.engine._remote import Remote
+from fusee.remote._remote import Remote
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._schedules import Scheduler, check_schedules
