@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fusee.record import Start
+from fusee.remote._trace import caller_trace
 
 if TYPE_CHECKING:
     from fusee._runtime import StepCall
@@ -116,20 +117,6 @@ def _traceparent(span_context_of: Any) -> bytes | None:
     _PROPAGATOR.inject(carrier, context=span_context_of)
     value = carrier.get("traceparent")
     return value.encode() if value else None
-
-
-def caller_trace() -> bytes | None:
-    """The W3C ``traceparent`` of the caller's current span, or None (no span, no otel).
-
-    Example:
-        >>> caller_trace() is None
-        True
-    """
-    if not _AVAILABLE:
-        return None
-    if not _trace.get_current_span().get_span_context().is_valid:
-        return None
-    return _traceparent(None)
 
 
 def _context_of(trace: bytes | None) -> Any:
