@@ -57,3 +57,14 @@ async def tally(ctx: fusee.Ctx, start: int) -> int:
 @fusee.workflow("echo")
 async def echo(ctx: fusee.Ctx, text: str) -> str:
     return await ctx.step("echo", lambda: text)
+
+
+@fusee.workflow("ticker")
+async def ticker(ctx: fusee.Ctx, _: None) -> int:
+    """Appends each ``add`` signal's number to stream "ticks" until one is 0."""
+    count = 0
+    async with ctx.stream("ticks") as out:
+        while n := await ctx.wait_for(add):
+            await out.append(n)
+            count += 1
+    return count

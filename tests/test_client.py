@@ -21,13 +21,14 @@ import pytest_asyncio
 from _postgres import Cluster
 
 import fusee
+import fusee.remote
 from fusee import _codec
 from fusee.client import SyncRun
 from fusee.record import Signal, decode
 from fusee.store import MemoryStore, PostgresStore, Store
 
 HERE = Path(__file__).parent
-WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [wfs.tally, wfs.echo]
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [wfs.tally, wfs.echo, wfs.ticker]
 
 
 @contextlib.asynccontextmanager
@@ -99,6 +100,36 @@ async def test_signals_with_one_dedup_id_count_once_and_updates_and_queries_answ
     await run.signal(wfs.add, 0)
     assert await run.result() == 15
     assert [chunk async for chunk in run.stream("log")] == ["total 15"]
+
+
+async def test_a_long_stream_polled_through_a_client_decodes_each_record_once(
+    client: fusee.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[int] = []  # the LSN of every record the client's stream decodes
+    decode_journal = fusee.remote.decode_journal
+
+    def counting(id: str, run: int, entries: list[tuple[int, bytes]]) -> list[Any]:
+        decoded.extend(lsn for lsn, _ in entries)
+        return decode_journal(id, run, entries)
+
+    monkeypatch.setattr("fusee.remote._readers.decode_journal", counting)
+    run = await client.start(wfs.ticker, "tick-1")
+    received: asyncio.Queue[int] = asyncio.Queue()
+
+    async def read() -> None:
+        async for n in run.stream("ticks"):
+            received.put_nowait(n)
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(read())
+        # One chunk at a time: the reader polls the journal once it has grown each time.
+        for n in range(1, 41):
+            await run.signal(wfs.add, n)
+            assert await received.get() == n
+        await run.signal(wfs.add, 0)
+    assert await run.result() == 40
+    assert received.empty()
+    assert len(decoded) == len(set(decoded)) >= 40
 
 
 async def test_a_wrongly_typed_signal_is_refused_before_it_is_recorded(

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from fusee import _codec
-from fusee.remote._readers import read_stream
+from fusee.remote._readers import StreamReader
 
 if TYPE_CHECKING:
     from fusee.engine._commit import Committer
@@ -41,7 +41,7 @@ class Streams:
 
     async def read(self, id: str, name: str) -> AsyncIterator[Any]:
         """Stream ``name`` of run ``id`` from its start, live, until it ends."""
-        sent = 0
+        reader = StreamReader(self._store, id, name)
         while True:
             # A reader waiting when the engine closes (or crashes, in the
             # test host) is woken by `release_all` and ends here with a
@@ -51,11 +51,9 @@ class Streams:
             self._events.setdefault(id, []).append(event)
             try:
                 await self._committer.readable()
-                chunks, ended = await read_stream(self._store, id, name)
-                for c in chunks[sent:]:
+                for c in await reader.read():
                     yield _codec.decode(c)
-                sent = len(chunks)
-                if ended:
+                if reader.ended:
                     return
                 await event.wait()
             finally:

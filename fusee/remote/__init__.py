@@ -21,11 +21,11 @@ from fusee.remote._journal import (
     text,
 )
 from fusee.remote._readers import (
+    StreamReader,
     latest_event,
     never_set,
     queue_stats,
     read_event,
-    read_stream,
     timed_out,
 )
 from fusee.remote._remote import CLIENT_CLOSED, Polling, Remote
@@ -46,6 +46,7 @@ __all__ = [
     "Polling",
     "Remote",
     "RunInfo",
+    "StreamReader",
     "answer_fields",
     "caller_trace",
     "check_id",
@@ -64,7 +65,6 @@ __all__ = [
     "position",
     "queue_stats",
     "read_event",
-    "read_stream",
     "row_info",
     "seq_of",
     "text",

@@ -23,31 +23,69 @@ if TYPE_CHECKING:
     from fusee._events import EventDef
     from fusee.store import RunRow, Store
 
-__all__ = ["latest_event", "never_set", "queue_stats", "read_event", "read_stream", "timed_out"]
+__all__ = [
+    "StreamReader",
+    "latest_event",
+    "never_set",
+    "queue_stats",
+    "read_event",
+    "timed_out",
+]
 
 
-async def read_stream(store: Store, id: str, name: str) -> tuple[list[bytes], bool]:
-    """Run ``id``'s stream ``name`` in ``store``: its durable chunks, and whether it has ended.
+class StreamReader:
+    """Reads run ``id``'s stream ``name`` from the store, a little more at each call.
 
-    Raises:
-        fusee.NotFound: No run has this id.
+    Each `read` loads and decodes only the records after the last one it
+    read, so a reader polling a long stream reads each record once (a
+    reader that read the whole journal at each poll would do work
+    quadratic in the stream's length). A continue-as-new gives the id a
+    new journal: the reader goes on in it, past as many chunks as it has
+    handed out.
 
     Example:
-        >>> async def main(store: Store) -> int:
-        ...     chunks, ended = await read_stream(store, "report-1", "rows")
-        ...     return len(chunks)
+        >>> async def main(store: Store) -> list[bytes]:
+        ...     reader = StreamReader(store, "report-1", "rows")
+        ...     return await reader.read()
     """
-    row = await store.get(id)
-    if row is None:
-        raise no_run(id)
-    chunks: list[bytes] = []
-    ended = row.status in FINISHED_STATUSES
-    for rec in decode_journal(id, row.run, await load_journal(store, row)):
-        if isinstance(rec, Chunk) and rec.stream == name:
-            chunks.append(rec.payload)
-        elif isinstance(rec, StreamEnd) and rec.stream == name:
-            ended = True
-    return chunks, ended
+
+    def __init__(self, store: Store, id: str, name: str) -> None:
+        self._store = store
+        self._id = id
+        self._name = name
+        self._run = 0
+        self._after_lsn = 0
+        self._ended_here = False
+        self._found = 0  # chunks of the current run's journal read so far
+        self._sent = 0  # chunks handed out
+        self.ended = False
+        """Whether the stream has ended (its `StreamEnd`, or its run's end, was read)."""
+
+    async def read(self) -> list[bytes]:
+        """The chunks made durable since the last call (the stream's first ones at the first).
+
+        Raises:
+            fusee.NotFound: No run has this id.
+        """
+        row = await self._store.get(self._id)
+        if row is None:
+            raise no_run(self._id)
+        if row.run != self._run:
+            self._run, self._after_lsn, self._found, self._ended_here = row.run, 0, 0, False
+        entries = await load_journal(self._store, row, after_lsn=self._after_lsn)
+        if entries:
+            self._after_lsn = entries[-1][0]
+        new: list[bytes] = []
+        for rec in decode_journal(self._id, row.run, entries):
+            if isinstance(rec, Chunk) and rec.stream == self._name:
+                self._found += 1
+                if self._found > self._sent:
+                    new.append(rec.payload)
+            elif isinstance(rec, StreamEnd) and rec.stream == self._name:
+                self._ended_here = True
+        self._sent += len(new)
+        self.ended = self._ended_here or row.status in FINISHED_STATUSES
+        return new
 
 
 def latest_event(records: Iterable[Record], key: str) -> bytes | None:

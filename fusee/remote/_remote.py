@@ -25,7 +25,7 @@ from fusee.errors import FuseeError, StoreError
 from fusee.record import Done
 from fusee.remote._info import RunInfo, row_info
 from fusee.remote._journal import decode_journal, end_value, no_run
-from fusee.remote._readers import read_event, read_stream, timed_out
+from fusee.remote._readers import StreamReader, read_event, timed_out
 from fusee.remote._token import CompletionToken
 from fusee.remote._wire import answer_fields, encode_payload
 from fusee.store import Answer, Command, Store
@@ -206,17 +206,16 @@ class Remote:
 
     async def stream(self, id: str, name: str) -> AsyncIterator[Any]:
         """Stream ``name`` of run ``id`` from its start, polled, until it ends."""
-        sent = 0
+        reader = StreamReader(self.store, id, name)
         polling = Polling()
         while True:
             self.check_open()
-            chunks, ended = await read_stream(self.store, id, name)
-            if len(chunks) > sent:
+            chunks = await reader.read()
+            if chunks:
                 polling = Polling()
-            for c in chunks[sent:]:
+            for c in chunks:
                 yield _codec.decode(c)
-            sent = len(chunks)
-            if ended:
+            if reader.ended:
                 return
             await polling.wait()
 
