@@ -100,23 +100,30 @@ def fast_init(cls: type[T]) -> type[T]:
     """
     names: dict[str, Any] = {}
     params: list[str] = []
+    # Keyword-only fields (``kw_only=True``, or after ``KW_ONLY``) follow a
+    # ``*``, as in the dataclass's own ``__init__``: they may not be passed
+    # by position, and one without a default may follow one with.
+    keyword_params: list[str] = []
     lines: list[str] = []
     for f in dataclasses.fields(cast(Any, cls)):
         if not f.init:
             raise TypeError(f"fast_init does not support field {f.name!r} of {cls.__name__}")
         names[f"_set_{f.name}"] = _setter(cls, f.name)
+        into = keyword_params if f.kw_only is True else params
         if f.default_factory is not dataclasses.MISSING:
             # As the dataclass's own: the factory is called when no value is given.
             names["_no_value"] = _NO_VALUE
             names[f"_factory_{f.name}"] = f.default_factory
-            params.append(f"{f.name}=_no_value")
+            into.append(f"{f.name}=_no_value")
             lines.append(f"    if {f.name} is _no_value:\n        {f.name} = _factory_{f.name}()\n")
         elif f.default is dataclasses.MISSING:
-            params.append(f.name)
+            into.append(f.name)
         else:
             names[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
+            into.append(f"{f.name}=_default_{f.name}")
         lines.append(f"    _set_{f.name}(self, {f.name})\n")
+    if keyword_params:
+        params += ["*", *keyword_params]
     if hasattr(cls, "__post_init__"):
         lines.append("    self.__post_init__()\n")
     source = f"def __init__(self, {', '.join(params)}):\n" + ("".join(lines) or "    pass\n")
