@@ -201,6 +201,7 @@ class Client:
             ...     async for info in client.list(status="running"):
             ...         print(info.id)
         """
+        self._remote.check_open()
         rows = await self.store.list(
             status=status, workflow=workflow, attributes=attributes, limit=limit
         )

@@ -132,6 +132,30 @@ async def test_a_long_stream_polled_through_a_client_decodes_each_record_once(
     assert len(decoded) == len(set(decoded)) >= 40
 
 
+async def test_a_closed_client_says_so_at_once_for_each_call(client: fusee.Client) -> None:
+    run = await client.start(wfs.tally, "t-1", 0)
+    await client.close()
+    calls = {
+        "start": client.start(wfs.echo, "e-1", "hi"),
+        "list": anext(aiter(client.list())),
+        "queue_stats": client.queue_stats(),
+        "complete": client.complete("t-1/1/0/1"),
+        "result": run.result(),
+        "signal": run.signal(wfs.add, 1),
+        "query": run.query(wfs.total),
+        "update": run.update(wfs.bump, 1),
+        "describe": run.describe(),
+        "cancel": run.cancel(),
+        "stream": anext(aiter(run.stream("log"))),
+        "get_event": run.get_event("k"),
+        "fork": run.fork("t-2", at=0),
+        "schedules": client.schedules.list(),
+    }
+    for call in calls.values():
+        with pytest.raises(fusee.FuseeError, match="this client is closed"):
+            await call
+
+
 async def test_a_wrongly_typed_signal_is_refused_before_it_is_recorded(
     client: fusee.Client,
 ) -> None:

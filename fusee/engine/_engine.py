@@ -380,8 +380,12 @@ class Engine:
         self.spawn(self.queues.recover(shards))
 
     def owns(self, id: str) -> bool:
-        """Whether this engine serves run ``id`` (always, on a store it is alone on)."""
-        return self.leases is None or self.leases.owns(id)
+        """Whether this engine serves run ``id`` (alone on its store: every run, until it closes).
+
+        A closed engine serves no run: a handle's call goes to its `Remote`,
+        closed with it, which says the engine is closed.
+        """
+        return not self.closed and (self.leases is None or self.leases.owns(id))
 
     def lost_shards(self, shards: list[int]) -> None:
         """Another worker took ``shards`` over: their runs are dropped at once."""
@@ -1078,6 +1082,8 @@ class Engine:
         return await self.events.get(id, key, timeout_s)
 
     async def _describe(self, id: str) -> RunInfo:
+        if not self.owns(id):
+            return await self.remote.describe(id)
         state = self.runs.loaded(id)
         if state is None:
             # A read: during a write outage it answers from what the store holds.
