@@ -74,8 +74,8 @@ def fast_init(cls: type[T]) -> type[T]:
 
     The ``__init__`` that ``dataclasses`` writes for a frozen class sets each
     field through ``object.__setattr__``; setting the slot descriptors
-    directly costs about half (measured 0.65 µs against 1.2 µs for seven
-    fields). Only ``__init__`` changes: ``__setattr__`` still raises
+    directly costs about half as much (bench/NOTES.md has the figures).
+    Only ``__init__`` changes: ``__setattr__`` still raises
     ``FrozenInstanceError``, and ``__eq__``, ``__hash__``, ``__repr__``,
     ``fields()`` and ``replace()`` are the dataclass's own. The new
     ``__init__`` keeps the original's annotations and resolves them in the
@@ -142,12 +142,12 @@ def replacer(cls: type[T]) -> Callable[..., T]:
     """A faster `dataclasses.replace` for one frozen slotted dataclass.
 
     ``dataclasses.replace`` looks up the class's fields and reads each one
-    by name on every call, then calls ``__init__`` with keywords (about
-    4 µs for a queue item of thirteen fields); the function written here
-    copies each field's slot directly and sets only the changed ones
-    (about 1 µs). No ``__init__`` runs, so the class must have none of its
-    own and no ``__post_init__``; an unknown field is a `TypeError`, as
-    with ``replace``.
+    by name on every call, then calls ``__init__`` with keywords; the
+    function written here copies each field's slot directly and sets only
+    the changed ones, a fraction of the cost (bench/NOTES.md). No
+    ``__init__`` runs, so the class must have none of its own and no
+    ``__post_init__``; an unknown field is a `TypeError`, as with
+    ``replace``.
 
     Example:
         >>> @dataclasses.dataclass(frozen=True, slots=True)

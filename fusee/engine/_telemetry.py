@@ -159,8 +159,8 @@ class Telemetry:
     """
 
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
-        # Looked up once: asking OpenTelemetry for its providers costs about
-        # a microsecond (it reads the environment), too much for every run.
+        # Looked up once: asking OpenTelemetry for its providers reads the
+        # environment, too much to do for every run.
         if _AVAILABLE and tracer_provider is None:
             tracer_provider = _tracer_provider()
         if _AVAILABLE and meter_provider is None:
