@@ -1,8 +1,8 @@
 """Runs served elsewhere: commands posted to the store's inbox, answered by the run's owner.
 
 `Remote` is the run-handle side of a process that does not host a run:
-`fusee.Client` is one (it hosts none), and an engine on a store shared by
-several workers (Postgres) uses one for runs of shards it does not hold.
+a `fusee.Client` holds one (it hosts none), and an engine on a store shared
+by several workers (Postgres) uses one for runs of shards it does not hold.
 It reads the store directly (a run's row, journal and result) and changes
 runs by posting `fusee.store.Command` rows, which the owner applies and
 answers (`fusee.engine._inbox`).
@@ -60,7 +60,7 @@ class Polling:
 
 
 class Remote:
-    """Talks to runs through the store's inbox (`fusee.Client` is one).
+    """Talks to runs through the store's inbox (a `fusee.Client` holds one).
 
     Args:
         store: An open store.
