@@ -74,8 +74,8 @@ def fast_init(cls: type[T]) -> type[T]:
 
     The ``__init__`` that ``dataclasses`` writes for a frozen class sets each
     field through ``object.__setattr__``; setting the slot descriptors
-    directly costs about half (measured 0.65 µs against 1.2 µs for seven
-    fields). Only ``__init__`` changes: ``__setattr__`` still raises
+    directly costs about half as much (bench/NOTES.md has the figures).
+    Only ``__init__`` changes: ``__setattr__`` still raises
     ``FrozenInstanceError``, and ``__eq__``, ``__hash__``, ``__repr__``,
     ``fields()`` and ``replace()`` are the dataclass's own. The new
     ``__init__`` keeps the original's annotations and resolves them in the
@@ -100,23 +100,30 @@ def fast_init(cls: type[T]) -> type[T]:
     """
     names: dict[str, Any] = {}
     params: list[str] = []
+    # Keyword-only fields (``kw_only=True``, or after ``KW_ONLY``) follow a
+    # ``*``, as in the dataclass's own ``__init__``: they may not be passed
+    # by position, and one without a default may follow one with.
+    keyword_params: list[str] = []
     lines: list[str] = []
     for f in dataclasses.fields(cast(Any, cls)):
         if not f.init:
             raise TypeError(f"fast_init does not support field {f.name!r} of {cls.__name__}")
         names[f"_set_{f.name}"] = _setter(cls, f.name)
+        into = keyword_params if f.kw_only is True else params
         if f.default_factory is not dataclasses.MISSING:
             # As the dataclass's own: the factory is called when no value is given.
             names["_no_value"] = _NO_VALUE
             names[f"_factory_{f.name}"] = f.default_factory
-            params.append(f"{f.name}=_no_value")
+            into.append(f"{f.name}=_no_value")
             lines.append(f"    if {f.name} is _no_value:\n        {f.name} = _factory_{f.name}()\n")
         elif f.default is dataclasses.MISSING:
-            params.append(f.name)
+            into.append(f.name)
         else:
             names[f"_default_{f.name}"] = f.default
-            params.append(f"{f.name}=_default_{f.name}")
+            into.append(f"{f.name}=_default_{f.name}")
         lines.append(f"    _set_{f.name}(self, {f.name})\n")
+    if keyword_params:
+        params += ["*", *keyword_params]
     if hasattr(cls, "__post_init__"):
         lines.append("    self.__post_init__()\n")
     source = f"def __init__(self, {', '.join(params)}):\n" + ("".join(lines) or "    pass\n")
@@ -135,12 +142,12 @@ def replacer(cls: type[T]) -> Callable[..., T]:
     """A faster `dataclasses.replace` for one frozen slotted dataclass.
 
     ``dataclasses.replace`` looks up the class's fields and reads each one
-    by name on every call, then calls ``__init__`` with keywords (about
-    4 µs for a queue item of thirteen fields); the function written here
-    copies each field's slot directly and sets only the changed ones
-    (about 1 µs). No ``__init__`` runs, so the class must have none of its
-    own and no ``__post_init__``; an unknown field is a `TypeError`, as
-    with ``replace``.
+    by name on every call, then calls ``__init__`` with keywords; the
+    function written here copies each field's slot directly and sets only
+    the changed ones, a fraction of the cost (bench/NOTES.md). No
+    ``__init__`` runs, so the class must have none of its own and no
+    ``__post_init__``; an unknown field is a `TypeError`, as with
+    ``replace``.
 
     Example:
         >>> @dataclasses.dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 A web app, a script or the CLI holds no engine and no workflow code: it
 reads the store directly (a run's row, journal and result) and changes runs
 by posting commands to the store's inbox, which the serving engine applies
-and answers (`fusee.engine._inbox`). Its `Run` handles are the engine's.
+and answers (`fusee.engine._inbox`), through a `fusee.remote.Remote`. Its
+`Run` handles are the engine's.
 
 The rule: a client writes nothing but commands. On SQLite it never takes
 the engine's writer lock (the store keeps one writing engine); every change
@@ -23,12 +24,9 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fusee import _codec
 from fusee._durations import duration_ms
 from fusee._queue import Queue, QueueStats
-from fusee.engine._bulk import BulkActions, BulkResult, Filters, bulk
-from fusee.engine._queues import queue_stats
-from fusee.engine._remote import Remote
-from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, check_id, info_of
-from fusee.engine._telemetry import caller_trace
+from fusee.engine import BulkActions, BulkResult, Filters, IdPolicy, Run, RunInfo, bulk
 from fusee.errors import Cancelled
+from fusee.remote import KEEP_INPUT, Remote, caller_trace, check_id, queue_stats, row_info
 from fusee.store import Answer, Command, ScheduleRow, Store, open_store
 
 if TYPE_CHECKING:
@@ -44,7 +42,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class Client(Remote, BulkActions):
+class Client(BulkActions):
     """Starts and talks to runs that workers serve, without an engine of its own.
 
     Open one with `Client.connect` and use it as an async context manager.
@@ -65,7 +63,8 @@ class Client(Remote, BulkActions):
     """
 
     def __init__(self, store: Store, *, owned: bool = False) -> None:
-        super().__init__(store)
+        self.store = store
+        self._remote = Remote(store)
         self._owned = owned
 
     @classmethod
@@ -108,9 +107,9 @@ class Client(Remote, BulkActions):
 
     async def close(self) -> None:
         """Closes the client's store (not one it was given); closing twice is harmless."""
-        if self._closed:
+        if self._remote.closed:
             return
-        self._closed = True
+        self._remote.close()
         if self._owned:
             await self.store.close()
 
@@ -158,7 +157,7 @@ class Client(Remote, BulkActions):
             name = workflow
         else:
             name = workflow.name
-            self._workflows[name] = workflow
+            self._remote.workflows[name] = workflow
         data = _codec.encode(input, name=f"the input of run '{id}'")
         policy = IdPolicy(id_policy)
         fields: dict[str, Any] = {"workflow": name, "input": data, "id_policy": policy.value}
@@ -172,7 +171,7 @@ class Client(Remote, BulkActions):
         trace = caller_trace()
         if trace is not None:
             fields["trace"] = trace
-        await self._call("start", id, fields)
+        await self._remote.call("start", id, fields)
         return Run(self, id)
 
     def get(self, id: str) -> Run[Any]:
@@ -203,14 +202,15 @@ class Client(Remote, BulkActions):
             ...     async for info in client.list(status="running"):
             ...         print(info.id)
         """
+        self._remote.check_open()
         rows = await self.store.list(
             status=status, workflow=workflow, attributes=attributes, limit=limit
         )
         for row in rows:
-            yield info_of(row, None, None)
+            yield row_info(row)
 
     async def _bulk(self, filters: Filters, act: Any, dry_run: bool) -> BulkResult:
-        self._check_open()
+        self._remote.check_open()
         return await bulk(self, self.store, filters, act, now_ms=_now_ms(), dry_run=dry_run)
 
     async def queue_stats(self) -> builtins.list[QueueStats]:
@@ -221,7 +221,7 @@ class Client(Remote, BulkActions):
             ...     for q in await client.queue_stats():
             ...         print(q.queue, q.queued, q.running)
         """
-        self._check_open()
+        self._remote.check_open()
         return queue_stats(await self.store.queue_items())
 
     async def complete(self, token: str, value: Any = None) -> None:
@@ -234,7 +234,7 @@ class Client(Remote, BulkActions):
             >>> async def main(client: Client, token: str) -> None:
             ...     await client.complete(token, {"approved": True})
         """
-        await self._complete(token, _codec.encode(value, name="the completion's value"))
+        await self._remote.complete(token, _codec.encode(value, name="the completion's value"))
 
     @property
     def schedules(self) -> ClientSchedules:
@@ -261,7 +261,7 @@ class Client(Remote, BulkActions):
             ...     command = await client.post("resume", "order-1", {})
             ...     answer = await client.wait_answer(command.id, timeout_s=5)
         """
-        return await self._post(kind, run_id, fields, dedup=dedup)
+        return await self._remote.post(kind, run_id, fields, dedup=dedup)
 
     async def wait_answer(self, id: str, *, timeout_s: float | None = None) -> Answer | None:
         """The worker's answer to command ``id``; None when ``timeout_s`` passes first.
@@ -271,7 +271,44 @@ class Client(Remote, BulkActions):
             ...     command = await client.post("cancel", "order-1", {"reason": "late"})
             ...     print(await client.wait_answer(command.id))
         """
-        return await self._wait_answer(id, timeout_s)
+        return await self._remote.wait_answer(id, timeout_s)
+
+    # --- what its `Run` handles call (`fusee.engine._run.RunOperations`) ------------------
+
+    async def _result(self, id: str) -> Any:
+        return await self._remote.result(id)
+
+    async def _signal(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> None:
+        await self._remote.signal(id, name, payload, dedup, by)
+
+    async def _query(self, id: str, name: str, arg: bytes) -> Any:
+        return await self._remote.query(id, name, arg)
+
+    async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
+        return await self._remote.update(id, name, update_id, payload)
+
+    async def _cancel(self, id: str, reason: str) -> None:
+        await self._remote.cancel(id, reason)
+
+    async def _resume(self, id: str) -> None:
+        await self._remote.resume(id)
+
+    def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
+        return self._remote.stream(id, name)
+
+    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        return await self._remote.get_event(id, key, timeout_s)
+
+    async def _describe(self, id: str) -> RunInfo:
+        return await self._remote.describe(id)
+
+    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
+        await self._remote.fork(id, new_id, at, input)
+
+    async def _delete(self, id: str) -> None:
+        await self._remote.delete(id)
 
 
 class ClientSchedules:
@@ -290,20 +327,20 @@ class ClientSchedules:
 
     async def pause(self, name: str) -> None:
         """Pauses schedule ``name`` (its ticks are skipped until `resume`)."""
-        await self._client._call("schedule", name, {"action": "pause"})
+        await self._client._remote.call("schedule", name, {"action": "pause"})
 
     async def resume(self, name: str) -> None:
         """Resumes schedule ``name``."""
-        await self._client._call("schedule", name, {"action": "resume"})
+        await self._client._remote.call("schedule", name, {"action": "resume"})
 
     async def trigger(self, name: str) -> Run[Any]:
         """Starts a run of schedule ``name`` now; returns its handle."""
-        fields = await self._client._call("schedule", name, {"action": "trigger"})
+        fields = await self._client._remote.call("schedule", name, {"action": "trigger"})
         return Run(self._client, str(fields["run_id"]))
 
     async def list(self) -> list[ScheduleRow]:
         """Every schedule row of the store, by name (read from the store)."""
-        self._client._check_open()
+        self._client._remote.check_open()
         return await self._client.store.schedules()
 
 

@@ -871,7 +871,7 @@ class RunMachine:
             if type(rec) is Step and rec.seq not in recorded:
                 # Most of any journal: a step delivered at a fresh position,
                 # with nothing to check it against, built without `_load`'s
-                # dispatch (a third of a replayed delivery's cost, W6).
+                # dispatch (a third of a replayed delivery's cost).
                 seq = rec.seq
                 r: _Recorded = _new_delivered_step(_DeliveredStep)
                 r.name = rec.name

@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from fusee._driver import _error_of
 from fusee._durations import parse_duration
+from fusee.engine import Engine
 from fusee.engine._clock import VirtualClock
 from fusee.engine._commit import Unrecoverable
-from fusee.engine._engine import Engine
 from fusee.engine._hooks import Hooks
 from fusee.engine._run import IdPolicy, Run, RunInfo
 from fusee.engine._schedules import check_schedules

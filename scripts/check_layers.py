@@ -4,7 +4,17 @@ Every module of the package has a rank (`RANKS`, lowest first); a module may
 import only modules of its own rank or below, and the imports that run (at
 module level or inside functions: lazy imports count) form no cycle.
 Imports under ``if TYPE_CHECKING:`` are annotations only: they obey the
-ranks but may close a cycle (a part's back-reference to the engine's type).
+ranks but may close a cycle.
+
+Two rules more, TYPE_CHECKING imports included:
+
+- the engine's facade (``fusee.engine._engine``) is imported by the engine
+  package alone (its parts get what they need passed in, never the whole
+  Engine); the parts that still hold it are listed in `ENGINE_HOLDERS`, a
+  list that only shrinks (an entry that no longer imports it is reported);
+- the processes without workflow code (``fusee.client``, ``fusee.cli``,
+  ``fusee.ui``) import the engine's public names (``fusee.engine``) and
+  ``fusee.remote``, never a private module of the engine.
 
 Run: ``python scripts/check_layers.py [PACKAGE_DIR]`` (exit 1 on a violation).
 """
@@ -40,18 +50,39 @@ RANKS: Mapping[str, int] = {
     "fusee._driver": 7,
     "fusee.store": 8,
     "fusee._queue": 8,
-    "fusee.engine": 9,
-    "fusee.client": 10,
-    "fusee.testing": 11,
-    "fusee.pytest_plugin": 11,
-    "fusee.ui": 12,
-    "fusee.cli": 13,
-    "fusee": 14,
-    "fusee.__main__": 14,
+    # What a process without workflow code needs: runs reached through the store.
+    "fusee.remote": 9,
+    "fusee.engine": 10,
+    "fusee.client": 11,
+    "fusee.testing": 12,
+    "fusee.pytest_plugin": 12,
+    "fusee.ui": 13,
+    "fusee.cli": 14,
+    "fusee": 15,
+    "fusee.__main__": 15,
     # Integrations with other libraries, each behind an extra: they use
     # fusee's public names (the facade) like any application does.
-    "fusee.contrib": 15,
+    "fusee.contrib": 16,
 }
+
+
+# The engine's parts that still take the whole Engine (under TYPE_CHECKING):
+# the rooms of issue 32 pass them narrow dependencies instead, one by one.
+ENGINE_HOLDERS: frozenset[str] = frozenset(
+    {
+        "fusee.engine._fork",
+        "fusee.engine._host",
+        "fusee.engine._inbox",
+        "fusee.engine._leases",
+        "fusee.engine._messages",
+        "fusee.engine._queues",
+        "fusee.engine._retention",
+        "fusee.engine._runs",
+        "fusee.engine._schedules",
+    }
+)
+# Processes without workflow code: public names and fusee.remote only.
+_OUTSIDE: tuple[str, ...] = ("client", "cli", "ui")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +158,36 @@ def violations(root: Path) -> list[str]:
     modules = set(paths)
     problems: list[str] = []
     graph: dict[str, set[str]] = {m: set() for m in modules}
+    package = root.name
+    facade = f"{package}.engine._engine"
+    outside = tuple(f"{package}.{name}" for name in _OUTSIDE)
+    holders: set[str] = set()
     for module, path in paths.items():
         own = rank_of(module)
         if own is None:
             problems.append(f"{module}: no rank; add it to RANKS in scripts/check_layers.py")
             continue
-        for e in edges_of(module, path.read_text(), modules, root.name):
+        for e in edges_of(module, path.read_text(), modules, package):
             if e.target == module:
                 continue
+            if e.target == facade and module != f"{package}.engine":
+                holders.add(module)
+                if module not in ENGINE_HOLDERS:
+                    problems.append(
+                        f"{path}:{e.line}: {module} imports {facade}: only the engine package "
+                        "imports the facade (TYPE_CHECKING too); pass the part what it needs "
+                        "(keyword-only arguments, a callable, a small Protocol)"
+                    )
+            if (
+                any(module == o or module.startswith(o + ".") for o in outside)
+                and e.target.startswith(f"{package}.engine.")
+                and e.target.rpartition(".")[2].startswith("_")
+            ):
+                problems.append(
+                    f"{path}:{e.line}: {module} imports {e.target}: a process without "
+                    f"workflow code imports {package}.engine's public names and "
+                    f"{package}.remote only"
+                )
             theirs = rank_of(e.target)
             if theirs is not None and theirs > own:
                 problems.append(
@@ -143,6 +196,11 @@ def violations(root: Path) -> list[str]:
                 )
             if not e.typing_only and e.target in graph:
                 graph[module].add(e.target)
+    for stale in sorted((ENGINE_HOLDERS & modules) - holders):
+        problems.append(
+            f"{stale} no longer imports {facade}: remove it from ENGINE_HOLDERS "
+            "in scripts/check_layers.py"
+        )
     problems.extend(_cycles(graph))
     return problems
 

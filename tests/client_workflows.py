@@ -74,3 +74,14 @@ async def charge(ctx: fusee.Ctx, amount: int) -> int:
         return amount
 
     return await ctx.step("pay", pay, retry=fusee.Retry(attempts=1))
+
+
+@fusee.workflow("ticker")
+async def ticker(ctx: fusee.Ctx, _: None) -> int:
+    """Appends each ``add`` signal's number to stream "ticks" until one is 0."""
+    count = 0
+    async with ctx.stream("ticks") as out:
+        while n := await ctx.wait_for(add):
+            await out.append(n)
+            count += 1
+    return count

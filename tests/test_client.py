@@ -22,13 +22,14 @@ from _postgres import Cluster
 from engine.conftest import eventually
 
 import fusee
+import fusee.remote
 from fusee import _codec
 from fusee.client import SyncRun
 from fusee.record import Signal, decode
 from fusee.store import MemoryStore, PostgresStore, Store
 
 HERE = Path(__file__).parent
-WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [wfs.tally, wfs.echo, wfs.charge]
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [wfs.tally, wfs.echo, wfs.charge, wfs.ticker]
 
 
 @contextlib.asynccontextmanager
@@ -100,6 +101,60 @@ async def test_signals_with_one_dedup_id_count_once_and_updates_and_queries_answ
     await run.signal(wfs.add, 0)
     assert await run.result() == 15
     assert [chunk async for chunk in run.stream("log")] == ["total 15"]
+
+
+async def test_a_long_stream_polled_through_a_client_decodes_each_record_once(
+    client: fusee.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decoded: list[int] = []  # the LSN of every record the client's stream decodes
+    decode_journal = fusee.remote.decode_journal
+
+    def counting(id: str, run: int, entries: list[tuple[int, bytes]]) -> list[Any]:
+        decoded.extend(lsn for lsn, _ in entries)
+        return decode_journal(id, run, entries)
+
+    monkeypatch.setattr("fusee.remote._readers.decode_journal", counting)
+    run = await client.start(wfs.ticker, "tick-1")
+    received: asyncio.Queue[int] = asyncio.Queue()
+
+    async def read() -> None:
+        async for n in run.stream("ticks"):
+            received.put_nowait(n)
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(read())
+        # One chunk at a time: the reader polls the journal once it has grown each time.
+        for n in range(1, 41):
+            await run.signal(wfs.add, n)
+            assert await received.get() == n
+        await run.signal(wfs.add, 0)
+    assert await run.result() == 40
+    assert received.empty()
+    assert len(decoded) == len(set(decoded)) >= 40
+
+
+async def test_a_closed_client_says_so_at_once_for_each_call(client: fusee.Client) -> None:
+    run = await client.start(wfs.tally, "t-1", 0)
+    await client.close()
+    calls = {
+        "start": client.start(wfs.echo, "e-1", "hi"),
+        "list": anext(aiter(client.list())),
+        "queue_stats": client.queue_stats(),
+        "complete": client.complete("t-1/1/0/1"),
+        "result": run.result(),
+        "signal": run.signal(wfs.add, 1),
+        "query": run.query(wfs.total),
+        "update": run.update(wfs.bump, 1),
+        "describe": run.describe(),
+        "cancel": run.cancel(),
+        "stream": anext(aiter(run.stream("log"))),
+        "get_event": run.get_event("k"),
+        "fork": run.fork("t-2", at=0),
+        "schedules": client.schedules.list(),
+    }
+    for call in calls.values():
+        with pytest.raises(fusee.FuseeError, match="this client is closed"):
+            await call
 
 
 async def test_a_wrongly_typed_signal_is_refused_before_it_is_recorded(

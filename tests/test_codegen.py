@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import pytest
@@ -61,6 +62,50 @@ def test_post_init_runs_after_every_field_is_set() -> None:
 def test_the_class_stays_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         _Point(1).x = 2  # type: ignore[misc]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Order:
+    id: str
+    total: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Lease:
+    shard: int
+    epoch: int = 0
+    _: dataclasses.KW_ONLY
+    owner: str  # no default, after a defaulted field: allowed once keyword-only
+    renewals: list[int] = dataclasses.field(default_factory=list)
+
+
+def _shape(cls: type[Any]) -> list[tuple[str, inspect._ParameterKind, bool]]:
+    """Each ``__init__`` parameter's name, kind and whether it has a default."""
+    return [
+        (p.name, p.kind, p.default is not inspect.Parameter.empty)
+        for p in inspect.signature(cls.__init__).parameters.values()
+    ]
+
+
+# The dataclass's own __init__, before fast_init replaces it.
+_PLAIN_INITS = {cls: _shape(cls) for cls in (_Order, _Lease)}
+fast_init(_Order)
+fast_init(_Lease)
+
+
+@pytest.mark.parametrize("cls", [_Order, _Lease], ids=["kw-only-class", "kw-only-marker"])
+def test_a_fast_init_has_the_dataclass_inits_signature(cls: type[Any]) -> None:
+    assert _shape(cls) == _PLAIN_INITS[cls]
+
+
+def test_keyword_only_fields_are_refused_by_position_as_the_dataclass_refuses_them() -> None:
+    assert _Order(id="o-1", total=5) == _Order(total=5, id="o-1")
+    with pytest.raises(TypeError, match="positional argument"):
+        _Order("o-1")  # type: ignore[call-arg]
+    lease = _Lease(3, owner="w-1")
+    assert (lease.shard, lease.epoch, lease.owner, lease.renewals) == (3, 0, "w-1", [])
+    with pytest.raises(TypeError, match="positional argument"):
+        _Lease(3, 1, "w-1")  # type: ignore[call-arg]
 
 
 def test_a_field_left_out_of_init_is_refused() -> None:

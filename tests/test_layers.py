@@ -79,3 +79,61 @@ def test_imports_under_type_checking_may_close_a_cycle(tmp_path: Path) -> None:
         ),
     }
     assert check_layers.violations(_package(tmp_path, files)) == []
+
+
+_ENGINE = {"__init__.py": "", "engine/__init__.py": "", "engine/_engine.py": ""}
+
+
+@pytest.mark.parametrize(
+    ("files", "found"),
+    [
+        pytest.param(
+            {
+                **_ENGINE,
+                "engine/_timers.py": (
+                    "from typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n"
+                    "    from fusee.engine._engine import Engine\n"
+                ),
+            },
+            "only the engine package imports the facade",
+            id="engine-under-type-checking",
+        ),
+        pytest.param(
+            {**_ENGINE, "engine/_fork.py": ""},
+            "fusee.engine._fork no longer imports fusee.engine._engine",
+            id="stale-holder",
+        ),
+        pytest.param(
+            {**_ENGINE, "engine/_journal.py": "", "client.py": "import fusee.engine._journal\n"},
+            "a process without workflow code imports fusee.engine's public names",
+            id="client-private-engine-module",
+        ),
+        pytest.param(
+            {
+                **_ENGINE,
+                "engine/_run.py": "",
+                "ui/__init__.py": "",
+                "ui/_app.py": "from fusee.engine import _run\n",
+            },
+            "a process without workflow code imports fusee.engine's public names",
+            id="ui-private-engine-module",
+        ),
+    ],
+)
+def test_the_checker_keeps_the_facade_and_private_engine_modules_to_the_engine(
+    tmp_path: Path, files: dict[str, str], found: str
+) -> None:
+    problems = check_layers.violations(_package(tmp_path, files))
+    assert any(found in p for p in problems), problems
+
+
+def test_a_client_may_import_the_engines_public_names_and_the_remote_layer(
+    tmp_path: Path,
+) -> None:
+    files = {
+        **_ENGINE,
+        "remote/__init__.py": "",
+        "client.py": "from fusee.engine import Engine\nfrom fusee.remote import Remote\n",
+    }
+    assert check_layers.violations(_package(tmp_path, files)) == []

@@ -21,7 +21,7 @@ from fusee.cli._inbox import _served
 from fusee.cli._output import CliError, Output
 from fusee.cli._reading import store_shown, store_target
 from fusee.client import Client
-from fusee.engine._bulk import BulkResult
+from fusee.engine import BulkResult
 from fusee.store import RUN_STATUSES
 
 __all__ = ["add_filters", "cancel_runs", "resume_runs"]

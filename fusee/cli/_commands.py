@@ -36,10 +36,8 @@ from fusee.cli._reading import (
     store_shown,
     store_target,
 )
-from fusee.engine._fork import position
-from fusee.engine._journal import decode_journal
-from fusee.engine._run import dedup_key
 from fusee.errors import PayloadError
+from fusee.remote import decode_journal, dedup_key, position
 from fusee.store import RUN_STATUSES
 
 NARROW: Final = 110

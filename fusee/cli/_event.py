@@ -13,8 +13,7 @@ import json
 from fusee._jsonview import payload as payload_json
 from fusee.cli._output import CliError, Output
 from fusee.cli._reading import POLL_S, get_row, reading, store_shown
-from fusee.engine._events import latest_event, never_set
-from fusee.engine._journal import decode_journal
+from fusee.remote import decode_journal, latest_event, never_set
 from fusee.store import load_journal
 
 __all__ = ["event_command"]

@@ -26,8 +26,8 @@ from fusee._definitions import KnownSignals, SignalDef
 from fusee.cli._output import CliError, Output
 from fusee.cli._reading import store_shown, store_target
 from fusee.client import Client
-from fusee.engine._remote import answer_fields
 from fusee.errors import FuseeError, StoreError
+from fusee.remote import answer_fields
 from fusee.store import Command
 from fusee.store.sqlite import is_served
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from fusee._queue import stats_json
 from fusee.cli._output import Output
 from fusee.cli._reading import reading
-from fusee.engine._queues import queue_stats
+from fusee.remote import queue_stats
 
 __all__ = ["queues_command"]
 

@@ -8,8 +8,8 @@ parking), `_host` (what drivers call), `_steps` (the step executor),
 
 from __future__ import annotations
 
-from fusee.engine._bulk import BulkResult
+from fusee.engine._bulk import BulkActions, BulkResult, Filters, bulk
 from fusee.engine._engine import Engine
 from fusee.engine._run import IdPolicy, Run, RunInfo
 
-__all__ = ["BulkResult", "Engine", "IdPolicy", "Run", "RunInfo"]
+__all__ = ["BulkActions", "BulkResult", "Engine", "Filters", "IdPolicy", "Run", "RunInfo", "bulk"]

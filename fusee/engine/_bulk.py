@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._fork import last_failure
-from fusee.engine._journal import decode_journal
 from fusee.engine._run import Run, RunOperations
 from fusee.errors import FuseeError
+from fusee.remote._journal import decode_journal
 from fusee.store import RUN_STATUSES, RunRow, Store
 
 if TYPE_CHECKING:

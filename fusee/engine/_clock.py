@@ -47,7 +47,7 @@ class WallClock:
         self.loop = loop
         # Every timer's callback runs in this one empty context: asyncio would
         # copy the arming code's context into each handle (64 bytes a parked
-        # run keeps, W4), and an engine's timer belongs to no caller's context.
+        # run keeps), and an engine's timer belongs to no caller's context.
         self._context = contextvars.Context()
 
     def now_ms(self) -> int:

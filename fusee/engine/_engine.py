@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from fusee import _codec
 from fusee._definitions import checked
@@ -37,11 +37,9 @@ from fusee.engine._fork import fork
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
 from fusee.engine._inbox import Inbox, deliver_command
-from fusee.engine._journal import decode_journal, end_record, end_value, no_run
 from fusee.engine._leases import Leases, default_worker, forwards, is_shared
 from fusee.engine._messages import Messages
 from fusee.engine._queues import Queues
-from fusee.engine._remote import Remote
 from fusee.engine._retention import Retention, retention_ms
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
@@ -73,6 +71,8 @@ from fusee.record import (
     Waited,
     encode,
 )
+from fusee.remote import CompletionToken, Remote
+from fusee.remote._journal import decode_journal, end_record, end_value, no_run
 from fusee.store import RunRow, Store, open_store
 
 if TYPE_CHECKING:
@@ -86,6 +86,8 @@ if TYPE_CHECKING:
 __all__ = ["Engine"]
 
 log = logging.getLogger("fusee")
+
+ENGINE_CLOSED: Final = "this engine is closed; open a new one with fusee.Engine.open(...)"
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741 - a workflow's input type
@@ -186,10 +188,9 @@ class Engine(BulkActions):
             )
             shards = self.leases.count
             self.committer.fenced(self.leases.fence, self.leases.shard_of, self.lost_shards)
-        self.remote = Remote(store)
+        self.remote = Remote(store, workflows=self.workflows, closed_message=ENGINE_CLOSED)
         self.host = EngineHost(self)
         self.runs = Runs(self, shards)
-        self.remote._workflows = self.workflows
         self.timers = Timers(
             self.clock, self.loop, self.runs.shard, self.runs.fire, self.runs.wake_soon
         )
@@ -392,8 +393,12 @@ class Engine(BulkActions):
         self.spawn(self.queues.recover(shards))
 
     def owns(self, id: str) -> bool:
-        """Whether this engine serves run ``id`` (always, on a store it is alone on)."""
-        return self.leases is None or self.leases.owns(id)
+        """Whether this engine serves run ``id`` (alone on its store: every run, until it closes).
+
+        A closed engine serves no run: a handle's call goes to its `Remote`,
+        closed with it, which says the engine is closed.
+        """
+        return not self.closed and (self.leases is None or self.leases.owns(id))
 
     def lost_shards(self, shards: list[int]) -> None:
         """Another worker took ``shards`` over: their runs are dropped at once."""
@@ -519,7 +524,7 @@ class Engine(BulkActions):
     def _stop(self) -> None:
         self.closed = True
         self.host.closed = True
-        self.remote._closed = True
+        self.remote.close()
         self.inbox.stop()
         # Stream readers and update callers of this engine hear that it
         # closed instead of waiting forever.
@@ -534,7 +539,7 @@ class Engine(BulkActions):
     def check_open(self) -> None:
         """Raises if the engine is closed or its store failed."""
         if self.closed:
-            raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
+            raise FuseeError(ENGINE_CLOSED)
         if self.committer.failed is not None:
             raise self.committer.failed
 
@@ -748,7 +753,7 @@ class Engine(BulkActions):
         trace = self.telemetry.caller_trace()
         if trace is not None:
             fields["trace"] = trace
-        await self.remote._call("start", id, fields)
+        await self.remote.call("start", id, fields)
         return Run(self, id)
 
     async def _start_here(
@@ -993,9 +998,9 @@ class Engine(BulkActions):
             >>> async def main(engine: Engine, token: str) -> None:
             ...     await engine.complete(token, {"approved": True})
         """
-        run_id = token.rsplit("/", 3)[0] if isinstance(token, str) else ""
+        run_id = CompletionToken.run_id(token)
         if run_id and not self.owns(run_id):
-            await self.remote._complete(token, _codec.encode(value, name="the completion's value"))
+            await self.remote.complete(token, _codec.encode(value, name="the completion's value"))
             return
         await self._check_completion(token, value)
         await self.messages.complete(token, value)
@@ -1005,14 +1010,13 @@ class Engine(BulkActions):
         # checked before anything is recorded. A token that does not parse,
         # or whose run is gone, is left to `Messages.complete` to judge.
         try:
-            id, _run, seq, _attempt = token.rsplit("/", 3)
-            seq_n = int(seq)
-        except (AttributeError, ValueError):
+            parsed = CompletionToken.parse(token)
+        except ValueError:
             return
-        state = await self.runs.wake(id)
+        state = await self.runs.wake(parsed.id)
         if state is None:
             return
-        op = state.driver._ops.get(seq_n)
+        op = state.driver._ops.get(parsed.seq)
         if op is None or op.kind != "await" or op.decode is None:
             return
         checked(value, op.decode, f"the completion of '{op.name}'", "its result_type")
@@ -1022,7 +1026,7 @@ class Engine(BulkActions):
     async def _result(self, id: str) -> Any:
         while True:
             if not self.owns(id):
-                return await self.remote._result(id)
+                return await self.remote.result(id)
             stuck = self._stuck.get(id)
             if stuck is not None:
                 raise stuck
@@ -1098,15 +1102,17 @@ class Engine(BulkActions):
 
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         if not self.owns(id):
-            return self.remote._stream(id, name)
+            return self.remote.stream(id, name)
         return self.streams.read(id, name)
 
     async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
         if not self.owns(id):
-            return await self.remote._get_event(id, key, timeout_s)
+            return await self.remote.get_event(id, key, timeout_s)
         return await self.events.get(id, key, timeout_s)
 
     async def _describe(self, id: str) -> RunInfo:
+        if not self.owns(id):
+            return await self.remote.describe(id)
         state = self.runs.loaded(id)
         if state is None:
             # A read: during a write outage it answers from what the store holds.
@@ -1119,7 +1125,7 @@ class Engine(BulkActions):
 
     async def _delete(self, id: str) -> None:
         if not self.owns(id):
-            await self.remote._delete(id)
+            await self.remote.delete(id)
             return
         await self.retention.delete(id)
 
@@ -1131,7 +1137,7 @@ class Engine(BulkActions):
 
     async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
         if not self.owns(new_id):
-            await self.remote._fork(id, new_id, at, input)
+            await self.remote.fork(id, new_id, at, input)
             return
         await fork(self, id, new_id, at, input)
 

@@ -14,92 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from fusee._status import FINISHED_STATUSES, RunStatus
-from fusee.engine._journal import decode_journal, no_run
-from fusee.record import Event, Record
-from fusee.store import load_journal
+from fusee.remote._readers import read_event, timed_out
 
 if TYPE_CHECKING:
     from fusee._events import EventDef
     from fusee.engine._clock import Clock
     from fusee.engine._commit import Committer
-    from fusee.store import RunRow, Store
+    from fusee.store import Store
 
-__all__ = ["Events", "latest_event", "never_set", "read_event", "timed_out"]
+__all__ = ["Events"]
 
 # How often a waiting reader reads the journal again without being woken.
 _POLL_S: Final = 1.0
-
-
-def latest_event(records: Iterable[Record], key: str) -> bytes | None:
-    """The payload of the last `Event` of ``key`` among ``records``, or None.
-
-    Example:
-        >>> latest_event([Event(1, 0, "k", b"\\x01"), Event(1, 1, "k", b"\\x02")], "k")
-        b'\\x02'
-    """
-    found = None
-    for rec in records:
-        if type(rec) is Event and rec.key == key:
-            found = rec.payload
-    return found
-
-
-def never_set(row: RunRow, key: str) -> TimeoutError | None:
-    """The error for a run that ended without setting ``key`` (None: it may still set it).
-
-    A run that ended cannot set it any more: waiting would only wait for the
-    timeout, so the reader hears at once.
-
-    Example:
-        >>> from fusee.store import RunRow
-        >>> print(never_set(RunRow("r", 1, "wf", "completed", 0), "k"))
-        run 'r' ended (completed) without setting event 'k'; it will never be set
-    """
-    if row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
-        return TimeoutError(
-            f"run '{row.id}' ended ({row.status}) without setting event '{key}'; "
-            "it will never be set"
-        )
-    return None
-
-
-async def read_event(store: Store, id: str, key: EventDef[Any]) -> tuple[bool, Any]:
-    """Run ``id``'s latest value of ``key`` in ``store``: ``(True, value)``, or ``(False, None)``.
-
-    Raises:
-        fusee.NotFound: No run has this id.
-        TimeoutError: The run ended without setting it.
-
-    Example:
-        >>> async def main(store: Store, key: EventDef[int]) -> int | None:
-        ...     found, value = await read_event(store, "order-1", key)
-        ...     return value if found else None
-    """
-    row = await store.get(id)
-    if row is None:
-        raise no_run(id)
-    records = decode_journal(id, row.run, await load_journal(store, row))
-    payload = latest_event(records, key.name)
-    if payload is not None:
-        return True, key.decode(payload)
-    error = never_set(row, key.name)
-    if error is not None:
-        raise error
-    return False, None
-
-
-def timed_out(id: str, key: str, timeout_s: float) -> TimeoutError:
-    """The error for a wait that outlasted its timeout.
-
-    Example:
-        >>> print(timed_out("r", "k", 1.5))
-        run 'r' did not set event 'k' within 1.5s
-    """
-    return TimeoutError(f"run '{id}' did not set event '{key}' within {timeout_s:g}s")
 
 
 class Events:

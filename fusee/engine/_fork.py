@@ -29,30 +29,25 @@ from typing import TYPE_CHECKING
 
 from fusee._definitions import checked
 from fusee._status import RunStatus
-from fusee.engine._journal import decode_journal, no_run
 from fusee.engine._run import check_id
 from fusee.errors import AlreadyExists, RunQueued
 from fusee.record import (
     Attempt,
-    Awaiting,
     ChildDone,
     Chunk,
     Completed,
     Done,
     Fired,
     Heartbeat,
-    Patch,
     Record,
     Resume,
     Start,
     Status,
     Step,
     StreamEnd,
-    Timer,
-    Wait,
     encode,
-    stream,
 )
+from fusee.remote._journal import decode_journal, no_run, position, seq_of
 from fusee.store import RunRow
 
 if TYPE_CHECKING:
@@ -62,18 +57,6 @@ __all__ = ["fork", "fork_records", "last_failure", "position"]
 
 # Outcomes of operations begun before the position, kept after the cut.
 _COMPLETIONS = (Step, Attempt, Resume, Heartbeat, Fired, ChildDone, Completed, Chunk, StreamEnd)
-# Records that name their operation (what `fusee show` prints in its name column).
-_NAMED = (Step, Attempt, Timer, Wait, Awaiting)
-
-
-def _seq(rec: Record) -> int | None:
-    """The operation a record belongs to (its position), or None (start, signal, end...)."""
-    if isinstance(rec, Patch):
-        return rec.at
-    seq: int | None = getattr(rec, "seq", None)
-    if seq == stream.WORKFLOW and isinstance(rec, Chunk | StreamEnd):
-        return None
-    return seq
 
 
 def last_failure(records: Sequence[Record]) -> int | None:
@@ -95,42 +78,6 @@ def last_failure(records: Sequence[Record]) -> int | None:
         ):
             found = rec.seq
     return found
-
-
-def position(records: Sequence[Record], at: int | str, id: str) -> int:
-    """The position ``at`` names in run ``id``'s journal ``records``.
-
-    Raises:
-        ValueError: ``at`` is negative, past the journal's last position, or
-            a name no operation of the journal has.
-
-    Example:
-        >>> from fusee.record import Start, Status, Step
-        >>> journal = [Start(1, "a", "wf"), Step(1, 0, "quote", 1, Status.OK, b"")]
-        >>> position(journal, "quote", "a"), position(journal, 1, "a")
-        (0, 1)
-    """
-    seqs = [s for rec in records if (s := _seq(rec)) is not None]
-    last = max(seqs, default=-1)
-    if isinstance(at, str):
-        named = [rec.seq for rec in records if isinstance(rec, _NAMED) and rec.name == at]
-        if not named:
-            names = sorted({rec.name for rec in records if isinstance(rec, _NAMED)})
-            raise ValueError(
-                f"run '{id}' has no operation named {at!r} to fork at; "
-                f"its names: {', '.join(names) or 'none'} (or pass a position 0..{last + 1})"
-            )
-        return min(named)
-    if isinstance(at, bool) or not isinstance(at, int):
-        raise TypeError(f"a fork's position is an int or a step name, got {at!r}")
-    # One past the last position is allowed: the whole journal, the code
-    # going on live from its next operation.
-    if at < 0 or at > last + 1:
-        raise ValueError(
-            f"run '{id}' has positions 0..{last + 1}; {at} is not one of them "
-            "(`fusee show` prints them in its seq column)"
-        )
-    return at
 
 
 def fork_records(
@@ -175,7 +122,7 @@ def fork_records(
     for rec in records[1:]:
         if isinstance(rec, Done):
             break
-        seq = _seq(rec)
+        seq = seq_of(rec)
         if not cut and seq is not None and seq >= at:
             cut = True
         if cut and not (isinstance(rec, _COMPLETIONS) and seq is not None and seq < at):

@@ -4,9 +4,8 @@
 engine that serves the store takes them (`Store.take_commands`, woken by
 `Store.wait_commands`), applies each through the engine's own API (`start`,
 a run's signal, update, query, cancel, resume and fork, `complete`) and answers it
-with the result or the error, which the poster raises again with its type.
-`encode_payload`, `decode_payload`, `encode_error` and `decode_error` are
-the wire format both sides share.
+with the result or the error, which the poster raises again with its type
+(the wire format both sides share: `fusee.remote._wire`).
 
 The rule: a command takes effect at most once. A command is taken again
 only by an engine's next life (it stopped before answering), and each kind
@@ -23,33 +22,25 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
-
-import msgpack
 
 from fusee import _codec
 from fusee import errors as _errors
 from fusee._status import RunStatus
-from fusee.engine._journal import decode_journal
 from fusee.engine._leases import APPLYING
 from fusee.engine._run import IdPolicy, dedup_key
 from fusee.errors import AlreadyExists, FuseeError, NotFound, PayloadError, StaleLease
 from fusee.machine import ChildCompleted
 from fusee.record import Child, Parent, Signal, Status
+from fusee.remote._journal import decode_journal
+from fusee.remote._wire import decode_payload, encode_error, encode_payload
 from fusee.store import Command
 
 if TYPE_CHECKING:
     from fusee.engine._engine import Engine
 
-__all__ = [
-    "Inbox",
-    "decode_error",
-    "decode_payload",
-    "deliver_command",
-    "encode_error",
-    "encode_payload",
-]
+__all__ = ["Inbox", "deliver_command"]
 
 log = logging.getLogger("fusee")
 
@@ -65,23 +56,6 @@ _FORGET_EVERY_S: Final = 600.0
 # run): they follow the commands before them to their run, but the next
 # ones do not wait for them.
 _NOT_CHAINED: Final = frozenset({"update", "query"})
-
-# The errors a poster raises again by type: fusee's tree.
-_ERROR_TYPES: Final[Mapping[str, type[BaseException]]] = {
-    name: value
-    for name in _errors.__all__
-    if isinstance(value := getattr(_errors, name), type) and issubclass(value, BaseException)
-}
-
-
-def encode_payload(values: Mapping[str, Any]) -> bytes:
-    """A command's (or an answer's) fields as bytes: msgpack of plain values.
-
-    Example:
-        >>> decode_payload(encode_payload({"name": "go", "payload": b"\\xc3"}))
-        {'name': 'go', 'payload': b'\\xc3'}
-    """
-    return msgpack.packb(dict(values), use_bin_type=True)
 
 
 def deliver_command(id: str, run: int, seq: int, completion: ChildCompleted) -> Command:
@@ -102,74 +76,6 @@ def deliver_command(id: str, run: int, seq: int, completion: ChildCompleted) -> 
     }
     payload = encode_payload(fields)
     return Command(f"deliver/{id}/{run}/{seq}", "deliver", id, payload, None, _now_ms())
-
-
-def decode_payload(data: bytes) -> dict[str, Any]:
-    """The fields `encode_payload` wrote.
-
-    Raises:
-        fusee.PayloadError: The bytes are not such fields.
-
-    Example:
-        >>> decode_payload(b"")
-        {}
-    """
-    if not data:
-        return {}
-    try:
-        value = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    except (ValueError, TypeError, msgpack.UnpackException) as e:
-        raise PayloadError(f"a command's payload does not decode: {e}") from None
-    if not isinstance(value, dict):
-        raise PayloadError(f"a command's payload is not a map: {value!r}")
-    return value
-
-
-def encode_error(error: BaseException) -> bytes:
-    """An error as an answer carries it: its type's name, its message, its plain attributes.
-
-    Example:
-        >>> from fusee.errors import NotFound
-        >>> decode_error(encode_error(NotFound("no run 'x'")))
-        NotFound("no run 'x'")
-    """
-    attrs = {
-        key: value
-        for key, value in vars(error).items()
-        if not key.startswith("_")
-        and (
-            isinstance(value, str | int | float | bool | None)
-            or (isinstance(value, tuple) and all(isinstance(v, int | str) for v in value))
-        )
-    }
-    return encode_payload({"type": type(error).__name__, "message": str(error), "attrs": attrs})
-
-
-def decode_error(data: bytes) -> BaseException:
-    """The error `encode_error` wrote, of the same fusee type when it is one of fusee's.
-
-    An error of another type (a `ValueError`, or a user's) comes back as
-    `fusee.FuseeError` naming it; a `ValueError` and a `TypeError` as
-    themselves.
-
-    Example:
-        >>> decode_error(encode_error(KeyError("sku")))
-        FuseeError("KeyError: 'sku'")
-    """
-    fields = decode_payload(data)
-    name = str(fields.get("type", "FuseeError"))
-    message = str(fields.get("message", ""))
-    cls = _ERROR_TYPES.get(name) or {"ValueError": ValueError, "TypeError": TypeError}.get(name)
-    if cls is None:
-        return FuseeError(f"{name}: {message}")
-    error = cls.__new__(cls)
-    BaseException.__init__(error, message)
-    attrs = fields.get("attrs")
-    if isinstance(attrs, dict):
-        for key, value in attrs.items():
-            with contextlib.suppress(AttributeError, TypeError):
-                setattr(error, str(key), tuple(value) if isinstance(value, list) else value)
-    return error
 
 
 class Inbox:

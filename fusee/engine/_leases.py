@@ -16,7 +16,7 @@ The rule: the engine writes a shard's records only under its lease (the
 committer fences every append with the shard's epoch, see `Leases.fence`),
 and hosts a run only while `Leases.owns` its id: a message to a run of
 another shard goes through the store's inbox to its owner
-(`fusee.engine._remote`).
+(`fusee.remote`).
 """
 
 from __future__ import annotations

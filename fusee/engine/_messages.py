@@ -32,7 +32,6 @@ from fusee._definitions import KnownSignals
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import carried_of
-from fusee.engine._journal import decode_journal, end_record, error_pair
 from fusee.engine._leases import APPLYING, forwards
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
@@ -61,6 +60,8 @@ from fusee.record import (
     UpdateDone,
     decode,
 )
+from fusee.remote import CompletionToken
+from fusee.remote._journal import decode_journal, end_record, error_pair
 
 if TYPE_CHECKING:
     from fusee.engine._engine import Engine
@@ -192,7 +193,7 @@ class Messages:
         await self._routed(
             id,
             lambda: self._signal_here(id, name, payload, dedup, by),
-            lambda: self._engine.remote._signal(id, name, payload, dedup, by),
+            lambda: self._engine.remote.signal(id, name, payload, dedup, by),
         )
 
     async def query(self, id: str, name: str, arg: bytes) -> Any:
@@ -200,7 +201,7 @@ class Messages:
         return await self._routed(
             id,
             lambda: self._query_here(id, name, arg),
-            lambda: self._engine.remote._query(id, name, arg),
+            lambda: self._engine.remote.query(id, name, arg),
         )
 
     async def update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
@@ -221,7 +222,7 @@ class Messages:
         return await self._routed(
             id,
             lambda: self._update_here(id, name, update_id, payload),
-            lambda: self._engine.remote._update(id, name, update_id, payload),
+            lambda: self._engine.remote.update(id, name, update_id, payload),
         )
 
     async def cancel(self, id: str, reason: str) -> None:
@@ -229,23 +230,23 @@ class Messages:
         await self._routed(
             id,
             lambda: self._cancel_here(id, reason),
-            lambda: self._engine.remote._cancel(id, reason),
+            lambda: self._engine.remote.cancel(id, reason),
         )
 
     async def resume(self, id: str) -> None:
         """Gives run ``id``'s paused steps a fresh retry budget."""
         await self._routed(
-            id, lambda: self._resume_here(id), lambda: self._engine.remote._resume(id)
+            id, lambda: self._resume_here(id), lambda: self._engine.remote.resume(id)
         )
 
     async def complete(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``."""
-        id = token.rsplit("/", 3)[0] if isinstance(token, str) else ""
+        id = CompletionToken.run_id(token)
         data = _codec.encode(value, name="the completion's value")
         await self._routed(
             id,
             lambda: self._complete_here(token, value),
-            lambda: self._engine.remote._complete(token, data),
+            lambda: self._engine.remote.complete(token, data),
         )
 
     async def _signal_here(
@@ -486,7 +487,7 @@ class Messages:
                 "trace": trace,
             }
             command_id = f"child/{link.id}/{link.run}/{link.seq}"
-            await engine.remote._call("start", rec.id, fields, command_id=command_id)
+            await engine.remote.call("start", rec.id, fields, command_id=command_id)
             if not rec.flags & DETACHED:
                 # Asked again by a later life of the parent (its recovery):
                 # the command, answered then, is not applied again, so the
@@ -742,16 +743,12 @@ class Messages:
         """Resolves the ``ctx.await_completion`` that handed out ``token``."""
         engine = self._engine
         engine.check_open()
-        try:
-            id, run, seq, attempt = token.rsplit("/", 3)
-            run_n, seq_n, attempt_n = int(run), int(seq), int(attempt)
-        except (AttributeError, ValueError):
-            raise ValueError(f"{token!r} is not an await_completion token") from None
-        state = await engine.runs.wake(id)
-        if state is None or state.run != run_n:
+        parsed = CompletionToken.parse(token)
+        state = await engine.runs.wake(parsed.id)
+        if state is None or state.run != parsed.run:
             return
         data = _codec.encode(value, name="the completion's value")
-        if state.driver.complete_async(seq_n, attempt_n, _OK, data):
+        if state.driver.complete_async(parsed.seq, parsed.attempt, _OK, data):
             await engine.committer.durable(state.driver.machine.gate)
 
     def release_updates(self, why: str = "the engine closed before the update's answer") -> None:

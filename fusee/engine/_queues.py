@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,6 +41,7 @@ from fusee.engine._run import IdPolicy
 from fusee.errors import AlreadyExists, UnknownQueue
 from fusee.machine import ChildCompleted
 from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, encode
+from fusee.remote._readers import queue_stats
 from fusee.store import RunRow
 from fusee.store._queues import ItemBook, QueueItem
 
@@ -636,31 +637,6 @@ class Queues:
         book = self.book
         items = book.items() if book is not None else await self._engine.store.queue_items()
         return queue_stats(items, [n for n in self.queues if n != _DEBOUNCE_QUEUE])
-
-
-def queue_stats(items: Iterable[QueueItem], names: Iterable[str] = ()) -> list[QueueStats]:
-    """The figures of ``items``, one `QueueStats` per queue (``names`` listed even when empty).
-
-    Example:
-        >>> queue_stats([QueueItem("q", "a", 1, "wf", b"", key="k")], ["r"])
-        [QueueStats(queue='q', queued=1, running=0, keys={'k': (1, 0)}), QueueStats(queue='r', queued=0, running=0, keys={})]
-    """  # noqa: E501
-    queued: Counter[str] = Counter({n: 0 for n in names})
-    running: Counter[str] = Counter({n: 0 for n in names})
-    keys: dict[str, dict[str, tuple[int, int]]] = {n: {} for n in names}
-    for item in items:
-        is_queued = item.state == "queued"
-        (queued if is_queued else running)[item.queue] += 1
-        running.setdefault(item.queue, 0)
-        queued.setdefault(item.queue, 0)
-        per = keys.setdefault(item.queue, {})
-        if item.key is not None:
-            q, r = per.get(item.key, (0, 0))
-            per[item.key] = (q + 1, r) if is_queued else (q, r + 1)
-    return [
-        QueueStats(name, queued[name], running[name], dict(sorted(keys[name].items())))
-        for name in sorted(keys)
-    ]
 
 
 def _origin_of(parent: Parent | None, flags: int, trace: bytes | None) -> bytes:

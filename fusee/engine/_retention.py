@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from fusee._durations import duration_ms
 from fusee._status import RunStatus
-from fusee.engine._journal import no_run
 from fusee.errors import FuseeError, RunNotFinished
+from fusee.remote._journal import no_run
 
 if TYPE_CHECKING:
     from fusee.engine._clock import TimerHandle

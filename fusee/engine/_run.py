@@ -6,10 +6,8 @@ the CLI and the UI show what it decides.
 
 from __future__ import annotations
 
-import datetime
 import enum
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 from fusee import _codec
@@ -17,6 +15,7 @@ from fusee._definitions import WorkflowDef
 from fusee._durations import parse_duration
 from fusee._events import event_key
 from fusee._status import RunStatus
+from fusee.remote._info import KEEP_INPUT, RunInfo, check_id, dedup_key, row_info
 
 if TYPE_CHECKING:
     from fusee._definitions import QueryDef, SignalDef, UpdateDef
@@ -42,14 +41,6 @@ P = TypeVar("P")  # a signal's or update's payload type
 R = TypeVar("R")  # an update's result type
 
 
-class _KeepInput(enum.Enum):
-    KEEP = "keep"
-
-
-KEEP_INPUT: Any = _KeepInput.KEEP
-"""`Run.fork`'s default input: the old run's."""
-
-
 class IdPolicy(enum.Enum):
     """What `Engine.start` does when the id is taken.
 
@@ -66,28 +57,6 @@ class IdPolicy(enum.Enum):
     REJECT = "reject"
     ATTACH = "attach"
     REPLACE = "replace"
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
-    """What `Run.describe` and `Engine.list` tell about a run.
-
-    Example:
-        >>> RunInfo("order-1", 3, "checkout", RunStatus.COMPLETED, None, None, {}, ()).status
-        <RunStatus.COMPLETED: 'completed'>
-    """
-
-    id: str
-    run: int
-    workflow: str
-    status: RunStatus
-    """The run's `fusee.RunStatus` (a string: ``info.status == "running"`` works)."""
-    started_at: datetime.datetime | None
-    finished_at: datetime.datetime | None
-    attributes: Mapping[str, Any]
-    paused_steps: tuple[str, ...]
-    error: str | None = None
-    """Why the run cannot go on (its code diverged from its journal), if so."""
 
 
 class RunOperations(Protocol):
@@ -108,34 +77,6 @@ class RunOperations(Protocol):
     async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None: ...
 
 
-def check_id(id: object, what: str) -> None:
-    """Refuses a run id (or dedup key) that is not a non-empty string of valid text.
-
-    Ids are stored as UTF-8: a string with a lone surrogate (``"\\ud800"``)
-    has no UTF-8 form, so it is refused here rather than by the store.
-
-    Raises:
-        ValueError: ``id`` is empty, not a string, or not valid text.
-
-    Example:
-        >>> check_id("order-1", "a run")
-        >>> try:
-        ...     check_id("bad\\ud800", "a run")
-        ... except ValueError:
-        ...     print("refused")
-        refused
-    """
-    if not isinstance(id, str) or not id:
-        raise ValueError(f"{what} needs a non-empty string id, got {id!r}")
-    try:
-        id.encode()
-    except UnicodeEncodeError:
-        raise ValueError(
-            f"{what}'s id {id!r} is not valid text (a lone surrogate has no UTF-8 form); "
-            "use an id of valid characters"
-        ) from None
-
-
 def check_workflow(workflow: object) -> WorkflowDef[Any, Any] | str:
     """``workflow`` if it is a `fusee.WorkflowDef` or a workflow's name.
 
@@ -154,27 +95,6 @@ def check_workflow(workflow: object) -> WorkflowDef[Any, Any] | str:
         f"expected a workflow, got {what}; decorate the `async def` with @fusee.workflow "
         "(or pass the workflow's name)"
     )
-
-
-def dedup_key(dedup: str | None) -> int:
-    """A signal's dedup id as the 63-bit key its record keeps (0: none).
-
-    Raises:
-        ValueError: ``dedup`` is empty or not valid text.
-
-    Example:
-        >>> dedup_key(None), dedup_key("a") == dedup_key("a")
-        (0, True)
-    """
-    if dedup is None:
-        return 0
-    check_id(dedup, "a dedup key")
-    import hashlib
-
-    # 63 bits so that 0 stays "no key".
-    return (
-        int.from_bytes(hashlib.blake2b(dedup.encode(), digest_size=8).digest(), "little") >> 1
-    ) or 1
 
 
 class Run(Generic[T]):
@@ -411,18 +331,4 @@ def info_of(row: RunRow, state: RunState | None, error: BaseException | None) ->
         paused = tuple(
             sorted({m.pending_name(s) or "" for s in range(m.next_seq()) if m.step_paused(s)})
         )
-    return RunInfo(
-        id=row.id,
-        run=row.run,
-        workflow=row.workflow,
-        status=status_of(row, state, error is not None),
-        started_at=_time(row.started_ms),
-        finished_at=_time(row.finished_ms),
-        attributes=dict(row.attributes),
-        paused_steps=paused,
-        error=str(error) if error is not None else None,
-    )
-
-
-def _time(ms: int | None) -> datetime.datetime | None:
-    return None if ms is None else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    return row_info(row, status_of(row, state, error is not None), paused, error)

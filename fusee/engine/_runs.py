@@ -21,7 +21,6 @@ from fusee._driver import ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import seed
 from fusee.engine._inbox import deliver_command
-from fusee.engine._journal import decode_journal, no_run
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
 from fusee.errors import FuseeError, RunQueued, StaleLease, UnknownWorkflow
@@ -55,6 +54,7 @@ from fusee.record import (
     Wait,
     Waited,
 )
+from fusee.remote._journal import decode_journal, no_run
 from fusee.store import RunRow
 
 if TYPE_CHECKING:

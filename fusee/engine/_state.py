@@ -214,7 +214,7 @@ class Alarms(Mapping[tuple[str, int], "Alarm"]):
     Position -1 is a parked run's wake-up. Most runs have one alarm armed
     at a time (a parked run: its sleep or its wake-up), so an id maps to its
     lone alarm itself, and to a dict by position only while it has more: a
-    tuple key per alarm would cost every parked run 56 bytes more (W4).
+    tuple key per alarm would cost every parked run 56 bytes more.
 
     Example:
         >>> from fusee.engine._timers import TIMER, Alarm

@@ -32,6 +32,7 @@ from fusee.context import CancelFlag, StepCtx, _current_step, _LaterStepCtx
 from fusee.engine._slowsteps import AttemptWatch, expected_s, slow_step_default_s
 from fusee.errors import Failure, PayloadError, StoreError
 from fusee.record import PAUSED, Status
+from fusee.remote import CompletionToken
 
 if TYPE_CHECKING:
     from fusee._runtime import StepCall
@@ -305,7 +306,7 @@ class StepExecutor:
         if call.is_await:
             token_attempt = m.await_attempt(seq)
             if token_attempt is not None:
-                token = f"{state.id}/{state.run}/{seq}/{token_attempt}"
+                token = str(CompletionToken(state.id, state.run, seq, token_attempt))
         return _EngineStepCtx(self, state, seq, attempt, token)
 
     def _ended(self, state: RunState, seq: int) -> bool:

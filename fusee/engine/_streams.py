@@ -15,41 +15,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from fusee import _codec
-from fusee._status import FINISHED_STATUSES
-from fusee.engine._journal import decode_journal, no_run
-from fusee.record import Chunk, StreamEnd
-from fusee.store import load_journal
+from fusee.remote._readers import StreamReader
 
 if TYPE_CHECKING:
     from fusee.engine._commit import Committer
     from fusee.engine._state import RunState
     from fusee.store import Store
 
-__all__ = ["StepStream", "Streams", "read_stream"]
-
-
-async def read_stream(store: Store, id: str, name: str) -> tuple[list[bytes], bool]:
-    """Run ``id``'s stream ``name`` in ``store``: its durable chunks, and whether it has ended.
-
-    Raises:
-        fusee.NotFound: No run has this id.
-
-    Example:
-        >>> async def main(store: Store) -> int:
-        ...     chunks, ended = await read_stream(store, "report-1", "rows")
-        ...     return len(chunks)
-    """
-    row = await store.get(id)
-    if row is None:
-        raise no_run(id)
-    chunks: list[bytes] = []
-    ended = row.status in FINISHED_STATUSES
-    for rec in decode_journal(id, row.run, await load_journal(store, row)):
-        if isinstance(rec, Chunk) and rec.stream == name:
-            chunks.append(rec.payload)
-        elif isinstance(rec, StreamEnd) and rec.stream == name:
-            ended = True
-    return chunks, ended
+__all__ = ["StepStream", "Streams"]
 
 
 class Streams:
@@ -68,7 +41,7 @@ class Streams:
 
     async def read(self, id: str, name: str) -> AsyncIterator[Any]:
         """Stream ``name`` of run ``id`` from its start, live, until it ends."""
-        sent = 0
+        reader = StreamReader(self._store, id, name)
         while True:
             # A reader waiting when the engine closes (or crashes, in the
             # test host) is woken by `release_all` and ends here with a
@@ -78,11 +51,9 @@ class Streams:
             self._events.setdefault(id, []).append(event)
             try:
                 await self._committer.readable()
-                chunks, ended = await read_stream(self._store, id, name)
-                for c in chunks[sent:]:
+                for c in await reader.read():
                     yield _codec.decode(c)
-                sent = len(chunks)
-                if ended:
+                if reader.ended:
                     return
                 await event.wait()
             finally:

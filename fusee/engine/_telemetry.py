@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fusee.record import Start
+from fusee.remote._trace import caller_trace
 
 if TYPE_CHECKING:
     from fusee._runtime import StepCall
@@ -118,20 +119,6 @@ def _traceparent(span_context_of: Any) -> bytes | None:
     return value.encode() if value else None
 
 
-def caller_trace() -> bytes | None:
-    """The W3C ``traceparent`` of the caller's current span, or None (no span, no otel).
-
-    Example:
-        >>> caller_trace() is None
-        True
-    """
-    if not _AVAILABLE:
-        return None
-    if not _trace.get_current_span().get_span_context().is_valid:
-        return None
-    return _traceparent(None)
-
-
 def _context_of(trace: bytes | None) -> Any:
     if not trace:
         return None
@@ -172,8 +159,8 @@ class Telemetry:
     """
 
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None) -> None:
-        # Looked up once: asking OpenTelemetry for its providers costs about
-        # a microsecond (it reads the environment), too much for every run.
+        # Looked up once: asking OpenTelemetry for its providers reads the
+        # environment, too much to do for every run.
         if _AVAILABLE and tracer_provider is None:
             tracer_provider = _tracer_provider()
         if _AVAILABLE and meter_provider is None:

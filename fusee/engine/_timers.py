@@ -30,9 +30,10 @@ TIMER, DEADLINE, WAKE = 0, 1, 2
 class Alarm:
     """A timer's callback: fires a run's timer or wait deadline, or wakes a parked run.
 
-    A slotted object rather than closures: a parked run keeps one per timer
-    (W4 counts its bytes). It knows its run: a shard holds one alarm per
-    (id, position), and a later run of the id replaces an earlier one's.
+    A slotted object rather than closures: a parked run keeps one per timer,
+    and a parked run's bytes add up over many runs. It knows its run: a
+    shard holds one alarm per (id, position), and a later run of the id
+    replaces an earlier one's.
 
     Example:
         See `Timers`, which arms them.

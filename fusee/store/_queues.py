@@ -124,7 +124,7 @@ class QueueItem:
 
 
 # `dataclasses.replace` for items: each admission and each run's end changes
-# one (W2 through a queue makes 600 a round).
+# one, so a busy queue replaces items as often as it starts and ends runs.
 _replace: Final[Callable[..., QueueItem]] = replacer(QueueItem)
 
 

@@ -37,8 +37,8 @@ def _bind_plainly() -> None:
     any other value (the journal's ``bytes``, a row's ``None``) through its
     adapter lookup: with no adapter registered for the type, that lookup
     fails on an attribute of a type object, whose error message is formatted
-    and thrown away, about 2,500 instructions a value (2-3% of a W2 on
-    SQLite). An adapter that returns the value as it is makes it one dict
+    and thrown away, which costs more than the insert (bench/NOTES.md has
+    the figures). An adapter that returns the value as it is makes it one dict
     lookup. Registered for the process (sqlite3's registry is global), and
     only where the type has none: an adapter of the program's own stays.
     """

@@ -123,8 +123,9 @@ _RUN_BLOCK: Final = 128
 
 # How long commits on the loop's thread may hold the loop before it runs its
 # other work (`append`): a request served beside a long sequential run waits
-# about this much more. A yield costs about 20 µs of CPU here, 10% of a W1
-# step under fsync when paid at every commit; every 2 ms, about 1%.
+# about this much more. A yield paid at every commit costs a sequential run a
+# large share of its CPU under fsync; paid every 2 ms, a small one
+# (bench/NOTES.md has the figures).
 _HOLD_S: Final = 0.002
 
 

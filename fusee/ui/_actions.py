@@ -12,7 +12,7 @@ from typing import Any
 
 from fusee._definitions import signal as signal_def
 from fusee.client import Client
-from fusee.engine._bulk import BulkResult
+from fusee.engine import BulkResult
 
 __all__ = ["ClientActions"]
 

@@ -41,10 +41,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee._queue import stats_json
 from fusee._schedule import last_tick, spec_text
-from fusee.engine._bulk import BulkResult
-from fusee.engine._queues import queue_stats
-from fusee.engine._run import KEEP_INPUT
+from fusee.engine import BulkResult
 from fusee.errors import FuseeError, NotFound, PayloadError
+from fusee.remote import KEEP_INPUT, queue_stats
 from fusee.store import RUN_STATUSES, RunRow, ScheduleRow, Store, load_journal, open_store
 from fusee.store._redact import shown_target
 from fusee.ui._timeline import Timeline, iso, row_json
@@ -98,7 +97,7 @@ class Actions(Protocol):
     async def fork(self, id: str, new_id: str, at: int | str, input: Any) -> None:
         """Starts ``new_id`` from run ``id``'s journal before position ``at``.
 
-        ``input`` is JSON data, or `KEEP_INPUT` (fusee/engine/_run.py) for the old run's.
+        ``input`` is JSON data, or `fusee.remote.KEEP_INPUT` for the old run's.
         A bad position raises ValueError (answered 400); a taken ``new_id``
         `fusee.AlreadyExists` (409).
         """

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 import fusee
+from fusee.store import PostgresStore
 
-from .conftest import HeldWrites, Host, assert_steps_ran_once, step_runs
+from .conftest import HeldWrites, Host, Stores, assert_steps_ran_once, step_runs
 
 pytestmark = pytest.mark.asyncio
 
@@ -229,6 +230,48 @@ async def test_a_run_parking_as_the_engine_closes_breaks_nothing(
     async with host(workflows=[gated], store=t.store) as t:
         await t.get(run.id).signal(go, 1)
         assert await t.get(run.id).result() == 2
+
+
+async def test_a_closed_engine_serves_no_run_and_each_handle_call_says_it_is_closed(
+    stores: Stores,
+) -> None:
+    store = stores.new()
+    await store.open()
+    engine = fusee.Engine(store, [double, gated], worker="w-closing")
+    await engine.recover()
+    done = await engine.start(double, "d-1", 2)
+    assert await done.result() == 4
+    waiting = await engine.start(gated, "g-1", "a")
+    assert engine.owns("g-1") or stores.kind == "postgres"
+    await engine.close()
+    assert engine.leases is None or not engine.leases.held
+    assert not any(engine.owns(id) for id in ["d-1", "g-1", *(f"r-{i}" for i in range(64))])
+    calls = {
+        "result of an ended run": done.result(),
+        "result": waiting.result(),
+        "signal": waiting.signal(go, 1),
+        "query": waiting.query(phase_q),
+        "describe": waiting.describe(),
+        "cancel": waiting.cancel(),
+        "resume": waiting.resume(),
+        "stream": anext(aiter(waiting.stream("log"))),
+        "get_event": waiting.get_event("k"),
+        "fork": waiting.fork("g-2", at=0),
+        "complete": engine.complete("g-1/1/0/1"),
+    }
+    for call in calls.values():
+        with pytest.raises(fusee.FuseeError, match="this engine is closed"):
+            await call
+    if isinstance(store, PostgresStore):
+        # Its leases were given back: no shard is left to run out under its name.
+        assert stores.postgres is not None
+        other = PostgresStore(stores.postgres.dsn, schema=store.schema)
+        await other.open()
+        try:
+            owners = {owner for owner, _, live in (await other.leases()).values() if live}
+        finally:
+            await other.close()
+        assert "w-closing" not in owners
 
 
 @pytest.mark.parametrize("leaves", ["ends", "parks"])

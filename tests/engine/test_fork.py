@@ -14,8 +14,9 @@ import _postgres
 import pytest
 
 import fusee
-from fusee.engine._fork import fork_records, position
+from fusee.engine._fork import fork_records
 from fusee.record import Done, Record, Signal, Start, Status, Step, Timer, Wait, decode
+from fusee.remote import position
 from fusee.store import MemoryStore, PostgresStore, SqliteStore, Store
 
 from .conftest import Host, eventually

@@ -9,7 +9,7 @@ import pytest
 
 import fusee
 from fusee import _codec
-from fusee.engine._inbox import decode_error, decode_payload, encode_error, encode_payload
+from fusee.remote import decode_error, decode_payload, encode_error, encode_payload
 from fusee.store import Answer, Command
 from fusee.testing import TestEngine
 

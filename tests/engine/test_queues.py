@@ -21,7 +21,7 @@ import pytest
 from _postgres import Cluster
 
 import fusee
-from fusee.engine._engine import Engine
+from fusee.engine import Engine
 from fusee.record import decode
 from fusee.store import Entry, PostgresStore, RunRow, SqliteStore, Store
 from fusee.testing import TestEngine

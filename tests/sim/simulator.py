@@ -54,10 +54,10 @@ from typing import Any
 import fusee
 from fusee import _codec
 from fusee._status import FINISHED_STATUSES, RunStatus
-from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end
 from fusee.errors import CorruptRecord, NotFound
 from fusee.record import Done, Signal, Start, Update, decode
+from fusee.remote import dedup_key
 from fusee.store import MemoryStore, SqliteStore, Store
 from fusee.store._queues import QueueItem
 from fusee.testing import TestEngine

@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from fusee import _codec
-from fusee.engine._run import dedup_key
 from fusee.errors import NotFound
 from fusee.record import Done, Signal, Start, Status, Step, Update, decode
+from fusee.remote import dedup_key
 from fusee.store import open_store
 
 from .simulator import Workload as SpecMaker

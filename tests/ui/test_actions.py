@@ -12,8 +12,8 @@ import pytest
 
 import fusee
 from fusee.cli import main
-from fusee.engine._run import KEEP_INPUT
 from fusee.record import Signal, decode
+from fusee.remote import KEEP_INPUT
 from fusee.ui import create_app
 from fusee.ui._actions import ClientActions
 

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 import fusee
 from fusee._schedule import run_id
-from fusee.engine._run import KEEP_INPUT
+from fusee.remote import KEEP_INPUT
 from fusee.ui import create_app, serve
 from fusee.ui._timeline import iso
 

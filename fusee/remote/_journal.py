@@ -1,4 +1,4 @@
-"""Reading journals: records decoded from a store, and how a run's end reads.
+"""Reading journals: records decoded from a store, how a run's end reads, positions.
 
 The rule: a damaged record is reported with its run and LSN, so the caller
 knows which run to act on and the others are not affected.
@@ -6,17 +6,40 @@ knows which run to act on and the others are not affected.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fusee import _codec
 from fusee.errors import Cancelled, CorruptRecord, NotFound, WorkflowFailed
-from fusee.record import Done, Record, Status, decode
+from fusee.record import (
+    Attempt,
+    Awaiting,
+    Chunk,
+    Done,
+    Patch,
+    Record,
+    Status,
+    Step,
+    StreamEnd,
+    Timer,
+    Wait,
+    decode,
+    stream,
+)
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
 
-__all__ = ["decode_journal", "end_record", "end_value", "error_pair", "no_run", "text"]
+__all__ = [
+    "decode_journal",
+    "end_record",
+    "end_value",
+    "error_pair",
+    "no_run",
+    "position",
+    "seq_of",
+    "text",
+]
 
 
 def decode_journal(id: str, run: int, entries: Iterable[tuple[int, bytes]]) -> list[Record]:
@@ -99,3 +122,59 @@ def error_pair(payload: bytes) -> tuple[str, str]:
     if isinstance(v, list) and len(v) >= 2:
         return str(v[0]), str(v[1])
     return "Error", str(v)
+
+
+# Records that name their operation (what `fusee show` prints in its name column).
+_NAMED = (Step, Attempt, Timer, Wait, Awaiting)
+
+
+def seq_of(rec: Record) -> int | None:
+    """The operation a record belongs to (its position), or None (start, signal, end...).
+
+    Example:
+        >>> from fusee.record import Start, Status, Step
+        >>> seq_of(Step(1, 3, "quote", 1, Status.OK, b"")), seq_of(Start(1, "a", "wf"))
+        (3, None)
+    """
+    if isinstance(rec, Patch):
+        return rec.at
+    seq: int | None = getattr(rec, "seq", None)
+    if seq == stream.WORKFLOW and isinstance(rec, Chunk | StreamEnd):
+        return None
+    return seq
+
+
+def position(records: Sequence[Record], at: int | str, id: str) -> int:
+    """The position ``at`` names in run ``id``'s journal ``records``.
+
+    Raises:
+        ValueError: ``at`` is negative, past the journal's last position, or
+            a name no operation of the journal has.
+
+    Example:
+        >>> from fusee.record import Start, Status, Step
+        >>> journal = [Start(1, "a", "wf"), Step(1, 0, "quote", 1, Status.OK, b"")]
+        >>> position(journal, "quote", "a"), position(journal, 1, "a")
+        (0, 1)
+    """
+    seqs = [s for rec in records if (s := seq_of(rec)) is not None]
+    last = max(seqs, default=-1)
+    if isinstance(at, str):
+        named = [rec.seq for rec in records if isinstance(rec, _NAMED) and rec.name == at]
+        if not named:
+            names = sorted({rec.name for rec in records if isinstance(rec, _NAMED)})
+            raise ValueError(
+                f"run '{id}' has no operation named {at!r} to fork at; "
+                f"its names: {', '.join(names) or 'none'} (or pass a position 0..{last + 1})"
+            )
+        return min(named)
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise TypeError(f"a fork's position is an int or a step name, got {at!r}")
+    # One past the last position is allowed: the whole journal, the code
+    # going on live from its next operation.
+    if at < 0 or at > last + 1:
+        raise ValueError(
+            f"run '{id}' has positions 0..{last + 1}; {at} is not one of them "
+            "(`fusee show` prints them in its seq column)"
+        )
+    return at

@@ -1,8 +1,8 @@
 """Runs served elsewhere: commands posted to the store's inbox, answered by the run's owner.
 
 `Remote` is the run-handle side of a process that does not host a run:
-`fusee.Client` is one (it hosts none), and an engine on a store shared by
-several workers (Postgres) uses one for runs of shards it does not hold.
+a `fusee.Client` holds one (it hosts none), and an engine on a store shared
+by several workers (Postgres) uses one for runs of shards it does not hold.
 It reads the store directly (a run's row, journal and result) and changes
 runs by posting `fusee.store.Command` rows, which the owner applies and
 answers (`fusee.engine._inbox`).
@@ -21,25 +21,27 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from fusee import _codec
 from fusee._status import FINISHED_STATUSES, RunStatus
-from fusee.engine._events import read_event, timed_out
-from fusee.engine._inbox import decode_error, decode_payload, encode_payload
-from fusee.engine._journal import decode_journal, end_value, no_run
-from fusee.engine._run import RunInfo, info_of
-from fusee.engine._streams import read_stream
 from fusee.errors import FuseeError, StoreError
 from fusee.record import Done
+from fusee.remote._info import RunInfo, row_info
+from fusee.remote._journal import decode_journal, end_value, no_run
+from fusee.remote._readers import StreamReader, read_event, timed_out
+from fusee.remote._token import CompletionToken
+from fusee.remote._wire import answer_fields, encode_payload
 from fusee.store import Answer, Command, Store
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
     from fusee._events import EventDef
 
-__all__ = ["Polling", "Remote", "answer_fields"]
+__all__ = ["CLIENT_CLOSED", "Polling", "Remote"]
 
 # How often a remote looks for an answer or a run's end: soon at first (a
 # live worker answers within milliseconds), then less often.
 _FIRST_POLL_S: Final = 0.002
 _MAX_POLL_S: Final = 0.1
+
+CLIENT_CLOSED: Final = "this client is closed; connect a new one with fusee.Client.connect"
 
 
 class Polling:
@@ -57,41 +59,44 @@ class Polling:
         self._next = min(self._next * 2, _MAX_POLL_S)
 
 
-def answer_fields(answer: Answer) -> dict[str, Any]:
-    """An answer's fields; raises the error of a command that failed, with its type.
-
-    Example:
-        >>> answer_fields(Answer(True, encode_payload({"message": "ok"}), 0))
-        {'message': 'ok'}
-    """
-    fields = decode_payload(answer.payload)
-    if not answer.ok:
-        raise decode_error(bytes(fields.get("error") or b""))
-    return fields
-
-
 class Remote:
-    """Talks to runs through the store's inbox (`fusee.Client` is one).
+    """Talks to runs through the store's inbox (a `fusee.Client` holds one).
 
     Args:
         store: An open store.
+        workflows: Workflows by name, whose results decode to their types
+            (the dict is kept: names added to it later count too).
+        closed_message: What a call after `close` raises (a closed engine
+            says so in its own words).
 
     Example:
         >>> async def main(store: Store) -> None:
-        ...     await Remote(store)._cancel("order-1", "late")
+        ...     await Remote(store).cancel("order-1", "late")
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        workflows: dict[str, WorkflowDef[Any, Any]] | None = None,
+        closed_message: str = CLIENT_CLOSED,
+    ) -> None:
         self.store = store
-        self._closed = False
+        self.closed = False
+        self._closed_message = closed_message
         # Workflows named by definition: their results decode to their types.
-        self._workflows: dict[str, WorkflowDef[Any, Any]] = {}
+        self.workflows: dict[str, WorkflowDef[Any, Any]] = {} if workflows is None else workflows
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise FuseeError("this client is closed; connect a new one with fusee.Client.connect")
+    def close(self) -> None:
+        """Every call from now on raises at once (the store is its owner's to close)."""
+        self.closed = True
 
-    async def _post(
+    def check_open(self) -> None:
+        """Raises `fusee.FuseeError` once `close` was called."""
+        if self.closed:
+            raise FuseeError(self._closed_message)
+
+    async def post(
         self,
         kind: str,
         run_id: str,
@@ -100,7 +105,8 @@ class Remote:
         dedup: str | None = None,
         command_id: str | None = None,
     ) -> Command:
-        self._check_open()
+        """Posts command ``kind`` for run ``run_id``; returns it without waiting for its answer."""
+        self.check_open()
         command = Command.new(kind, run_id, encode_payload(fields), dedup=dedup)
         if command_id is not None:
             # Posted again under the same id (a delivery retried), it is stored once.
@@ -108,12 +114,13 @@ class Remote:
         await self.store.post_command(command)
         return command
 
-    async def _wait_answer(self, id: str, timeout_s: float | None = None) -> Answer | None:
+    async def wait_answer(self, id: str, timeout_s: float | None = None) -> Answer | None:
+        """The answer to command ``id``; None when ``timeout_s`` passes first."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         polling = Polling()
         while True:
-            self._check_open()
+            self.check_open()
             answer = await self.store.get_answer(id)
             if answer is not None:
                 return answer
@@ -121,7 +128,7 @@ class Remote:
                 return None
             await polling.wait()
 
-    async def _call(
+    async def call(
         self,
         kind: str,
         run_id: str,
@@ -130,17 +137,19 @@ class Remote:
         dedup: str | None = None,
         command_id: str | None = None,
     ) -> dict[str, Any]:
-        command = await self._post(kind, run_id, fields, dedup=dedup, command_id=command_id)
-        answer = await self._wait_answer(command.id)
+        """Posts a command and waits for its answer: its fields, or its error raised."""
+        command = await self.post(kind, run_id, fields, dedup=dedup, command_id=command_id)
+        answer = await self.wait_answer(command.id)
         assert answer is not None
         return answer_fields(answer)
 
-    # --- run handle operations (`Run` calls these) --------------------------------------
+    # --- what a `fusee.Run` handle does, for a run served elsewhere ----------------------
 
-    async def _result(self, id: str) -> Any:
+    async def result(self, id: str) -> Any:
+        """Waits for run ``id`` to end (polling its row); its result, or its failure raised."""
         polling = Polling()
         while True:
-            self._check_open()
+            self.check_open()
             row = await self.store.get(id)
             if row is None:
                 raise no_run(id)
@@ -151,75 +160,84 @@ class Remote:
                     raise StoreError(
                         f"run '{id}' is marked {row.status} but its journal has no end record"
                     )
-                return end_value(self._decoder(row.workflow), done)
+                return end_value(self.decoder(row.workflow), done)
             await polling.wait()
 
-    def _decoder(self, workflow: str) -> WorkflowDef[Any, Any]:
-        wf = self._workflows.get(workflow)
+    def decoder(self, workflow: str) -> WorkflowDef[Any, Any]:
+        """How a result of ``workflow`` decodes: its definition's, else to plain values."""
+        wf = self.workflows.get(workflow)
         if wf is not None:
             return wf
         # A workflow known by name only: its result decodes to plain values.
         return cast("WorkflowDef[Any, Any]", types.SimpleNamespace(decode_result=_codec.decode))
 
-    async def _signal(
+    async def signal(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> None:
+        """Has the run's owner record signal ``name`` (``dedup``: 0 for none)."""
         fields: dict[str, Any] = {"name": name, "payload": payload, "dedup": dedup}
         if by is not None:
             fields["by"] = by
-        await self._call("signal", id, fields, dedup=str(dedup) if dedup else None)
+        await self.call("signal", id, fields, dedup=str(dedup) if dedup else None)
 
-    async def _query(self, id: str, name: str, arg: bytes) -> Any:
-        fields = await self._call("query", id, {"name": name, "arg": arg})
+    async def query(self, id: str, name: str, arg: bytes) -> Any:
+        """The answer of the run's query handler ``name``, as plain values."""
+        fields = await self.call("query", id, {"name": name, "arg": arg})
         return _codec.decode(fields["value"])
 
-    async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
-        fields = await self._call(
+    async def update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
+        """Has the run's owner apply update ``name``; the handler's result, as plain values."""
+        fields = await self.call(
             "update", id, {"name": name, "payload": payload, "update_id": update_id}
         )
         return _codec.decode(fields["value"])
 
-    async def _cancel(self, id: str, reason: str) -> None:
-        await self._call("cancel", id, {"reason": reason})
+    async def cancel(self, id: str, reason: str) -> None:
+        """Has the run's owner cancel it."""
+        await self.call("cancel", id, {"reason": reason})
 
-    async def _resume(self, id: str) -> None:
-        await self._call("resume", id, {})
+    async def resume(self, id: str) -> None:
+        """Has the run's owner resume its paused steps."""
+        await self.call("resume", id, {})
 
-    async def _delete(self, id: str) -> None:
-        await self._call("delete", id, {})
+    async def delete(self, id: str) -> None:
+        """Has the run's owner delete the finished run ``id``."""
+        await self.call("delete", id, {})
 
-    async def _complete(self, token: str, data: bytes) -> None:
-        run_id = token.rsplit("/", 3)[0] if isinstance(token, str) else ""
-        await self._call("complete", run_id, {"token": token, "value": data})
+    async def complete(self, token: str, data: bytes) -> None:
+        """Has the owner of ``token``'s run resolve its ``await_completion`` with ``data``."""
+        await self.call("complete", CompletionToken.run_id(token), {"token": token, "value": data})
 
-    async def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
-        sent = 0
+    async def stream(self, id: str, name: str) -> AsyncIterator[Any]:
+        """Stream ``name`` of run ``id`` from its start, polled, until it ends."""
+        reader = StreamReader(self.store, id, name)
         polling = Polling()
         while True:
-            self._check_open()
-            chunks, ended = await read_stream(self.store, id, name)
-            if len(chunks) > sent:
+            self.check_open()
+            chunks = await reader.read()
+            if chunks:
                 polling = Polling()
-            for c in chunks[sent:]:
+            for c in chunks:
                 yield _codec.decode(c)
-            sent = len(chunks)
-            if ended:
+            if reader.ended:
                 return
             await polling.wait()
 
-    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
+    async def fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
+        """Has the owner of ``new_id`` fork it from run ``id`` before ``at``."""
         # Addressed to the new run: the worker that will serve it writes it.
         fields: dict[str, Any] = {"from": id, "new_id": new_id, "at": at}
         if input is not None:
             fields["input"] = input
-        await self._call("fork", new_id, fields)
+        await self.call("fork", new_id, fields)
 
-    async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+    async def get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any:
+        """Run ``id``'s latest value of ``key``, polled until it is set."""
         # The journal is read: polled, as for a result or a stream.
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         polling = Polling()
         while True:
-            self._check_open()
+            self.check_open()
             found, value = await read_event(self.store, id, key)
             if found:
                 return value
@@ -228,8 +246,10 @@ class Remote:
                 raise timed_out(id, key.name, timeout_s)
             await polling.wait()
 
-    async def _describe(self, id: str) -> RunInfo:
+    async def describe(self, id: str) -> RunInfo:
+        """What run ``id``'s row tells (`fusee.RunInfo`)."""
+        self.check_open()
         row = await self.store.get(id)
         if row is None:
             raise no_run(id)
-        return info_of(row, None, None)
+        return row_info(row)
