@@ -194,8 +194,8 @@ def load_codecs(spec: str) -> list[PayloadCodec]:
     value: Any = importlib.import_module(module)
     for part in attr.split("."):
         value = getattr(value, part)
-    if callable(value) and not isinstance(value, PayloadCodec):
-        value = value()
+    if isinstance(value, type) or (callable(value) and not isinstance(value, PayloadCodec)):
+        value = value()  # a class or a factory: keys are often read at call time
     codecs = [value] if isinstance(value, PayloadCodec) else list(value)
     for c in codecs:
         if not isinstance(c, PayloadCodec):
@@ -616,10 +616,13 @@ async def raw_load(
 
     Example:
         >>> from fusee.store.memory import MemoryStore
-        >>> asyncio.run(raw_load(MemoryStore(), "nope"))  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        fusee.errors.NotFound: ...
+        >>> async def demo() -> int:
+        ...     store = install(MemoryStore(), Payloads([], lenient=True))
+        ...     await store.open()
+        ...     await store.append([Entry(1, "a", 1, encode(Start(1, "a", "wf")))])
+        ...     return len(await raw_load(store, "a"))
+        >>> asyncio.run(demo())
+        1
     """
     raw = store.__dict__.get(_RAW)
     load = raw[1] if raw is not None else store.load
