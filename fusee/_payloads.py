@@ -78,9 +78,15 @@ __all__ = [
     "Payloads",
     "RecordWatch",
     "blob_refs",
+    "default_blobs",
+    "delete_run_blobs",
     "install",
     "load_codecs",
     "parse_size",
+    "raw_load",
+    "reader",
+    "run_blobs",
+    "too_many_records",
 ]
 
 log = logging.getLogger("fusee.payloads")
@@ -465,7 +471,8 @@ class Payloads:
                 raise _Unreadable(
                     cid,
                     f"it was encoded with codec '{cid}', which this process does not have "
-                    f"(its codecs: {have}); pass codecs=[...] with it",
+                    f"(its codecs: {have}); give it the workers' codecs (codecs=[...]; "
+                    "--codecs MODULE:ATTR for the fusee command and fusee ui)",
                 )
             try:
                 body = codec.decode(body)
@@ -583,13 +590,13 @@ def _put_all(blobs: BlobStore, puts: list[tuple[str, bytes]]) -> None:
         blobs.put(key, data)
 
 
-def install(store: Store, payloads: Payloads) -> Store:
+def install(store: Store, payloads: Payloads, *, always: bool = False) -> Store:
     """Makes ``store``'s ``append`` and ``load`` go through ``payloads``; returns ``store``.
 
     Installing again replaces the earlier door (the store's own methods are
     kept once); a `Payloads` that needs no door (no chain, no blobs) leaves
-    the store's own methods in place, unless it is lenient (a reader shows
-    what it cannot decode).
+    the store's own methods in place, unless ``always`` (a reader, which
+    says what an encoded payload needs).
 
     Example:
         >>> from fusee.store.memory import MemoryStore
@@ -598,7 +605,7 @@ def install(store: Store, payloads: Payloads) -> Store:
         False
     """
     raw = store.__dict__.get(_RAW)
-    if not payloads.active and not payloads.lenient:
+    if not payloads.active and not always:
         if raw is not None:
             store.__dict__["append"], store.__dict__["load"] = raw
         return store
@@ -617,7 +624,7 @@ async def raw_load(
     Example:
         >>> from fusee.store.memory import MemoryStore
         >>> async def demo() -> int:
-        ...     store = install(MemoryStore(), Payloads([], lenient=True))
+        ...     store = install(MemoryStore(), Payloads([]), always=True)
         ...     await store.open()
         ...     await store.append([Entry(1, "a", 1, encode(Start(1, "a", "wf")))])
         ...     return len(await raw_load(store, "a"))
@@ -684,3 +691,23 @@ def default_blobs(target: str) -> BlobStore | None:
     from pathlib import Path
 
     return Directory(Path(target) / "blobs")
+
+
+def reader(
+    store: Store, target: str, codecs: Iterable[PayloadCodec] = (), *, strict: bool = False
+) -> Store:
+    """``store`` set up for a reader (CLI, UI): ``codecs``, the default blobs, placeholders.
+
+    A payload it cannot decode (no codecs given, a missing key, a missing
+    blob) reads as a text placeholder saying why, so a page or a command
+    still shows the rest of the journal; with ``strict`` (a replay, a
+    check) it raises `fusee.PayloadError` instead.
+
+    Example:
+        >>> from fusee.store.memory import MemoryStore
+        >>> "load" in vars(reader(MemoryStore(), "memory"))
+        True
+    """
+    payloads = Payloads(codecs, blobs=default_blobs(target), max_payload=None, lenient=not strict)
+    # Always a door: without codecs it still says what an encoded payload needs.
+    return install(store, payloads, always=True)
