@@ -537,6 +537,8 @@ class _Door:
     def append(
         self, entries: Sequence[Entry], runs: Sequence[Any] = (), **options: Any
     ) -> Awaitable[None]:
+        if not self.payloads.active:
+            return self.raw_append(entries, runs, **options)
         sealed, puts = self.payloads.seal(entries)
         tail = self._tail
         if not puts and (tail is None or tail.done()):

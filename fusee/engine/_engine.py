@@ -160,7 +160,9 @@ class Engine:
             codecs, blobs=blobs, offload_over=offload_over, max_payload=max_payload
         )
         self.record_watch = RecordWatch(warn_records)
-        self.store = install(store, self.payloads)
+        # Always a door: without codecs it still reads what an earlier chain
+        # wrote as an error saying which codec each payload needs.
+        self.store = install(store, self.payloads, always=True)
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
         for wf in workflows:
             if wf.name in self.workflows and self.workflows[wf.name] is not wf:
