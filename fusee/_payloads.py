@@ -83,6 +83,7 @@ __all__ = [
     "install",
     "load_codecs",
     "parse_size",
+    "payloads_of",
     "raw_load",
     "reader",
     "run_blobs",
@@ -516,7 +517,10 @@ def blob_refs(entries: Iterable[tuple[int, bytes]]) -> builtins.list[BlobRef]:
 
 # --- the store's door ---------------------------------------------------------------------
 
-_RAW: Final = "_fusee_raw"
+
+def _door_of(method: object) -> _Door | None:
+    owner = getattr(method, "__self__", None)
+    return owner if isinstance(owner, _Door) else None
 
 
 class _Door:
@@ -524,12 +528,16 @@ class _Door:
 
     def __init__(self, store: Store, payloads: Payloads) -> None:
         self.payloads = payloads
-        raw = store.__dict__.get(_RAW)
-        if raw is None:
-            raw = (store.append, store.load)
-            store.__dict__[_RAW] = raw
-        self.raw_append: Callable[..., Awaitable[None]] = raw[0]
-        self.raw_load: Callable[..., Awaitable[builtins.list[tuple[int, bytes]]]] = raw[1]
+        # What the store did before this door: its own methods, or what a
+        # test (or another layer) put there; an earlier door is replaced.
+        before = _door_of(store.append)
+        self.raw_append: Callable[..., Awaitable[None]] = (
+            before.raw_append if before is not None else store.append
+        )
+        before = _door_of(store.load)
+        self.raw_load: Callable[..., Awaitable[builtins.list[tuple[int, bytes]]]] = (
+            before.raw_load if before is not None else store.load
+        )
         # Completes once the last append that wrote blobs first has handed
         # its batch to the store (or failed): the appends after it wait.
         self._tail: asyncio.Future[None] | None = None
@@ -595,10 +603,9 @@ def _put_all(blobs: BlobStore, puts: list[tuple[str, bytes]]) -> None:
 def install(store: Store, payloads: Payloads, *, always: bool = False) -> Store:
     """Makes ``store``'s ``append`` and ``load`` go through ``payloads``; returns ``store``.
 
-    Installing again replaces the earlier door (the store's own methods are
-    kept once); a `Payloads` that needs no door (no chain, no blobs) leaves
-    the store's own methods in place, unless ``always`` (a reader, which
-    says what an encoded payload needs).
+    Installing again replaces the earlier door; a `Payloads` that needs no
+    door (no chain, no blobs) takes an earlier door away, unless ``always``
+    (an engine or a reader, which says what an encoded payload needs).
 
     Example:
         >>> from fusee.store.memory import MemoryStore
@@ -606,16 +613,28 @@ def install(store: Store, payloads: Payloads, *, always: bool = False) -> Store:
         >>> "append" in vars(store)
         False
     """
-    raw = store.__dict__.get(_RAW)
     if not payloads.active and not always:
-        if raw is not None:
-            store.__dict__["append"], store.__dict__["load"] = raw
+        for name in ("append", "load"):
+            door = _door_of(vars(store).get(name))
+            if door is not None:
+                setattr(store, name, door.raw_append if name == "append" else door.raw_load)
         return store
     door = _Door(store, payloads)
     store.__dict__["append"] = door.append
     store.__dict__["load"] = door.load
-    store.__dict__["_fusee_payloads"] = payloads
     return store
+
+
+def payloads_of(store: Store) -> Payloads | None:
+    """The `Payloads` installed on ``store`` (None: none).
+
+    Example:
+        >>> from fusee.store.memory import MemoryStore
+        >>> payloads_of(MemoryStore()) is None
+        True
+    """
+    door = _door_of(vars(store).get("load"))
+    return door.payloads if door is not None else None
 
 
 async def raw_load(
@@ -633,8 +652,8 @@ async def raw_load(
         >>> asyncio.run(demo())
         1
     """
-    raw = store.__dict__.get(_RAW)
-    load = raw[1] if raw is not None else store.load
+    door = _door_of(store.load)
+    load = door.raw_load if door is not None else store.load
     entries: builtins.list[tuple[int, bytes]] = await load(id, run)
     return entries
 
@@ -671,7 +690,7 @@ async def delete_run_blobs(store: Store, id: str, run: int | None = None) -> int
         >>> asyncio.run(demo())
         0
     """
-    payloads: Payloads | None = store.__dict__.get("_fusee_payloads")
+    payloads = payloads_of(store)
     if payloads is None or payloads.blobs is None:
         return 0
     refs = await run_blobs(store, id, run)
