@@ -357,6 +357,9 @@ class Payloads:
         self.offload_over = parse_size(offload_over, "offload_over")
         self.max_payload = None if max_payload is None else parse_size(max_payload, "max_payload")
         self.lenient = lenient
+        # LSNs of records whose payloads were sealed before their encoding
+        # (`seal_step`): the door passes them as they are.
+        self.presealed: set[int] = set()
 
     @property
     def active(self) -> bool:
@@ -371,14 +374,37 @@ class Payloads:
 
     # --- the way in -------------------------------------------------------------------------
 
+    def seal_step(self, payload: bytes) -> bytes | None:
+        """A step result's payload through the chain, before its record is encoded.
+
+        The hot path's shortcut (the door would decode and encode the
+        record again): None when there is no chain, or when the payload
+        may go to the blob store (its key needs the record's position);
+        the door seals those. The caller notes the record's LSN in
+        `presealed`, so the door does not decode it to look.
+        """
+        if not self.codecs or not payload or payload[0] == MARK:
+            return None
+        body = payload
+        for c in self.codecs:
+            body = c.encode(body)
+        if self.blobs is not None and len(body) > self.offload_over:
+            return None
+        return _MARK_BYTE + msgpack.packb([self._ids, body, None], use_bin_type=True)
+
     def seal(self, entries: Sequence[Entry]) -> tuple[list[Entry], list[tuple[str, bytes]]]:
         """``entries`` with their payloads encoded, and the blobs to write before them."""
         out: list[Entry] = []
         puts: list[tuple[str, bytes]] = []
         chain = bool(self.codecs)
         over = self.offload_over if self.blobs is not None else None
+        presealed = self.presealed
         for e in entries:
             data = e.data
+            if presealed and e.lsn in presealed:
+                presealed.discard(e.lsn)
+                out.append(e)
+                continue
             if (
                 len(data) <= _TAG_AT
                 or data[_TAG_AT] not in _PAYLOAD_TAGS
