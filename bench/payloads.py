@@ -107,7 +107,10 @@ def main() -> None:
     for target in ("memory", "sqlite"):
         ratios = []
         for r in range(args.repeat):
-            pair = [("none", {}), ("codecs", {"codecs": _chain()})]
+            pair: list[tuple[str, dict[str, Any]]] = [
+                ("none", {}),
+                ("codecs", {"codecs": _chain()}),
+            ]
             times: dict[str, float] = {}
             for name, options in pair if r % 2 == 0 else pair[::-1]:
                 times[name] = _run(target, W2_SMALL, args.workflows, args.steps, **options)
@@ -124,9 +127,12 @@ def main() -> None:
 
     ratios, offloaded_s = [], []
     for r in range(args.repeat):
-        pair = [("journaled", {"offload_over": 2 * KIB * KIB}), ("offloaded", {})]
+        big: list[tuple[str, dict[str, Any]]] = [
+            ("journaled", {"offload_over": 2 * KIB * KIB}),
+            ("offloaded", {}),
+        ]
         times = {}
-        for name, options in pair if r % 2 == 0 else pair[::-1]:
+        for name, options in big if r % 2 == 0 else big[::-1]:
             times[name] = _run("sqlite", W2_BIG, args.big_workflows, args.big_steps, **options)
         ratios.append(times["offloaded"] / times["journaled"])
         offloaded_s.append(times["offloaded"])
