@@ -19,6 +19,9 @@ where the reference is None (the body is the encoded bytes) or
 ``[blob key, SHA-256 of the blob]`` (the body is empty, the blob holds the
 encoded bytes). A payload's codec ids go with it, so key rotation works:
 a process decodes what any chain wrote, as long as it has those codecs.
+The `Start` record's ``codec`` field (one per run, the reference's) stays
+0: a chain per payload lets a run span a change of chain, and keeps the
+pure core (`fusee.machine`) exactly the reference's.
 
 The wrapper is installed on the store object itself (`install`): every
 part of the engine that holds the store, and a test that holds it, go
