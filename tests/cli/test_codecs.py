@@ -9,8 +9,7 @@ import cli_workflows as wfs
 import pytest
 from payload_keys import CODECS
 
-from .conftest import acli, engine_on, one_line_error
-
+from .conftest import MODULE, acli, cli, engine_on, one_line_error, worker
 
 KEYS = "payload_keys:CODECS"
 
@@ -70,8 +69,6 @@ async def test_codecs_that_do_not_import_are_one_clear_error(tmp_path: Path) -> 
 def test_a_worker_with_codecs_encrypts_what_it_records_and_result_reads_it_back(
     tmp_path: Path,
 ) -> None:
-    from .conftest import MODULE, cli, worker
-
     data = str(tmp_path)
     with worker(tmp_path, "--codecs", KEYS):
         code, _, err = cli("start", f"{MODULE}:greet", "g-2", '"bo"', "--data", data)
