@@ -199,6 +199,27 @@ async def test_a_new_key_encrypts_and_the_old_key_still_decrypts(host: Host) -> 
         assert "codec 'aes-gcm'" in str(e.value)
 
 
+async def test_without_codecs_the_journal_keeps_todays_bytes_and_a_chain_added_later_reads_them(
+    host: Host,
+) -> None:
+    from fusee import _codec
+    from fusee.record import Start, decode
+
+    async with host(workflows=[vault, ship]) as t:
+        run = await t.start(vault, "v-old", {"card": CARD})
+        await t.settle()
+        store = t.store
+        (_, first), *_ = await raw_load(store, "v-old")
+        start = decode(first)
+        assert isinstance(start, Start)
+        assert start.input == _codec.encode({"card": CARD})  # no envelope: as before
+    async with host(workflows=[vault, ship], store=store, codecs=chain()) as t2:
+        run = t2.get("v-old")
+        await _drive(t2, run)
+        assert await run.result() == EXPECTED
+        assert_steps_ran_once(t2)
+
+
 async def test_a_reader_without_the_codec_gets_a_payload_error_never_a_wrong_value(
     host: Host,
 ) -> None:
