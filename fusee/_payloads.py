@@ -344,6 +344,8 @@ class Payloads:
         self.codecs: tuple[PayloadCodec, ...] = tuple(codecs)
         self.by_id: dict[str, PayloadCodec] = {}
         for c in self.codecs:
+            if isinstance(c, type):
+                raise TypeError(f"codecs takes codec instances: {c.__name__}(...), not the class")
             if not isinstance(c, PayloadCodec):
                 raise TypeError(
                     f"codecs takes fusee.PayloadCodec values (id, encode, decode), not {c!r}"

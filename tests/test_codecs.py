@@ -115,3 +115,8 @@ def test_codecs_load_from_module_attr_as_the_cli_and_ui_take_them() -> None:
     assert isinstance(z, Zstd)
     with pytest.raises(ValueError, match="module:attr"):
         load_codecs("fusee.codecs")
+
+
+def test_a_codec_class_given_for_an_instance_is_refused_naming_the_fix() -> None:
+    with pytest.raises(TypeError, match=r"Zstd\(...\), not the class"):
+        Payloads([Zstd])  # type: ignore[list-item]
