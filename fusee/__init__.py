@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+from fusee import blobs, codecs
 from fusee._combinators import as_completed, select, wait
 from fusee._definitions import (
     QueryDef,
@@ -43,7 +44,9 @@ from fusee._queue import Queue, QueueStats
 from fusee._schedule import Schedule
 from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
+from fusee.blobs import BlobStore
 from fusee.client import Client, SyncClient
+from fusee.codecs import PayloadCodec
 from fusee.context import Ctx, StepCtx, WorkflowInfo, WorkflowStream, current_step
 from fusee.engine import BulkResult, Engine, IdPolicy, Run, RunInfo
 from fusee.errors import (
@@ -57,6 +60,7 @@ from fusee.errors import (
     NondeterministicCall,
     NotFound,
     PayloadError,
+    PayloadTooLarge,
     QueryFailed,
     RunFinished,
     RunNotFinished,
@@ -75,6 +79,7 @@ from fusee.errors import (
 
 __all__ = [
     "AlreadyExists",
+    "BlobStore",
     "BulkResult",
     "Cancelled",
     "ChildFailed",
@@ -89,7 +94,9 @@ __all__ = [
     "IdPolicy",
     "NondeterministicCall",
     "NotFound",
+    "PayloadCodec",
     "PayloadError",
+    "PayloadTooLarge",
     "QueryDef",
     "QueryFailed",
     "Queue",
@@ -120,6 +127,8 @@ __all__ = [
     "WorkflowInfo",
     "WorkflowStream",
     "as_completed",
+    "blobs",
+    "codecs",
     "current_step",
     "event",
     "query",

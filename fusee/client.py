@@ -16,13 +16,14 @@ from __future__ import annotations
 import builtins
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from fusee import _codec
 from fusee._durations import duration_ms
+from fusee._payloads import Payloads, default_blobs, install
 from fusee._queue import Queue, QueueStats
 from fusee.engine import BulkActions, BulkResult, Filters, IdPolicy, Run, RunInfo, bulk
 from fusee.errors import Cancelled
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
     from fusee._definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
     from fusee._events import EventDef
+    from fusee.blobs import BlobStore
+    from fusee.codecs import PayloadCodec
 
 __all__ = ["Client", "ClientSchedules", "SyncClient", "SyncRun", "SyncSchedules"]
 
@@ -69,7 +72,12 @@ class Client(BulkActions):
 
     @classmethod
     async def connect(
-        cls, target: str | os.PathLike[str] | Store, *, durability: str = "fsync"
+        cls,
+        target: str | os.PathLike[str] | Store,
+        *,
+        durability: str = "fsync",
+        codecs: Iterable[PayloadCodec] = (),
+        blobs: BlobStore | None = None,
     ) -> Client:
         """Connects to the store that workers serve.
 
@@ -79,6 +87,12 @@ class Client(BulkActions):
                 `fusee.store.MemoryStore` in tests).
             durability: ``"fsync"`` (a posted command is on disk when `start`
                 or `signal` goes on) or ``"none"`` (tests and demos).
+            codecs: The payload codecs the workers use (see
+                `fusee.Engine.open`): results and values read through the
+                store are decoded with them. A store object given without
+                them is read as its engine reads it.
+            blobs: The blob store the workers offload to (default, for an
+                SQLite directory: its ``blobs`` subdirectory).
 
         Raises:
             fusee.StoreError: The store cannot be opened.
@@ -88,10 +102,16 @@ class Client(BulkActions):
             ...     async with await Client.connect("./data") as client:
             ...         print(await client.get("order-1").describe())
         """
+        codecs = list(codecs)
         if isinstance(target, str | os.PathLike):
-            store = open_store(os.fspath(target), durability=durability, client=True)
+            path = os.fspath(target)
+            store = open_store(path, durability=durability, client=True)
             await store.open()
+            blobs = blobs if blobs is not None else default_blobs(path)
+            install(store, Payloads(codecs, blobs=blobs, max_payload=None))
             return cls(store, owned=True)
+        if codecs or blobs is not None:
+            install(target, Payloads(codecs, blobs=blobs, max_payload=None))
         return cls(target)
 
     async def __aenter__(self) -> Client:
@@ -462,8 +482,17 @@ class SyncClient:
         self._closed = False
 
     @classmethod
-    def connect(cls, target: str | os.PathLike[str], *, durability: str = "fsync") -> SyncClient:
+    def connect(
+        cls,
+        target: str | os.PathLike[str],
+        *,
+        durability: str = "fsync",
+        codecs: Iterable[PayloadCodec] = (),
+        blobs: BlobStore | None = None,
+    ) -> SyncClient:
         """Connects to the store that workers serve (as `Client.connect`), blocking.
+
+        ``codecs`` and ``blobs`` are the workers' (see `Client.connect`).
 
         Raises:
             fusee.StoreError: The store cannot be opened.
@@ -476,7 +505,9 @@ class SyncClient:
         stop = start_blocking_portal()
         portal = stop.__enter__()
         try:
-            client = portal.call(lambda: Client.connect(target, durability=durability))
+            client = portal.call(
+                lambda: Client.connect(target, durability=durability, codecs=codecs, blobs=blobs)
+            )
         except BaseException:
             stop.__exit__(None, None, None)
             raise

@@ -21,7 +21,9 @@ FuseeError
 ├── UpdateFailed          the update's handler raised (type, message)
 ├── QueryFailed           the query's handler raised (type, message)
 ├── PayloadError          a value the codec cannot encode, or bytes it cannot
-│                         decode to the annotated type
+│   │                     decode to the annotated type; a payload the codec
+│   │                     chain cannot decode (missing key, damage, missing blob)
+│   └── PayloadTooLarge   a payload over the engine's max_payload (nothing recorded)
 ├── StoreError            storage unusable (newer format, locked, full)
 │   ├── CorruptRecord     a journal record that does not decode
 │   └── StaleLease        a write under a shard lease no longer held
@@ -51,6 +53,7 @@ __all__ = [
     "NondeterministicCall",
     "NotFound",
     "PayloadError",
+    "PayloadTooLarge",
     "QueryFailed",
     "RunFinished",
     "RunNotFinished",
@@ -384,6 +387,42 @@ class PayloadError(FuseeError):
         >>> issubclass(PayloadError, FuseeError)
         True
     """
+
+
+class PayloadTooLarge(PayloadError):
+    """A payload is larger than the engine's ``max_payload``; nothing was recorded.
+
+    At a door (start, signal, update, complete) the call raises it; at a
+    step's end the step fails with it, and its value never reaches the journal.
+
+    Attributes:
+        size: The payload's size in bytes.
+        limit: The limit it went over, in bytes.
+
+    Example:
+        >>> e = PayloadTooLarge("the input of run 'r-1'", 5_000_000, 4_194_304)
+        >>> (e.size, e.limit, isinstance(e, PayloadError))
+        (5000000, 4194304, True)
+    """
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"{what} is {size:,} bytes, over the limit of {limit:,} bytes (max_payload); "
+            "nothing was recorded: keep large values outside the run (a file, an object "
+            "store) and pass a reference, or raise Engine.open(..., max_payload=)"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_too_large, (str(self), self.size, self.limit))
+
+
+def _too_large(message: str, size: int, limit: int) -> PayloadTooLarge:
+    e = PayloadTooLarge.__new__(PayloadTooLarge)
+    e.size, e.limit = size, limit
+    Exception.__init__(e, message)
+    return e
 
 
 class StoreError(FuseeError):

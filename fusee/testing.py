@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from fusee._driver import _error_of
 from fusee._durations import parse_duration
+from fusee._payloads import DEFAULT_MAX_PAYLOAD, DEFAULT_OFFLOAD_OVER, DEFAULT_WARN_RECORDS
 from fusee.engine import Engine
 from fusee.engine._clock import VirtualClock
 from fusee.engine._commit import Unrecoverable
@@ -73,6 +74,8 @@ if TYPE_CHECKING:
     from fusee._events import EventDef
     from fusee._queue import Queue, QueueStats
     from fusee._schedule import Schedule
+    from fusee.blobs import BlobStore
+    from fusee.codecs import PayloadCodec
     from fusee.engine._schedules import Scheduler
 
 __all__ = ["TestEngine", "crash_everywhere"]
@@ -124,6 +127,12 @@ class TestEngine:
         meter_provider: The same for metrics.
         retention: Delete finished runs that ended this long ago, as in
             `fusee.Engine.open`, on the virtual clock (None: keep them).
+        codecs: The payload codec chain, as in `fusee.Engine.open`.
+        blobs: The blob store payloads over ``offload_over`` go to (none
+            by default: payloads stay in the journal).
+        offload_over: As in `fusee.Engine.open`.
+        max_payload: As in `fusee.Engine.open` (``"4MiB"``).
+        warn_records: As in `fusee.Engine.open`.
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -150,12 +159,24 @@ class TestEngine:
         tracer_provider: Any = None,
         meter_provider: Any = None,
         retention: Any = None,
+        codecs: Iterable[PayloadCodec] = (),
+        blobs: BlobStore | None = None,
+        offload_over: Any = DEFAULT_OFFLOAD_OVER,
+        max_payload: Any = DEFAULT_MAX_PAYLOAD,
+        warn_records: int | None = DEFAULT_WARN_RECORDS,
     ) -> None:
         if on_pause not in ("raise", "wait"):
             raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
         self.on_pause = on_pause
         self._tracer_provider = tracer_provider
         self._retention = retention
+        self._payloads: dict[str, Any] = {
+            "codecs": list(codecs),
+            "blobs": blobs,
+            "offload_over": offload_over,
+            "max_payload": max_payload,
+            "warn_records": warn_records,
+        }
         self._meter_provider = meter_provider
         self.workflows = list(workflows)
         self.queues = list(queues)
@@ -229,6 +250,7 @@ class TestEngine:
             tracer_provider=self._tracer_provider,
             meter_provider=self._meter_provider,
             retention=self._retention,
+            **self._payloads,
         )
         self._engine = engine
         await engine.recover()
@@ -961,6 +983,7 @@ async def crash_everywhere(
     mocks: Mapping[tuple[str, str], Callable[..., Any]] | None = None,
     drive: Callable[[TestEngine, Run[T]], Awaitable[None]] | None = None,
     within: Any = "30d",
+    engine_options: Mapping[str, Any] | None = None,
 ) -> T:
     """Runs ``workflow`` once, then once per record position, crashing after that record.
 
@@ -981,6 +1004,8 @@ async def crash_everywhere(
         within: How much virtual time each run may take to end. A run still
             waiting then, or waiting for something nothing left will send (a
             message a crash lost), fails the test.
+        engine_options: More `TestEngine` arguments for every engine
+            (``codecs=``, ``blobs=``, ``max_payload=``, ...).
 
     Returns:
         The result, equal in every run.
@@ -1003,7 +1028,7 @@ async def crash_everywhere(
     within_ms = round(parse_duration(within) * 1000)
 
     async def once(store: _LoggingStore) -> tuple[Any, int, TestEngine]:
-        t = TestEngine(all_workflows, store)
+        t = TestEngine(all_workflows, store, **(engine_options or {}))
         t._give_up_at_ms = t.clock.now_ms() + within_ms
         for (w, s), fn in (mocks or {}).items():
             t.mock_step(w, s, fn)

@@ -36,6 +36,8 @@ RANKS: Mapping[str, int] = {
     "fusee._codegen": 0,
     "fusee._codec": 1,
     "fusee.record": 1,
+    "fusee.codecs": 1,
+    "fusee.blobs": 1,
     "fusee.machine": 2,
     "fusee._loop": 3,
     "fusee._combinators": 3,
@@ -49,6 +51,7 @@ RANKS: Mapping[str, int] = {
     "fusee._logger": 6,
     "fusee._driver": 7,
     "fusee.store": 8,
+    "fusee._payloads": 8,
     "fusee._queue": 8,
     # What a process without workflow code needs: runs reached through the store.
     "fusee.remote": 9,

@@ -96,10 +96,18 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--store", metavar="URL", default=argparse.SUPPRESS, help="a store URL or directory"
     )
+    where.add_argument(
+        "--codecs",
+        metavar="MODULE:ATTR",
+        default=argparse.SUPPRESS,
+        help="the payload codecs the workers use (a fusee.PayloadCodec, a list of them, or a "
+        "function returning them), to read encrypted or compressed payloads",
+    )
     where.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     parser.add_argument("--data", metavar="DIR", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--store", metavar="URL", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", default=False, help=argparse.SUPPRESS)
+    parser.add_argument("--codecs", metavar="MODULE:ATTR", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--version", action="version", version=f"fusee {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -25,14 +25,15 @@ from fusee._jsonview import iso
 from fusee._status import RunStatus
 from fusee.cli._output import Output
 from fusee.cli._reading import FINISHED, reading, store_shown
-from fusee.errors import CorruptRecord, FuseeError, NotFound, StoreError
+from fusee.errors import CorruptRecord, FuseeError, NotFound, PayloadError, StoreError
 from fusee.record import Done, Start, decode
 from fusee.store import RunRow, Store
 
 # What reading a damaged row or journal may raise: the store's own errors,
 # and the decoders' (msgpack's errors are ValueErrors) where a store lets
 # them through.
-_UNREADABLE: Final = (StoreError, ValueError, TypeError)
+# A payload the codecs or the blob store cannot give back (a missing blob) is damage too.
+_UNREADABLE: Final = (StoreError, PayloadError, ValueError, TypeError)
 # Rows are listed a page at a time, so a big store is never in memory at once.
 _PAGE: Final = 1000
 # Start times a row may hold: SQLite's 64-bit integers.
@@ -234,7 +235,7 @@ def _behind_mark(store: Store) -> list[Finding]:
 async def check_command(args: argparse.Namespace, out: Output) -> int:
     where = store_shown(args)
     records = 0
-    async with reading(args) as store:
+    async with reading(args, strict=True) as store:
         rows, findings = await _rows(store)
         findings.extend(_behind_mark(store))
         queued = {i.id for i in await store.queue_items() if i.state == "queued"}

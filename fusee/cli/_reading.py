@@ -9,13 +9,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from fusee._jsonview import payload as payload_json
+from fusee._payloads import load_codecs, reader
 from fusee.cli._output import CliError
 from fusee.record import Done, Status, decode
 from fusee.store import RunRow, Store, open_store
 from fusee.store._redact import shown_target
+
+if TYPE_CHECKING:
+    from fusee.codecs import PayloadCodec
 
 # The statuses of runs that have ended for good: their journal ends with Done.
 FINISHED: Final = frozenset({"completed", "failed", "cancelled"})
@@ -41,9 +45,26 @@ def store_shown(args: argparse.Namespace) -> str:
     return shown_target(store_target(args))
 
 
+def codecs_of(args: argparse.Namespace) -> list[PayloadCodec]:
+    """The codecs ``--codecs MODULE:ATTR`` names (none without it)."""
+    spec: str | None = getattr(args, "codecs", None)
+    if not spec:
+        return []
+    try:
+        return load_codecs(spec)
+    except (ImportError, AttributeError, ValueError, TypeError) as e:
+        raise CliError(f"--codecs {spec}: {e}") from None
+
+
 @contextlib.asynccontextmanager
-async def reading(args: argparse.Namespace) -> AsyncIterator[Store]:
-    store = open_store(store_target(args), readonly=True)
+async def reading(args: argparse.Namespace, *, strict: bool = False) -> AsyncIterator[Store]:
+    """The store, read-only, its payloads decoded with ``--codecs``.
+
+    A payload that cannot be decoded reads as a placeholder saying why,
+    unless ``strict`` (replay, check), where it raises `fusee.PayloadError`.
+    """
+    target = store_target(args)
+    store = reader(open_store(target, readonly=True), target, codecs_of(args), strict=strict)
     await store.open()
     try:
         yield store

@@ -55,7 +55,7 @@ async def replay_command(args: argparse.Namespace, out: Output) -> int:
     }
     where = store_shown(args)
     results: list[dict[str, Any]] = []
-    async with reading(args) as store:
+    async with reading(args, strict=True) as store:
         if args.id:
             # A run asked for by name is replayed whatever its status.
             rows, left_out = [await get_row(store, args.id, where)], 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from fusee.cli._output import CliError, Output
-from fusee.cli._reading import store_shown, store_target
+from fusee.cli._reading import codecs_of, store_shown, store_target
 from fusee.errors import FuseeError
 
 __all__ = ["ui_command"]
@@ -17,6 +17,7 @@ __all__ = ["ui_command"]
 
 def ui_command(args: argparse.Namespace, out: Output) -> int:
     target = store_target(args)
+    codecs = codecs_of(args)
     try:
         from fusee.ui import serve
         from fusee.ui._actions import ClientActions
@@ -28,7 +29,14 @@ def ui_command(args: argparse.Namespace, out: Output) -> int:
         (f"fusee ui: {store_shown(args)} on http://{args.host}:{args.port}/ (Ctrl-C stops)", "bold")
     )
     try:
-        serve(target, args.host, args.port, args.token, actions=ClientActions(target))
+        serve(
+            target,
+            args.host,
+            args.port,
+            args.token,
+            actions=ClientActions(target, codecs=codecs),
+            codecs=codecs,
+        )
     except ValueError as e:  # another address without --token, a bad port
         raise CliError(str(e)) from None
     return 0

@@ -27,7 +27,7 @@ from fusee._schedule import Schedule
 from fusee.cli._inbox import answer_printer, signal_checker, writer_lock
 from fusee.cli._modules import import_module, workflows_of
 from fusee.cli._output import CliError, Output, short
-from fusee.cli._reading import FINISHED, done_record, outcome_of, store_target
+from fusee.cli._reading import FINISHED, codecs_of, done_record, outcome_of, store_target
 from fusee.engine import Engine, RunInfo
 from fusee.errors import FuseeError
 from fusee.record import PAUSED, Attempt, decode
@@ -165,6 +165,7 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
                         worker=args.name,
                         schedules=schedules,
                         queues=queues,
+                        codecs=codecs_of(args),
                     )
                 )
                 # Before the first await: the inbox's first command sees them,

@@ -183,6 +183,8 @@ class Committer:
         self._order = itertools.count()
         self._loop = asyncio.get_running_loop()
         self.failed: StoreError | None = None
+        # Told of every record appended (id, run): the engine's journal-length watch.
+        self.watch: Callable[[str, int], None] | None = None
         self.writes = 0
         # Batches handed to the store and not yet back, in call order: with
         # SQLite one is on a writer thread for a while, and "idle" must not
@@ -245,6 +247,8 @@ class Committer:
             raise self.failed
         lsn = self.lsn = self.lsn + 1
         self._entries.append(Entry(lsn, id, run, data))
+        if self.watch is not None:
+            self.watch(id, run)
         if not self._woken and self._idle:
             self._wake()
         return lsn

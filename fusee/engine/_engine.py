@@ -26,6 +26,15 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 from fusee import _codec
 from fusee._definitions import checked
 from fusee._durations import duration_ms, parse_duration
+from fusee._payloads import (
+    DEFAULT_MAX_PAYLOAD,
+    DEFAULT_OFFLOAD_OVER,
+    DEFAULT_WARN_RECORDS,
+    Payloads,
+    RecordWatch,
+    default_blobs,
+    install,
+)
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine import _bulk
 from fusee.engine._bulk import BulkActions, BulkResult, Filters
@@ -82,6 +91,8 @@ if TYPE_CHECKING:
     from fusee._events import EventDef
     from fusee._queue import Queue, QueueStats
     from fusee._schedule import Schedule
+    from fusee.blobs import BlobStore
+    from fusee.codecs import PayloadCodec
 
 __all__ = ["Engine"]
 
@@ -143,8 +154,21 @@ class Engine(BulkActions):
         meter_provider: Any = None,
         write_timeout: Any = "5s",
         retention: Any = None,
+        codecs: Iterable[PayloadCodec] = (),
+        blobs: BlobStore | None = None,
+        offload_over: Any = DEFAULT_OFFLOAD_OVER,
+        max_payload: Any = DEFAULT_MAX_PAYLOAD,
+        warn_records: int | None = DEFAULT_WARN_RECORDS,
     ) -> None:
-        self.store = store
+        if warn_records is not None and (type(warn_records) is not int or warn_records < 1):
+            raise ValueError(f"warn_records must be an int >= 1 or None, got {warn_records!r}")
+        self.payloads = Payloads(
+            codecs, blobs=blobs, offload_over=offload_over, max_payload=max_payload
+        )
+        self.record_watch = RecordWatch(warn_records)
+        # Always a door: without codecs it still reads what an earlier chain
+        # wrote as an error saying which codec each payload needs.
+        self.store = install(store, self.payloads, always=True)
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
         for wf in workflows:
             if wf.name in self.workflows and self.workflows[wf.name] is not wf:
@@ -199,6 +223,8 @@ class Engine(BulkActions):
         self.events = Events(store, self.committer, self.clock, self.loop, self.check_open)
         self.events.wait = self.hooks.wait_result
         self.steps = StepExecutor(self.host, self.loop)
+        self.steps.max_payload = self.payloads.max_payload
+        self.committer.watch = self.record_watch.count
         self.telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
         self.closed = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
@@ -243,6 +269,11 @@ class Engine(BulkActions):
         write_timeout: Any = "5s",
         accept_loss: bool = False,
         retention: Any = None,
+        codecs: Iterable[PayloadCodec] = (),
+        blobs: BlobStore | None = None,
+        offload_over: Any = DEFAULT_OFFLOAD_OVER,
+        max_payload: Any = DEFAULT_MAX_PAYLOAD,
+        warn_records: int | None = DEFAULT_WARN_RECORDS,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -285,6 +316,22 @@ class Engine(BulkActions):
                 that ended longer ago than this duration (``"30d"``), whole:
                 journal, row, events, streams. In small batches, off the hot
                 path, from the open on (None, the default: keep every run).
+            codecs: The payload codec chain (`fusee.PayloadCodec` values, e.g.
+                ``[fusee.codecs.Zstd(), fusee.codecs.Encrypt(...)]``), applied
+                in list order to every payload before it is journaled.
+            blobs: Where payloads over ``offload_over`` are kept (a
+                `fusee.BlobStore`); by default, for an SQLite directory,
+                `fusee.blobs.Directory` in its ``blobs`` subdirectory; for
+                the other stores none (payloads stay in the journal).
+            offload_over: The size (after the codecs) above which a payload
+                goes to ``blobs``: bytes, or text such as ``"256KiB"``.
+            max_payload: The largest payload accepted (``"4MiB"`` by default;
+                None: no limit): a start, signal, update or completion over it
+                raises `fusee.PayloadTooLarge`, a step's result over it fails
+                the step with it; nothing over it is recorded.
+            warn_records: Past this many records in one run's journal, the
+                engine logs one warning naming the run and suggesting
+                continue-as-new (None: never).
 
         Example:
             >>> async def main() -> None:
@@ -321,6 +368,11 @@ class Engine(BulkActions):
             meter_provider=meter_provider,
             write_timeout=write_timeout,
             retention=retention,
+            codecs=codecs,
+            blobs=blobs if blobs is not None else default_blobs(path),
+            offload_over=offload_over,
+            max_payload=max_payload,
+            warn_records=warn_records,
         )
         try:
             await engine.recover()
@@ -705,6 +757,7 @@ class Engine(BulkActions):
         wf = self.workflow(check_workflow(workflow))
         check_id(id, "a run")
         data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
+        self.payloads.check_size(data, f"the input of run '{id}'")
         # What a start sent to the shard's owner carries besides these.
         queued: dict[str, Any] = {}
         if queue is not None or debounce is not None:
@@ -999,8 +1052,10 @@ class Engine(BulkActions):
             ...     await engine.complete(token, {"approved": True})
         """
         run_id = CompletionToken.run_id(token)
+        data = _codec.encode(value, name="the completion's value")
+        self.payloads.check_size(data, "the completion's value")
         if run_id and not self.owns(run_id):
-            await self.remote.complete(token, _codec.encode(value, name="the completion's value"))
+            await self.remote.complete(token, data)
             return
         await self._check_completion(token, value)
         await self.messages.complete(token, value)
@@ -1086,12 +1141,14 @@ class Engine(BulkActions):
     async def _signal(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> None:
+        self.payloads.check_size(payload, f"signal '{name}' to run '{id}'")
         await self.messages.signal(id, name, payload, dedup, by)
 
     async def _query(self, id: str, name: str, arg: bytes) -> Any:
         return await self.messages.query(id, name, arg)
 
     async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
+        self.payloads.check_size(payload, f"update '{name}' of run '{id}'")
         return await self.messages.update(id, name, update_id, payload)
 
     async def _cancel(self, id: str, reason: str) -> None:
@@ -1154,6 +1211,7 @@ class Engine(BulkActions):
         up again and delivers what a crash may have lost.
         """
         state.row_status = _STATUS_OF_END.get(done.status, RunStatus.FAILED)
+        self.record_watch.ended(state.id, state.run)
         if state.telemetry is not None:
             state.telemetry.ended(state.row_status.value)
         final = self.runs.row(state, finished_ms=done.finished_ms)

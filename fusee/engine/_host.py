@@ -137,8 +137,15 @@ class EngineHost:
             # The dev profile keeps every record: made, as `append` makes it.
             return self.append(driver, Step(driver.run, seq, name, attempt, status, payload))
         # A `Step` is quiet (`_QUIET`): nothing else to do for it.
-        data = encode_step(driver.run, seq, name, attempt, status, payload)
-        return self._engine.committer.append(driver.id, driver.run, data)
+        payloads = self._engine.payloads
+        sealed = payloads.seal_step(payload) if payloads.codecs else None
+        if sealed is None:
+            data = encode_step(driver.run, seq, name, attempt, status, payload)
+            return self._engine.committer.append(driver.id, driver.run, data)
+        data = encode_step(driver.run, seq, name, attempt, status, sealed)
+        lsn = self._engine.committer.append(driver.id, driver.run, data)
+        payloads.presealed.add(lsn)
+        return lsn
 
     def _react(self, state: RunState, record: Record, lsn: int) -> None:
         engine = self._engine

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from fusee._durations import duration_ms
+from fusee._payloads import delete_blobs_of
 from fusee._status import RunStatus
 from fusee.errors import FuseeError, RunNotFinished
 from fusee.remote._journal import no_run
@@ -184,4 +185,7 @@ class Retention:
         Called after the store deleted the runs: a crash in between leaves
         blobs no run refers to (space, never a run without its data).
         """
-        return
+        try:
+            await delete_blobs_of(self._engine.store, ids)
+        except Exception as e:  # the blob store's own errors: the runs are gone already
+            log.warning("fusee retention: deleting the blobs of %d runs failed: %s", len(ids), e)

@@ -229,6 +229,7 @@ class Runs:
             # message loaded it): that run is the one, never a second copy.
             return started
         records = through_end(decode_journal(id, row.run, entries))
+        engine.record_watch.loaded(id, row.run, len(entries))
         engine.timers.disarm(id, -1)
         state = self.make_state(wf, records, entries[-1][0])
         start = records[0]

@@ -30,7 +30,7 @@ from fusee._loop import start_eagerly
 from fusee._stepfn import code_deciding, mark_returns_awaitable, returns_awaitable, takes_arg
 from fusee.context import CancelFlag, StepCtx, _current_step, _LaterStepCtx
 from fusee.engine._slowsteps import AttemptWatch, expected_s, slow_step_default_s
-from fusee.errors import Failure, PayloadError, StoreError
+from fusee.errors import Failure, PayloadError, PayloadTooLarge, StoreError
 from fusee.record import PAUSED, Status
 from fusee.remote import CompletionToken
 
@@ -213,6 +213,8 @@ class StepExecutor:
 
     def __init__(self, host: StepHost, loop: asyncio.AbstractEventLoop) -> None:
         self.host = host
+        # The engine's max_payload: a result over it fails its step.
+        self.max_payload: int | None = None
         self.loop = loop
         # The loop's thread: a step's heartbeat from any other goes through the loop.
         self.thread_id = threading.get_ident()
@@ -352,7 +354,7 @@ class StepExecutor:
                     return ("suspended", (result, yielded), _made(current))
             elif inspect.isawaitable(result):
                 return ("awaitable", result, _made(current))
-            payload = _encode_result(call, result)
+            payload = _encode_result(call, result, self.max_payload)
         except Exception as e:
             return ("raised", e, _made(current))
         finally:
@@ -445,7 +447,7 @@ class StepExecutor:
             try:
                 try:
                     result = await self._bounded(runner, call, sctx)
-                    payload = _encode_result(call, result)
+                    payload = _encode_result(call, result, self.max_payload)
                 finally:
                     watch.stop()
                     hooks.busy_steps -= busy
@@ -602,21 +604,26 @@ def _failed(task: asyncio.Task[None]) -> None:
         log.error("fusee step task failed", exc_info=task.exception())
 
 
-def _encode_result(call: StepCall, result: Any) -> bytes:
+def _encode_result(call: StepCall, result: Any, limit: int | None) -> bytes:
     """A step's result as bytes; refused if its type would be lost on the way back.
 
     With no declared type the result comes back as its plain shape (a
-    dataclass as a dict), while the workflow's types say otherwise.
+    dataclass as a dict), while the workflow's types say otherwise. A result
+    over ``limit`` bytes (``max_payload``) fails the step: it never reaches
+    the journal.
     """
     if not call.declared and not call.is_await:
         found = _codec.structured_part(result)
         if found is not None:
             raise _undeclared(call, result, *found)
     try:
-        return _codec.encode(result)
+        data = _codec.encode(result)
     except PayloadError:
         # Again, for the message: it names the step. Not built for every result.
-        return _codec.encode(result, name=f"the result of step '{call.name}'")
+        data = _codec.encode(result, name=f"the result of step '{call.name}'")
+    if limit is not None and len(data) > limit:
+        raise PayloadTooLarge(f"the result of step '{call.name}'", len(data), limit)
+    return data
 
 
 async def _finish_first(first: _First, sctx: StepCtx) -> Any:

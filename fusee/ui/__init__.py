@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from fusee._payloads import DEFAULT_WARN_RECORDS, reader
 from fusee.store import Store
 from fusee.ui._app import Actions, build_app, open_readonly
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
+
+    from fusee.codecs import PayloadCodec
 
 __all__ = ["Actions", "create_app", "serve"]
 
@@ -32,6 +35,8 @@ def create_app(
     token: str | None = None,
     readonly_store: Callable[[str], Store] = open_readonly,
     actions: Actions | None = None,
+    codecs: Iterable[PayloadCodec] = (),
+    warn_records: int = DEFAULT_WARN_RECORDS,
 ) -> Starlette:
     """Makes the ASGI app that serves the page and the API for a store.
 
@@ -48,6 +53,12 @@ def create_app(
         actions: What the page may do to runs (signal, cancel, resume, fork)
             and schedules (pause, resume, trigger); with None the app only
             reads.
+        codecs: The payload codecs the workers use: payloads are shown
+            decoded; one the page cannot decode shows why (a missing key)
+            in its place.
+        warn_records: A run's page says that its journal is long (and
+            suggests continue-as-new) past this many records, as the
+            engine's ``warn_records`` does in its log.
 
     Returns:
         A Starlette app (any ASGI server runs it; `serve` runs uvicorn).
@@ -57,7 +68,14 @@ def create_app(
         >>> sorted(r.path for r in app.routes)[:4]
         ['/', '/api/info', '/api/queues', '/api/runs']
     """
-    return build_app(target, token=token, readonly_store=readonly_store, actions=actions)
+    chain = list(codecs)
+    return build_app(
+        target,
+        token=token,
+        readonly_store=lambda t: reader(readonly_store(t), t, chain),
+        actions=actions,
+        warn_records=warn_records,
+    )
 
 
 def _is_loopback(host: str) -> bool:
@@ -82,6 +100,7 @@ def serve(
     token: str | None = None,
     *,
     actions: Actions | None = None,
+    codecs: Iterable[PayloadCodec] = (),
 ) -> None:
     """Serves the page for ``target`` with uvicorn until Ctrl-C (``fusee ui``).
 
@@ -91,6 +110,7 @@ def serve(
         port: The port (default 8700).
         token: The secret every request must carry (see `create_app`).
         actions: What the page may do to runs (see `create_app`).
+        codecs: The payload codecs the workers use (see `create_app`).
 
     Raises:
         ValueError: ``host`` is not a loopback address and no token is given.
@@ -112,7 +132,7 @@ def serve(
     # clear error instead of a failed application startup in uvicorn's log.
     asyncio.run(_check(target))
     uvicorn.run(
-        create_app(target, token=token, actions=actions),
+        create_app(target, token=token, actions=actions, codecs=codecs),
         host=host,
         port=port,
         log_level="info",

@@ -7,12 +7,15 @@ the serving worker applies (on SQLite its one writer), as the CLI's are.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fusee._definitions import signal as signal_def
 from fusee.client import Client
 from fusee.engine import BulkResult
+
+if TYPE_CHECKING:
+    from fusee.codecs import PayloadCodec
 
 __all__ = ["ClientActions"]
 
@@ -30,8 +33,9 @@ class ClientActions:
         <fusee.ui._actions.ClientActions object at ...>
     """
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, *, codecs: Iterable[PayloadCodec] = ()) -> None:
         self._target = target
+        self._codecs = list(codecs)
         self._client: Client | None = None
         self._lock: asyncio.Lock | None = None
 
@@ -40,7 +44,7 @@ class ClientActions:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self._client is None:
-                self._client = await Client.connect(self._target)
+                self._client = await Client.connect(self._target, codecs=self._codecs)
             return self._client
 
     async def signal(self, id: str, name: str, payload: Any) -> None:

@@ -39,6 +39,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from fusee._payloads import DEFAULT_WARN_RECORDS, too_many_records
 from fusee._queue import stats_json
 from fusee._schedule import last_tick, spec_text
 from fusee.engine import BulkResult
@@ -459,7 +460,9 @@ def _run_number(q: QueryParams, row: RunRow) -> int:
         raise _BadRequest(f"run={text!r} is not a run number") from None
 
 
-async def _detail(store: Store, row: RunRow, run: int) -> tuple[dict[str, Any], Timeline]:
+async def _detail(
+    store: Store, row: RunRow, run: int, warn_records: int = DEFAULT_WARN_RECORDS
+) -> tuple[dict[str, Any], Timeline]:
     timeline = await _journal(store, row, run)
     detail = {
         "run": row_json(row),
@@ -467,8 +470,16 @@ async def _detail(store: Store, row: RunRow, run: int) -> tuple[dict[str, Any], 
         "divergence": _divergence(row),
         **timeline.json(),
         "children": await _children(store, timeline),
+        "journal_warning": _journal_warning(row, run, timeline.records, warn_records),
     }
     return detail, timeline
+
+
+def _journal_warning(row: RunRow, run: int, records: int, limit: int) -> str | None:
+    """The engine's ``warn_records`` warning, for a run's page (None under the limit)."""
+    if records <= limit:
+        return None
+    return too_many_records(row.id, run, records, limit)
 
 
 # --- endpoints -----------------------------------------------------------------------------------
@@ -626,7 +637,7 @@ async def _get_run(request: Request) -> Response:
         return _error(404, f"no run {id!r} in this store")
     run = _run_number(request.query_params, row)
     try:
-        detail, _ = await _detail(store, row, run)
+        detail, _ = await _detail(store, row, run, request.app.state.warn_records)
     except NotFound:
         return _error(404, f"run {run} of {id!r} has no records in this store")
     return JSONResponse(detail)
@@ -820,6 +831,7 @@ def build_app(
     token: str | None,
     readonly_store: Callable[[str], Store],
     actions: Actions | None,
+    warn_records: int = DEFAULT_WARN_RECORDS,
 ) -> Starlette:
     """The app `fusee.ui.create_app` returns (see there)."""
 
@@ -875,4 +887,5 @@ def build_app(
     # Shown in the page's header and GET /api/info: never with a password.
     app.state.target = shown_target(target)
     app.state.actions = actions
+    app.state.warn_records = warn_records
     return app

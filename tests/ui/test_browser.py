@@ -498,3 +498,33 @@ def test_a_finished_run_offers_no_signal_form(page: Page, field: Path) -> None:
             expect(page.locator("#signal")).to_be_hidden()
             expect(page.locator("#cancel")).to_be_hidden()
             expect(page.locator("#fork-section")).to_be_visible()
+
+
+def test_the_run_page_shows_a_long_journal_warning_and_hidden_payloads(
+    page: Page, tmp_path: Path
+) -> None:
+    from payload_keys import CODECS
+
+    @fusee.workflow("hush-browser")
+    async def hush(ctx: fusee.Ctx, card: str) -> str:
+        return await ctx.step("charge", lambda: f"charged {card}")
+
+    async def fill() -> None:
+        async with await fusee.Engine.open(
+            tmp_path, workflows=[hush], durability="none", codecs=CODECS
+        ) as engine:
+            await engine.execute(hush, "h-1", "4242")
+
+    # Playwright's sync API runs a loop in this thread: the engine runs in another.
+    filler = threading.Thread(target=lambda: asyncio.run(fill()))
+    filler.start()
+    filler.join()
+    with served(create_app(str(tmp_path), codecs=CODECS, warn_records=2)) as base:
+        page.goto(f"{base}/runs/h-1")
+        expect(page.locator("#journal-warning")).to_contain_text("continue as new")
+        expect(page.locator("#outcome")).to_contain_text("charged 4242")
+    with served(create_app(str(tmp_path))) as base:
+        page.goto(f"{base}/runs/h-1")
+        expect(page.locator("#timeline .op-name")).to_have_text(["charge"])
+        expect(page.locator("body")).to_contain_text("unreadable payload")
+        expect(page.locator("#journal-warning")).to_have_count(0)

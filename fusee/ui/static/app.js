@@ -485,6 +485,10 @@ function runView(detail, expanded, rerender) {
       .filter(([, v]) => v !== "" && v !== null && v !== undefined)
       .map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)]));
   const parts = [el("p", {}, el("a", { href: "/", text: "← runs" })), title, facts];
+  if (detail.journal_warning) {
+    parts.push(el("div", { class: "error-box journal-warning", id: "journal-warning" },
+      el("strong", { text: "Long journal. " }), detail.journal_warning));
+  }
   if (detail.divergence) {
     parts.push(el("div", { class: "error-box divergence", id: "divergence" }, el("strong", { text: "Determinism error. " }),
       detail.divergence.error || el("span", { class: "muted", text: detail.divergence.note })));
