@@ -262,10 +262,9 @@ def _default_other(o: object) -> object:
         import pydantic
 
         if isinstance(o, pydantic.BaseModel):
-            # by_alias: model_validate reads aliases by default. round_trip:
-            # leaves out computed fields, which validation would refuse.
-            dumped = o.model_dump(mode="python", by_alias=True, round_trip=True)
-            return dumped if _is_packable(dumped) else _default(dumped)
+            # Kept by exact class, as a dataclass's encoder is.
+            _ENCODERS[cls] = _dump_model
+            return _dump_model(o)
     if "msgspec" in sys.modules:
         import msgspec
 
@@ -288,6 +287,13 @@ def _default_other(o: object) -> object:
     if isinstance(o, set | frozenset):
         return _set_items(o)
     raise PayloadError(f"{_qualified_name(cls)} is not a payload type; {_WHAT_TO_DO}")
+
+
+def _dump_model(o: pydantic.BaseModel) -> object:
+    # by_alias: model_validate reads aliases by default. round_trip: leaves
+    # out computed fields, which validation would refuse.
+    dumped = o.model_dump(mode="python", by_alias=True, round_trip=True)
+    return dumped if _is_packable(dumped) else _default(dumped)
 
 
 _local = threading.local()
