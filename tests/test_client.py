@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import client_workflows as wfs
 import pytest
@@ -189,7 +189,8 @@ async def test_starts_made_at_once_start_each_run_once_and_fail_only_their_own_c
     assert isinstance(taken, fusee.AlreadyExists)
     assert isinstance(unknown, fusee.UnknownWorkflow)
     assert isinstance(mistyped, fusee.PayloadError)
-    assert [await run.result() for run in started] == ids  # type: ignore[union-attr]
+    assert all(isinstance(run, fusee.Run) for run in started), started
+    assert [await cast("fusee.Run[str]", run).result() for run in started] == ids
     runs = [info.id async for info in client.list()]
     assert sorted(runs) == sorted([*ids, "taken"])  # each once; the refused ones not at all
     assert await client.get("taken").result() == "first"

@@ -38,8 +38,10 @@ async def test_a_call_that_fails_its_trip_fails_alone() -> None:
 
     outcomes = await asyncio.gather(batched(1), batched(-2), batched(3), return_exceptions=True)
 
-    assert outcomes[0] == 10 and outcomes[2] == 30
-    assert isinstance(outcomes[1], ValueError) and "-2 is negative" in str(outcomes[1])
+    assert outcomes[0] == 10
+    assert outcomes[2] == 30
+    assert isinstance(outcomes[1], ValueError)
+    assert "-2 is negative" in str(outcomes[1])
     assert server.trips[0] == [1, -2, 3]  # then call by call
     assert sorted(server.trips[1:]) == [[-2], [1], [3]]
 
