@@ -68,6 +68,12 @@ class Batched(Generic[_I, _O]):
             while self._waiting:
                 batch, self._waiting = self._waiting[: self._limit], self._waiting[self._limit :]
                 await self._carry(batch)
+        except asyncio.CancelledError:
+            # The loop stops: the calls still waiting would wait forever.
+            waiting, self._waiting = self._waiting, []
+            for _, future in waiting:
+                future.cancel()
+            raise
         finally:
             self._out = None
             if self._waiting:  # asked while this task was ending
@@ -76,6 +82,10 @@ class Batched(Generic[_I, _O]):
     async def _carry(self, batch: list[tuple[_I, asyncio.Future[_O]]]) -> None:
         try:
             outcomes = await self._trip([item for item, _ in batch])
+        except asyncio.CancelledError:
+            for _, future in batch:
+                future.cancel()
+            raise
         except Exception as e:
             if len(batch) == 1:
                 _settle(batch[0][1], error=e)

@@ -71,3 +71,26 @@ async def test_a_caller_that_gives_up_leaves_the_trip_to_end_for_the_others() ->
     with pytest.raises(asyncio.CancelledError):
         await gone
     assert server.trips == [[1, 2]]
+
+
+async def test_calls_whose_trip_is_cancelled_are_cancelled_rather_than_left_waiting() -> None:
+    trips: list[Sequence[int]] = []
+
+    async def never_answers(items: Sequence[int]) -> list[int]:
+        trips.append(items)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    batched = Batched(never_answers)
+    out = asyncio.ensure_future(batched(1))
+    while not trips:
+        await asyncio.sleep(0)
+    waiting = asyncio.ensure_future(batched(2))
+    await asyncio.sleep(0)
+    sender = batched._out
+    assert sender is not None
+    sender.cancel()  # what a stopping loop does to it
+
+    for call in (out, waiting):
+        with pytest.raises(asyncio.CancelledError):
+            await call
