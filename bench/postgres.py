@@ -25,7 +25,7 @@ The rule: every server and process this starts is stopped by it, even when
 a figure fails (``finally``); a DBOS that cannot be installed costs its
 rows only, with a note saying why.
 
-    python bench/postgres.py [--repeat N] [--quick]
+    python bench/postgres.py [--repeat N] [--quick] [--clients] [--workflows N]
 """
 
 from __future__ import annotations
@@ -245,6 +245,14 @@ async def w2_by_client(
             await w.stop()
 
 
+def side_env(system: str) -> dict[str, str]:
+    env = child_env()
+    if system == "fusee":
+        # The fusee this process runs (a worktree on PYTHONPATH), not the installed one.
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(Path(fusee.__file__).parent.parent)])
+    return env
+
+
 def side(python: Path, system: str, url: str, runs: int, steps: int) -> dict[str, Any]:
     """One W2 repetition by a peer-harness side in a process of its own (its result line)."""
     directory = tempfile.mkdtemp(prefix=f"pg-{system}-")
@@ -252,7 +260,7 @@ def side(python: Path, system: str, url: str, runs: int, steps: int) -> dict[str
     cmd += ["--dir", directory, "--url", url, "--steps", str(steps), "--workflows", str(runs)]
     try:
         proc = subprocess.run(
-            cmd, cwd=directory, env=child_env(), capture_output=True, text=True, timeout=900
+            cmd, cwd=directory, env=side_env(system), capture_output=True, text=True, timeout=900
         )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -341,11 +349,15 @@ def ratio(figure: str, ours: Sequence[float], theirs: Sequence[float], goal: str
 Config = Callable[[str, int, int, Path], Awaitable[dict[str, float]]]
 
 
-async def measure(cluster: Cluster, repeat: int, runs: int, steps: int) -> list[dict[str, Any]]:
+async def measure(
+    cluster: Cluster, repeat: int, runs: int, steps: int, clients_only: bool = False
+) -> list[dict[str, Any]]:
     server = Server(cluster)
     dbos_python: Path | None = None
     dbos_note = ""
     try:
+        if clients_only:
+            raise SetupError("--clients: the Client rows and the embedded reference only")
         dbos_python = ensure_dbos_venv()
     except SetupError as e:
         dbos_note = f"DBOS not measured: {e}".splitlines()[0]
@@ -375,6 +387,8 @@ async def measure(cluster: Cluster, repeat: int, runs: int, steps: int) -> list[
         "client 1": by_client(1),
         "client 2": by_client(2),
     }
+    if clients_only:
+        del configs["split 1"], configs["split 2"]
     if dbos_python is not None:
         configs["dbos"] = peer_side(dbos_python, "dbos")
     load = round(os.getloadavg()[0], 2)
@@ -388,7 +402,7 @@ async def measure(cluster: Cluster, repeat: int, runs: int, steps: int) -> list[
             done = ", ".join(f"{k} {v[-1]['steps_per_s']:,.0f}" for k, v in figures.items())
             log(f"W2 rep {rep + 1}/{repeat}, steps/s: {done}")
         takeovers: dict[str, list[float]] = {}
-        for lease, times in (("2s", repeat), ("10s", 1)):
+        for lease, times in () if clients_only else (("2s", repeat), ("10s", 1)):
             for _ in range(times):
                 url = await server.new_database("takeover_")
                 takeovers.setdefault(lease, []).append(await takeover(url, lease, 60, tmp))
@@ -420,9 +434,17 @@ async def measure(cluster: Cluster, repeat: int, runs: int, steps: int) -> list[
         ]
     else:
         rows.append({"bench": BENCH, "figure": "W2 steps/s, DBOS", "value": "-", "note": dbos_note})
+    if not clients_only:
+        rows.append(ratio("W2 ratio 2 workers / 1 worker", sps["split 2"], sps["split 1"], ""))
     rows += [
-        ratio("W2 ratio 2 workers / 1 worker", sps["split 2"], sps["split 1"], ""),
-        ratio("W2 ratio 2 / 1 worker, by a Client", sps["client 2"], sps["client 1"], ""),
+        ratio("W2 ratio 2 / 1 worker, by a Client", sps["client 2"], sps["client 1"], ">= 1.6"),
+        # The Client's cost: embedded over the best of the Client's rows.
+        ratio(
+            "W2 ratio fusee embedded / started by a Client",
+            sps["embedded"],
+            max(sps["client 1"], sps["client 2"], key=statistics.median),
+            "<= 1.5",
+        ),
     ]
     for lease, times_s in takeovers.items():
         goal_s = float(lease.rstrip("s")) + 1
@@ -437,15 +459,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="20 workflows, 1 repetition")
+    parser.add_argument(
+        "--clients", action="store_true", help="W2 embedded and by a Client only (no DBOS)"
+    )
+    parser.add_argument("--workflows", type=int, default=200)
     args = parser.parse_args()
-    repeat, runs = (1, 20) if args.quick else (args.repeat, 200)
+    repeat, runs = (1, 20) if args.quick else (args.repeat, args.workflows)
     try:
         cluster = Cluster()
     except RuntimeError as e:  # no server installed: nothing to measure
         log(f"no Postgres figures: {e}")
         return
     with cluster:
-        for r in asyncio.run(measure(cluster, repeat, runs, 10)):
+        for r in asyncio.run(measure(cluster, repeat, runs, 10, args.clients)):
             print(json.dumps(r), flush=True)
 
 

@@ -39,6 +39,15 @@ Converting to a dataclass is done by msgspec (in C) wherever it gives the
 value the hand-written conversion gives (`_with_msgspec`); the hand-written
 conversion stays the reference, and runs wherever msgspec refuses a value.
 
+A dataclass whose fields hold what their annotations say (scalars, UUIDs,
+datetimes, dates, times, Decimals, nested such dataclasses and lists of
+them) is written by msgspec instead, in the typed form: a header that names
+where its UUIDs, datetimes and the like sit, then msgspec's own msgpack, which
+msgspec's decoder of the hint reads in one pass (see "The typed form" below).
+It decodes, with any hint or none, to what the plain form of the same value
+decodes to; bytes in the plain form, all journals written before it among
+them, decode as they always did.
+
 Decoding to a type is strict where a wrong value would pass silently (``True``
 is not an ``int``, ``1.0`` is not an ``int``) and lenient where nothing is
 lost (an ``int`` is accepted for ``float``; a missing dataclass field with a
@@ -253,10 +262,9 @@ def _default_other(o: object) -> object:
         import pydantic
 
         if isinstance(o, pydantic.BaseModel):
-            # by_alias: model_validate reads aliases by default. round_trip:
-            # leaves out computed fields, which validation would refuse.
-            dumped = o.model_dump(mode="python", by_alias=True, round_trip=True)
-            return dumped if _is_packable(dumped) else _default(dumped)
+            # Kept by exact class, as a dataclass's encoder is.
+            _ENCODERS[cls] = _dump_model
+            return _dump_model(o)
     if "msgspec" in sys.modules:
         import msgspec
 
@@ -279,6 +287,13 @@ def _default_other(o: object) -> object:
     if isinstance(o, set | frozenset):
         return _set_items(o)
     raise PayloadError(f"{_qualified_name(cls)} is not a payload type; {_WHAT_TO_DO}")
+
+
+def _dump_model(o: pydantic.BaseModel) -> object:
+    # by_alias: model_validate reads aliases by default. round_trip: leaves
+    # out computed fields, which validation would refuse.
+    dumped = o.model_dump(mode="python", by_alias=True, round_trip=True)
+    return dumped if _is_packable(dumped) else _default(dumped)
 
 
 _local = threading.local()
@@ -314,6 +329,13 @@ def encode(value: object, *, name: str = "value") -> bytes:
             return _pack_scalar(value)
         except Exception as e:
             raise _encode_error(value, name, e) from e
+    typed = _TYPED_ENCODERS.get(t, _NOT_BUILT)
+    if typed is _NOT_BUILT:
+        typed = _typed_encoder(t)
+    if typed is not None:
+        data = typed(value)  # type: ignore[operator]
+        if data is not None:
+            return data  # type: ignore[no-any-return]
     # One Packer per thread: steps encode results on worker threads, and
     # `_default` runs Python code in the middle of a pack, where another
     # thread could otherwise take the GIL and write into the same buffer.
@@ -522,6 +544,8 @@ def _thaw(v: Any) -> Any:
 
 def _unpack_fallback(data: object, name: str, error: Exception) -> Any:
     """Decodes what the fast path refused, or raises the PayloadError for it."""
+    if isinstance(data, bytes | bytearray | memoryview) and data[:1] == _TYPED_MARK:
+        return _typed_plain(bytes(data), name)
     if not isinstance(data, bytes | bytearray | memoryview):
         raise PayloadError(
             f"{name}: expected the bytes of an encoded payload, got {type(data).__name__}"
@@ -592,12 +616,19 @@ class _Plan:
             Union tries the members that say yes first.
         fast: A type such that a decoded value of exactly that type is
             already the result, so the hot path can skip ``convert``.
+        hint: The type itself (set on the plans `_plan_for` returns).
+        typed: msgspec's decoder of ``hint`` for each header of the typed
+            form, or None where the header does not fit the hint.
     """
 
     name: str
     convert: _Convert | None = None
     exact: Callable[[Any], bool] = _never
     fast: type | None = None
+    hint: object = Any
+    typed: dict[bytes, Callable[[Any], Any] | None] = dataclasses.field(
+        default_factory=dict, compare=False
+    )
 
 
 _ANY: Final = _Plan("Any")
@@ -1479,12 +1510,12 @@ def _plan_for(hint: object) -> _Plan:
 def _plan_by_key(hint: object) -> _Plan:
     key = _cache_key(hint)
     if key is None:
-        return _with_msgspec(hint, _Builder().plan(hint))
+        return dataclasses.replace(_with_msgspec(hint, _Builder().plan(hint)), hint=hint, typed={})
     try:
         return _PLANS[key]
     except KeyError:
         pass
-    plan = _with_msgspec(hint, _Builder().plan(hint))
+    plan = dataclasses.replace(_with_msgspec(hint, _Builder().plan(hint)), hint=hint, typed={})
     _PLANS[key] = plan
     return plan
 
@@ -1638,6 +1669,386 @@ def _plain_dataclass_fields(cls: type) -> tuple[dataclasses.Field[Any], ...] | N
     return fields if plain else None
 
 
+# ---------------------------------------------------------------------------
+# The typed form: a dataclass written by msgspec
+# ---------------------------------------------------------------------------
+#
+# A dataclass whose fields hold, as their annotations say, plain scalars,
+# UUIDs, datetimes, dates, times, Decimals, nested such dataclasses and lists
+# of them is written by msgspec (in C) and read back by msgspec's decoder of
+# the hint in one pass. msgspec writes the types msgpack lacks as text, and
+# reading text into a UUID field is only right where the text was a UUID; so
+# where such a value sits, the payload says so in a header:
+#
+#     0xc1  n  <n bytes: msgpack [[ext code, key, key, ...], ...]>  <body>
+#
+# 0xc1 is the one byte msgpack never writes, so a payload starting with it is
+# in this form, and every payload before it (and every other value) is plain
+# msgpack as described in the module docstring. A key is a field name, or
+# nil for every item of a list. Without a hint, or with one the header does
+# not fit exactly (`_typed_decoder`), the body is decoded plain and the
+# values the header names are made their own type again, so every decode
+# gives what the plain msgpack form of the same value gives. A dataclass
+# with no such field needs no header: msgspec writes it byte for byte as the
+# plain form does.
+
+_TYPED_MARK: Final = b"\xc1"
+# The types the header names, by the ext code of their plain form.
+_TAGGED: Final[dict[object, int]] = {
+    uuid.UUID: _UUID,
+    dt.datetime: _DATETIME,
+    dt.date: _DATE,
+    dt.time: _TIME,
+    decimal.Decimal: _DECIMAL,
+}
+_UNTAGGED: Final[dict[object, str]] = {
+    bool: "bool",
+    int: "int",
+    float: "float",
+    str: "str",
+    bytes: "bytes",
+}
+_FROM_TEXT: Final[dict[int, Callable[[str], object]]] = {
+    _UUID: uuid.UUID,
+    _DATETIME: dt.datetime.fromisoformat,
+    _DATE: dt.date.fromisoformat,
+    _TIME: dt.time.fromisoformat,
+    _DECIMAL: decimal.Decimal,
+}
+_TYPED_DEPTH: Final = 8
+_NOT_BUILT: Final = object()
+_TYPED_ENCODERS: dict[type, Callable[[Any], bytes | None] | None] = {}
+_TAGS: dict[bytes, tuple[tuple[int, tuple[str | None, ...]], ...]] = {}
+
+
+def _whole_minutes(offset: dt.timedelta | None) -> bool:
+    # msgspec writes an offset as hours and minutes, and drops the rest.
+    return offset is None or not (offset.seconds % 60 or offset.microseconds)
+
+
+def _typed_encoder(cls: type) -> Callable[[Any], bytes | None] | None:
+    """The typed form's encoder of ``cls``'s instances, or None if it has none."""
+    try:
+        return _TYPED_ENCODERS[cls]
+    except KeyError:
+        pass
+    try:
+        encoder = _build_typed_encoder(cls)
+    except Exception:
+        encoder = None  # a class whose hints do not resolve, and the like
+    _TYPED_ENCODERS[cls] = encoder
+    return encoder
+
+
+class _Checks:
+    """The generated source of a check that a value holds its annotated types exactly.
+
+    The check returns 0 where the typed form cannot take the value, 1 where
+    msgspec's msgpack writes it as it is, and 2 where it must go through
+    `msgspec.to_builtins` first: msgspec's msgpack writes an aware datetime
+    as a timestamp, which keeps the offset only when it is UTC; to_builtins
+    writes RFC 3339 text, which keeps any offset of whole minutes.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.env: dict[str, Any] = {
+            "_whole_minutes": _whole_minutes,
+            "_utc": dt.UTC,
+            "type": type,
+            "list": list,
+            **{name: cls for cls, name in _UNTAGGED.items()},
+        }
+        self.tags: list[tuple[int, tuple[str | None, ...]]] = []
+        self.count = 0
+        self.active: set[type] = set()
+
+    def name(self, value: object) -> str:
+        name = f"_t{len(self.env)}"
+        self.env[name] = value
+        return name
+
+    def var(self) -> str:
+        self.count += 1
+        return f"v{self.count}"
+
+    def add(self, hint: object, var: str, path: tuple[str | None, ...], pad: str) -> bool:
+        """Writes the check of ``var`` against ``hint``; False if the form cannot take it."""
+        origin = typing.get_origin(hint)
+        args = typing.get_args(hint)
+        if origin is Union or origin is types.UnionType:
+            if len(args) != 2 or type(None) not in args:
+                return False
+            (inner,) = (a for a in args if a is not type(None))
+            self.lines.append(f"{pad}if {var} is not None:")
+            return self.add(inner, var, path, pad + "    ")
+        if origin is list:
+            if len(args) != 1:
+                return False
+            item = self.var()
+            self.lines.append(f"{pad}if type({var}) is not list: return 0")
+            self.lines.append(f"{pad}for {item} in {var}:")
+            return self.add(args[0], item, (*path, None), pad + "    ")
+        if origin is not None or not isinstance(hint, type):
+            return False
+        if hint in _UNTAGGED:
+            self.lines.append(f"{pad}if type({var}) is not {_UNTAGGED[hint]}: return 0")
+            return True
+        code = _TAGGED.get(hint)
+        if code is None:
+            return self.add_dataclass(hint, var, path, pad)
+        self.lines.append(f"{pad}if type({var}) is not {self.name(hint)}: return 0")
+        if hint is dt.datetime:
+            self.lines += [
+                f"{pad}if {var}.tzinfo is not None and {var}.tzinfo is not _utc:",
+                f"{pad}    if not _whole_minutes({var}.utcoffset()): return 0",
+                f"{pad}    form = 2",
+            ]
+        elif hint is dt.time:
+            self.lines.append(
+                f"{pad}if {var}.tzinfo is not None and not _whole_minutes({var}.utcoffset()):"
+                " return 0"
+            )
+        self.tags.append((code, path))
+        return True
+
+    def add_dataclass(self, cls: type, var: str, path: tuple[str | None, ...], pad: str) -> bool:
+        fields = _plain_dataclass_fields(cls)
+        if fields is None or cls in self.active or len(path) > _TYPED_DEPTH:
+            return False
+        if not all(f.name.isidentifier() and not keyword.iskeyword(f.name) for f in fields):
+            return False
+        hints = typing.get_type_hints(cls)
+        self.active.add(cls)
+        if path:  # the root is looked up by its exact class
+            self.lines.append(f"{pad}if type({var}) is not {self.name(cls)}: return 0")
+        for f in fields:
+            field_var = self.var()
+            self.lines.append(f"{pad}{field_var} = {var}.{f.name}")
+            if not self.add(hints.get(f.name, Any), field_var, (*path, f.name), pad):
+                return False
+        self.active.discard(cls)
+        return True
+
+
+def _build_typed_encoder(cls: type) -> Callable[[Any], bytes | None] | None:
+    checks = _Checks()
+    if not checks.add_dataclass(cls, "o", (), "    "):
+        return None
+    # The names as parameter defaults: a local is read faster than a global.
+    params = ", ".join(f"{n}={n}" for n in checks.env)
+    body = "\n".join(checks.lines)
+    source = f"def check(o, *, {params}):\n    form = 1\n{body}\n    return form\n"
+    exec(source, checks.env)
+    check: Callable[[Any], int] = checks.env["check"]
+    import msgspec
+
+    encode_body = msgspec.msgpack.Encoder().encode
+    tags = checks.tags
+    if not tags:
+
+        def encode_plain(o: Any) -> bytes | None:
+            # The bytes of the plain form: no value in it needs an ext code.
+            if not check(o):
+                return None
+            try:
+                return encode_body(o)
+            except Exception:
+                return None  # an int beyond 64 bits
+
+        return encode_plain
+    header_tags = msgpack.packb([[code, *path] for code, path in tags], use_bin_type=True)
+    if len(header_tags) > 255:
+        return None
+    header = _TYPED_MARK + bytes([len(header_tags)]) + header_tags
+    _TAGS[header_tags] = tuple(tags)
+    to_builtins = msgspec.to_builtins
+    keep: Final = (bytes,)
+
+    def encode_typed(o: Any) -> bytes | None:
+        form = check(o)
+        if not form:
+            return None
+        try:
+            if form == 1:
+                return header + encode_body(o)
+            return header + encode_body(to_builtins(o, builtin_types=keep))
+        except Exception:
+            return None  # an int beyond 64 bits
+
+    return encode_typed
+
+
+def _typed_parts(data: bytes) -> tuple[bytes, memoryview]:
+    """The header's tags and the body of a payload in the typed form."""
+    end = 2 + data[1]
+    if len(data) <= end:
+        raise ValueError("the payload ends in its header")
+    return bytes(data[2:end]), memoryview(data)[end:]
+
+
+def _tags_of(header: bytes) -> tuple[tuple[int, tuple[str | None, ...]], ...]:
+    try:
+        return _TAGS[header]
+    except KeyError:
+        pass
+    tags = tuple(
+        (code, tuple(path))
+        for code, *path in msgpack.unpackb(header, raw=False, strict_map_key=False)
+    )
+    for code, path in tags:
+        if code not in _FROM_TEXT or not path:
+            raise ValueError(f"a typed payload's header names ext code {code} at {path}")
+    if len(_TAGS) < 4096:
+        _TAGS[header] = tags
+    return tags
+
+
+def _restore(node: Any, path: tuple[str | None, ...], from_text: Callable[[str], object]) -> None:
+    """Makes the text values at ``path`` in ``node`` their own type again."""
+    key, rest = path[0], path[1:]
+    if key is None:
+        if rest:
+            for item in node:
+                if item is not None:
+                    _restore(item, rest, from_text)
+        else:
+            for i, item in enumerate(node):
+                if type(item) is str:
+                    node[i] = from_text(item)
+        return
+    if key not in node:
+        return  # a field the header names and the body lacks: nothing to restore
+    item = node[key]
+    if rest:
+        if item is not None:
+            _restore(item, rest, from_text)
+    elif type(item) is str:
+        # Not a str: a UTC datetime, which msgspec writes as a timestamp and
+        # reads back as a datetime itself.
+        node[key] = from_text(item)
+
+
+def _typed_plain(data: bytes, name: str) -> Any:
+    """A typed-form payload decoded to its plain shape (as `_unpack` gives the plain form)."""
+    import msgspec
+
+    try:
+        header, body = _typed_parts(data)
+        tags = _tags_of(header)
+        value = msgspec.msgpack.decode(body)
+        for code, path in tags:
+            _restore(value, path, _FROM_TEXT[code])
+    except Exception as e:
+        detail = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise PayloadError(
+            f"{name}: the bytes do not decode as a payload ({detail}); "
+            "they were not written by fusee's payload codec, or are damaged"
+        ) from e
+    return value
+
+
+def _typed_decoder(
+    hint: object, tags: tuple[tuple[int, tuple[str | None, ...]], ...]
+) -> Callable[[Any], Any] | None:
+    """msgspec's decoder of ``hint`` where it reads a body with ``tags`` as the plan does.
+
+    That is where msgspec converts ``hint`` as the plan does
+    (`_converts_exactly`) and the hint's UUIDs, datetimes, dates, times and
+    Decimals sit exactly where the header says the body holds them: msgspec
+    reads such a type from text, which the plan accepts only from its own
+    ext value.
+    """
+    if _converts_exactly(hint, set()) is None:
+        return None
+    found: list[tuple[int, tuple[str | None, ...]]] = []
+    if not _tagged_paths(hint, (), found, set()):
+        return None
+    if sorted(found, key=repr) != sorted(tags, key=repr):
+        return None
+    import msgspec
+
+    try:
+        return msgspec.msgpack.Decoder(hint).decode
+    except Exception:
+        return None
+
+
+def _tagged_paths(
+    hint: object,
+    path: tuple[str | None, ...],
+    found: list[tuple[int, tuple[str | None, ...]]],
+    active: set[int],
+) -> bool:
+    """Collects where ``hint`` holds a type the header names; False if one is out of reach."""
+    try:
+        code = _TAGGED.get(hint)
+    except TypeError:
+        return False
+    if code is not None:
+        found.append((code, path))
+        return True
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is Union or origin is types.UnionType:
+        return all(_tagged_paths(a, path, found, active) for a in args)
+    if origin is list:
+        return _tagged_paths(args[0], (*path, None), found, active)
+    if origin is not None:
+        # dicts, sets and tuples: fine as long as nothing in them is named.
+        inner: list[tuple[int, tuple[str | None, ...]]] = []
+        ok = all(_tagged_paths(a, path, inner, active) for a in args if a is not Ellipsis)
+        return ok and not inner
+    if not isinstance(hint, type) or not dataclasses.is_dataclass(hint):
+        return True
+    if id(hint) in active:
+        # A recursive class holding a named type cannot be listed by path.
+        return True
+    active.add(id(hint))
+    try:
+        hints = typing.get_type_hints(hint)
+        before = len(found)
+        ok = all(
+            _tagged_paths(hints.get(f.name, Any), (*path, f.name), found, active)
+            for f in dataclasses.fields(hint)
+        )
+    finally:
+        active.discard(id(hint))
+    if ok and len(path) > _TYPED_DEPTH and len(found) > before:
+        return False
+    return ok
+
+
+def _decode_typed_form(data: bytes, plan: _Plan, name: str) -> Any:
+    """Decodes a payload in the typed form to ``plan``'s type."""
+    try:
+        header, body = _typed_parts(data)
+    except Exception:
+        header, body = b"", memoryview(b"")
+    typed = plan.typed
+    decoder = typed.get(header, _NOT_BUILT)
+    if decoder is _NOT_BUILT:
+        try:
+            decoder = _typed_decoder(plan.hint, _tags_of(header))
+        except Exception:
+            decoder = None
+        if len(typed) < 64:
+            typed[header] = decoder
+    if decoder is not None:
+        try:
+            return decoder(body)  # type: ignore[operator]
+        except Exception:
+            pass  # the plan decides, and names what is wrong
+    value = _typed_plain(data, name)
+    convert = plan.convert
+    if convert is None or type(value) is plan.fast:
+        return value
+    try:
+        return convert(value)
+    except _Mismatch as e:
+        raise _decode_error(e, name, plan) from None
+
+
 def _decode_error(mismatch: _Mismatch, name: str, plan: _Plan) -> PayloadError:
     path = name + "".join(reversed(mismatch.path))
     return PayloadError(
@@ -1674,6 +2085,8 @@ def decode(data: bytes, hint: object = Any, *, name: str = "value") -> Any:
         [1, 2]
     """
     plan = _plan_for(hint)
+    if type(data) is bytes and data[:1] == _TYPED_MARK:
+        return _decode_typed_form(data, plan, name)
     value = _unpack(data, name)
     convert = plan.convert
     if convert is None or type(value) is plan.fast:
@@ -1727,7 +2140,11 @@ def decoder_for(hint: object = Any, *, name: str = "value") -> Callable[[bytes],
 
         return decode_any
 
+    mark = _TYPED_MARK
+
     def decode_typed(data: bytes) -> Any:
+        if type(data) is bytes and data[:1] == mark:
+            return _decode_typed_form(data, plan, name)
         try:
             value = unpackb(data, ext_hook=ext_hook, strict_map_key=False)
         except Exception as e:

@@ -9,11 +9,11 @@ sequence numbers) is never touched, and a store without a chain or blobs is
 not wrapped at all: today's bytes, read as they are.
 
 An encoded payload is an envelope that no converted payload can be
-(converted payloads are msgpack, and 0xC1 is the one byte msgpack never
-uses)::
+(converted payloads are msgpack, or the converter's typed form: 0xC1, the
+one byte msgpack never uses, then a header length that is never 0)::
 
-    byte 0     0xC1
-    bytes 1..  msgpack [codec ids in encoding order, body, reference]
+    bytes 0-1  0xC1 0x00
+    bytes 2..  msgpack [codec ids in encoding order, body, reference]
 
 where the reference is None (the body is the encoded bytes) or
 ``[blob key, SHA-256 of the blob]`` (the body is empty, the blob holds the
@@ -95,8 +95,9 @@ __all__ = [
 
 log = logging.getLogger("fusee.payloads")
 
-MARK: Final = 0xC1
-"""The first byte of an encoded payload (never the first byte of msgpack)."""
+MARK: Final = b"\xc1\x00"
+"""The first bytes of an encoded payload (never those of a converted one)."""
+# In every encoded record: records without it are passed through unread.
 _MARK_BYTE: Final = b"\xc1"
 
 DEFAULT_MAX_PAYLOAD: Final = 4 * 1024 * 1024
@@ -388,14 +389,14 @@ class Payloads:
         the door seals those. The caller notes the record's LSN in
         `presealed`, so the door does not decode it to look.
         """
-        if not self.codecs or not payload or payload[0] == MARK:
+        if not self.codecs or not payload or payload[:2] == MARK:
             return None
         body = payload
         for c in self.codecs:
             body = c.encode(body)
         if self.blobs is not None and len(body) > self.offload_over:
             return None
-        return _MARK_BYTE + msgpack.packb([self._ids, body, None], use_bin_type=True)
+        return MARK + msgpack.packb([self._ids, body, None], use_bin_type=True)
 
     def seal(self, entries: Sequence[Entry]) -> tuple[list[Entry], list[tuple[str, bytes]]]:
         """``entries`` with their payloads encoded, and the blobs to write before them."""
@@ -420,7 +421,7 @@ class Payloads:
             rec = decode(data)
             changes: dict[str, bytes] = {}
             for i, (name, value) in enumerate(_payload_values(rec)):
-                if value[0] == MARK:
+                if value[:2] == MARK:
                     continue  # already sealed (a copy of a sealed journal)
                 sealed = self._seal_one(value, e, i, puts)
                 if sealed is not value:
@@ -440,7 +441,7 @@ class Payloads:
             body = b""
         elif not self.codecs:
             return value
-        return _MARK_BYTE + msgpack.packb([self._ids, body, ref], use_bin_type=True)
+        return MARK + msgpack.packb([self._ids, body, ref], use_bin_type=True)
 
     # --- the way out ------------------------------------------------------------------------
 
@@ -460,7 +461,7 @@ class Payloads:
                 continue
             changes: dict[str, bytes] = {}
             for name, value in _payload_values(rec):
-                if value[0] == MARK:
+                if value[:2] == MARK:
                     changes[name] = await self._open_one(id, rec, lsn, value)
             out.append((lsn, encode(_with(rec, changes))) if changes else (lsn, data))
         return out
@@ -481,7 +482,7 @@ class Payloads:
 
     async def _decode(self, value: bytes) -> bytes:
         try:
-            ids, body, ref = msgpack.unpackb(value[1:], raw=False, use_list=True)
+            ids, body, ref = msgpack.unpackb(value[2:], raw=False, use_list=True)
         except Exception:
             raise _Unreadable("", "its envelope is damaged") from None
         if ref is not None:
@@ -536,9 +537,9 @@ def blob_refs(entries: Iterable[tuple[int, bytes]]) -> builtins.list[BlobRef]:
         if data.find(_MARK_BYTE, _TAG_AT + 1) < 0 or data[_TAG_AT] not in _PAYLOAD_TAGS:
             continue
         for _name, value in _payload_values(decode(data)):
-            if value[0] == MARK:
+            if value[:2] == MARK:
                 try:
-                    _ids, _body, ref = msgpack.unpackb(value[1:], raw=False)
+                    _ids, _body, ref = msgpack.unpackb(value[2:], raw=False)
                 except Exception:
                     continue
                 if ref is not None:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import client_workflows as wfs
 import pytest
@@ -228,6 +228,30 @@ async def test_the_workers_errors_are_raised_with_their_types(client: fusee.Clie
         await client.get("nobody").result()
     with pytest.raises(ValueError, match="await_completion token"):
         await client.complete("junk")
+
+
+async def test_starts_made_at_once_start_each_run_once_and_fail_only_their_own_caller(
+    client: fusee.Client,
+) -> None:
+    # On Postgres they are posted in one statement, their answers read in
+    # one, and the worker answers them in one: each caller still gets its own.
+    await client.start(wfs.echo, "taken", "first")
+    ids = [f"many-{k}" for k in range(12)]
+    *started, taken, unknown, mistyped = await asyncio.gather(
+        *(client.start(wfs.echo, id, id) for id in ids),
+        client.start(wfs.echo, "taken", "again"),
+        client.start("nope", "unknown-1"),
+        client.start(wfs.tally, "mistyped-1", "not a number"),
+        return_exceptions=True,
+    )
+    assert isinstance(taken, fusee.AlreadyExists)
+    assert isinstance(unknown, fusee.UnknownWorkflow)
+    assert isinstance(mistyped, fusee.PayloadError)
+    assert all(isinstance(run, fusee.Run) for run in started), started
+    assert [await cast("fusee.Run[str]", run).result() for run in started] == ids
+    runs = [info.id async for info in client.list()]
+    assert sorted(runs) == sorted([*ids, "taken"])  # each once; the refused ones not at all
+    assert await client.get("taken").result() == "first"
 
 
 async def test_a_fork_posted_by_a_client_copies_the_steps_before_its_position(

@@ -31,7 +31,7 @@ import msgspec
 import pydantic
 import pytest
 import typing_extensions
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fusee import _codec
@@ -1024,6 +1024,149 @@ def test_msgspec_converts_a_valid_value_itself_without_the_plan(value: Shipment)
     raw = decode(encode(value))
     back = msgspec.convert(raw, Shipment, strict=True, builtin_types=_codec._CONVERT_BUILTINS)
     assert identical(back, value)
+
+
+# --- the typed form: a dataclass written and read by msgspec ----------------------------------
+
+
+@dataclasses.dataclass
+class Entry:
+    sku: str
+    qty: int
+    price: float
+    ref: uuid.UUID | None = None
+
+
+@dataclasses.dataclass
+class Receipt:
+    id: uuid.UUID
+    at: dt.datetime
+    day: dt.date
+    opens: dt.time
+    amount: decimal.Decimal
+    entries: list[Entry]
+    paid: bool = False
+    note: str | None = None
+    scan: bytes = b""
+
+
+@dataclasses.dataclass
+class ReceiptAsText:
+    """`Receipt` as an older version of the code had it: plain text and numbers."""
+
+    id: str
+    at: str
+    day: dt.date
+    opens: dt.time
+    amount: float
+    entries: list[dict[str, Any]]
+
+
+entries = st.builds(
+    Entry,
+    sku=st.text(max_size=4),
+    qty=st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    price=st.floats(allow_nan=False),
+    ref=st.none() | st.uuids(),
+)
+receipts = st.builds(
+    Receipt,
+    id=st.uuids(),
+    at=datetimes,
+    day=st.dates(),
+    opens=times,
+    amount=st.decimals(allow_nan=False),
+    entries=st.lists(entries, max_size=3),
+    paid=st.booleans(),
+    note=st.none() | st.text(max_size=4),
+    scan=st.binary(max_size=4),
+)
+RECEIPT = Receipt(
+    uuid.UUID(int=7), AWARE, dt.date(2024, 1, 2), dt.time(3, 4), decimal.Decimal("1.50"), []
+)
+# The hints a typed payload may be read with: its class, what a hint-less
+# decode gives, and classes of other shapes whose verdict the plan gives.
+READERS = [Receipt, Any, dict[str, Any], ReceiptAsText, Entry, list[Entry], Receipt | None]
+
+
+def typed_bytes(tags: list[list[Any]], body: object) -> bytes:
+    """A payload in the typed form, made by hand."""
+    header = msgpack.packb(tags)
+    return b"\xc1" + bytes([len(header)]) + header + msgpack.packb(body)
+
+
+@THOROUGH
+@given(receipts, st.sampled_from(READERS))
+def test_a_typed_payload_decodes_as_the_plain_bytes_of_the_same_value_do(
+    value: Receipt, hint: object
+) -> None:
+    typed, plain = encode(value), reference_encode(value)
+    by_typed, by_plain = _by_decoder(typed, hint), _by_decoder(plain, hint)
+    assert by_typed[0] == by_plain[0]
+    assert identical(by_typed[1], by_plain[1])
+    if by_typed[0] == "ok":
+        assert identical(decode(typed, hint), by_typed[1])
+
+
+@QUICK
+@given(receipts)
+def test_a_dataclass_of_uuids_datetimes_and_decimals_is_written_in_the_typed_form(
+    value: Receipt,
+) -> None:
+    # An offset with seconds (a zone's old local mean time) goes plain.
+    assume(all(_codec._whole_minutes(t.utcoffset()) for t in (value.at, value.opens)))
+    data = encode(value)
+    assert data[:1] == b"\xc1"  # the byte msgpack never writes: old bytes never start so
+    assert identical(decoder_for(Receipt)(data), value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(Entry("a", 2**64, 1.0), id="int-beyond-64-bits"),
+        pytest.param(Entry("a", 1, 1), id="int-in-a-float-field"),
+        pytest.param(Entry("a", True, 1.0), id="bool-in-an-int-field"),
+        pytest.param(Entry(uuid.UUID(int=1), 1, 1.0), id="uuid-in-a-str-field"),  # type: ignore[arg-type]
+        pytest.param(Entry("a", 1, 1.0, "not-a-uuid"), id="str-in-a-uuid-field"),  # type: ignore[arg-type]
+        pytest.param(Order("o", [Item(1)]), id="set-field"),
+        pytest.param(
+            dataclasses.replace(
+                RECEIPT, at=dt.datetime(2024, 1, 2, tzinfo=dt.timezone(dt.timedelta(seconds=30)))
+            ),
+            id="offset-with-seconds",
+        ),
+        pytest.param(dataclasses.replace(RECEIPT, entries=(Entry("a", 1, 1.0),)), id="tuple-field"),  # type: ignore[arg-type]
+        pytest.param(dataclasses.replace(RECEIPT, entries=[Item(1)]), id="other-dataclass-in-list"),  # type: ignore[list-item]
+    ],
+)
+def test_a_value_its_annotations_do_not_describe_is_written_in_the_plain_form(
+    value: object,
+) -> None:
+    assert encode(value) == reference_encode(value)
+
+
+def test_a_dataclass_without_uuids_datetimes_or_decimals_is_written_as_before() -> None:
+    plain = Item(1, 2)
+    assert encode(plain) == reference_encode(plain) == b"\x82\xa3sku\x01\xa3qty\x02"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"\xc1", id="mark-only"),
+        pytest.param(b"\xc1\x05\x91", id="header-cut"),
+        pytest.param(typed_bytes([[99, "id"]], {"id": "x"}), id="unknown-code"),
+        pytest.param(typed_bytes([[6, "id"]], {"id": "x"}), id="not-a-uuid"),
+        pytest.param(typed_bytes([[6]], {"id": "x"}), id="empty-path"),
+        pytest.param(typed_bytes([[6, "id"]], b"") + b"\x00", id="trailing-bytes"),
+    ],
+)
+def test_damaged_typed_bytes_raise_payload_error(data: bytes) -> None:
+    for hint in (Any, Receipt, Entry):
+        with pytest.raises(PayloadError):
+            decode(data, hint)
+        with pytest.raises(PayloadError):
+            decoder_for(hint)(data)
 
 
 # --- typed records a hint-less decode would lose -------------------------------------------------

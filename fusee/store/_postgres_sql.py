@@ -259,6 +259,16 @@ class _Sql:
             f"SELECT ok, answer, answered_ms FROM {q}.commands"
             " WHERE id = $1 AND answered_ms IS NOT NULL"
         )
+        # What many callers asked at once, in one statement (`Batched`).
+        self.answer_commands = (
+            f"UPDATE {q}.commands AS c SET answered_ms = $2, ok = t.ok, answer = t.answer"
+            " FROM unnest($1::text[], $3::bool[], $4::bytea[]) AS t(id, ok, answer)"
+            " WHERE c.id = t.id AND c.answered_ms IS NULL"
+        )
+        self.get_answers = (
+            f"SELECT id, ok, answer, answered_ms FROM {q}.commands"
+            " WHERE id = ANY($1::text[]) AND answered_ms IS NOT NULL"
+        )
         self.forget_commands = f"DELETE FROM {q}.commands WHERE answered_ms < $1"
         self.unfinished = f"{unfinished} ORDER BY started_ms, id"
         self.unfinished_in = f"{unfinished} AND shard = ANY($2::int[]) ORDER BY started_ms, id"

@@ -73,6 +73,7 @@ from fusee.store._base import (
     _now_ms,
     _queued,
 )
+from fusee.store._batch import Batched
 from fusee.store._postgres_errors import _import_asyncpg, _is_connection_lost
 from fusee.store._postgres_queues import PostgresQueues
 from fusee.store._postgres_schedules import PostgresSchedules
@@ -190,6 +191,10 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         self._client = client
         # The inbox: commands taken since `open`, and the LISTEN connection.
         self._taken: set[str] = set()
+        # Posts, answers and reads of answers made at once share a trip.
+        self._posts: Batched[tuple[Any, ...], None] = Batched(self._post_trip)
+        self._answering: Batched[tuple[str, bool, bytes], None] = Batched(self._answer_trip)
+        self._reading_answers: Batched[str, Answer | None] = Batched(self._read_answers_trip)
         self._queries: set[asyncio.Future[Any]] = set()
         self._listener: Any = None
         self._notified = asyncio.Event()
@@ -671,11 +676,25 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         )
         # A stop is for whichever worker takes it; the rest go to their run's shard's owner.
         shard = shard_of(command.run_id, self._shards) if command.kind != "stop" else None
-        await self._query(
-            lambda conn: conn.execute(self._sql.post_command, *values, self.channel, shard),
-            "posting a command to",
-        )
+        await self._posts((*values, shard))
         return command.id
+
+    async def _post_trip(self, posts: Sequence[tuple[Any, ...]]) -> list[None]:
+        if len(posts) == 1:
+            await self._query(
+                lambda conn: conn.execute(
+                    self._sql.post_command, *posts[0][:6], self.channel, posts[0][6]
+                ),
+                "posting a command to",
+            )
+            return [None]
+        # One statement, one commit, one NOTIFY for the commands posted at once.
+        columns = [builtins.list(c) for c in zip(*posts, strict=True)]
+        await self._query(
+            lambda conn: conn.execute(self._sql.post_commands, *columns, self.channel),
+            "posting commands to",
+        )
+        return [None] * len(posts)
 
     async def take_commands(
         self, limit: int = 100, *, shards: Collection[int] | None = None
@@ -786,13 +805,16 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             fusee.errors.StoreError: the store ... is closed; await store.open() first
         """
         self._check_writable()
-        await self._query(
-            lambda conn: conn.execute(
-                self._sql.answer_command, id, _now_ms(), bool(ok), bytes(payload)
-            ),
-            "answering a command in",
-        )
+        await self._answering((id, bool(ok), bytes(payload)))
         self._taken.discard(id)
+
+    async def _answer_trip(self, answers: Sequence[tuple[str, bool, bytes]]) -> list[None]:
+        ids, oks, payloads = (builtins.list(c) for c in zip(*answers, strict=True))
+        await self._query(
+            lambda conn: conn.execute(self._sql.answer_commands, ids, _now_ms(), oks, payloads),
+            "answering commands in",
+        )
+        return [None] * len(answers)
 
     async def get_answer(self, id: str) -> Answer | None:
         """The answer to command ``id``, or None while it has none.
@@ -803,10 +825,15 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             Traceback (most recent call last):
             fusee.errors.StoreError: the store ... is closed; await store.open() first
         """
-        found = await self._query(lambda conn: conn.fetchrow(self._sql.get_answer, id), "reading")
-        if found is None:
-            return None
-        return Answer(bool(found[0]), bytes(found[1] or b""), int(found[2]))
+        self._check_open()
+        return await self._reading_answers(id)
+
+    async def _read_answers_trip(self, ids: Sequence[str]) -> list[Answer | None]:
+        rows = await self._query(
+            lambda conn: conn.fetch(self._sql.get_answers, builtins.list(ids)), "reading"
+        )
+        found = {r[0]: Answer(bool(r[1]), bytes(r[2] or b""), int(r[3])) for r in rows}
+        return [found.get(id) for id in ids]
 
     async def forget_commands(self, answered_before_ms: int) -> int:
         """Deletes the commands answered before ``answered_before_ms``; returns how many.
