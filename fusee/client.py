@@ -13,7 +13,9 @@ to a run is the serving engine's, so it stays durable and applied once.
 from __future__ import annotations
 
 import builtins
+import datetime
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -22,6 +24,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from fusee import _codec
 from fusee._durations import duration_ms
 from fusee._queue import Queue, QueueStats
+from fusee.engine._deadlines import deadline_after, not_before
 from fusee.engine._queues import queue_stats
 from fusee.engine._remote import Remote
 from fusee.engine._run import KEEP_INPUT, IdPolicy, Run, RunInfo, check_id, info_of
@@ -125,6 +128,9 @@ class Client(Remote):
         key: str | None = None,
         priority: int = 0,
         debounce: Any = None,
+        timeout: Any = None,
+        delay: Any = None,
+        start_at: datetime.datetime | None = None,
     ) -> Run[T]:
         """Starts a run on the serving worker; returns once its start is durable.
 
@@ -139,6 +145,11 @@ class Client(Remote):
             priority: Lower numbers are admitted first.
             debounce: A duration: a start of an id still queued replaces its
                 input and holds its admission back this long again.
+            timeout: A duration: the run is cancelled ("deadline exceeded")
+                if it is still going this long after now.
+            delay: A duration: the run is ``queued`` until then
+                (``describe().wake_at``; ``run.start_now()`` starts it early).
+            start_at: A ``datetime``: as ``delay``, until then.
 
         Raises:
             fusee.AlreadyExists: The id is taken.
@@ -149,9 +160,12 @@ class Client(Remote):
 
         Example:
             >>> async def main(client: Client) -> None:
-            ...     run = await client.start("checkout", "order-1", {"sku": "A1"})
+            ...     run = await client.start("checkout", "order-1", {"sku": "A1"}, timeout="1h")
         """
         check_id(id, "a run")
+        now = round(time.time() * 1000)
+        deadline_ms = deadline_after(now, timeout)
+        not_before_ms = not_before(now, delay, start_at)
         if isinstance(workflow, str):
             name = workflow
         else:
@@ -167,6 +181,10 @@ class Client(Remote):
                 priority=priority,
                 debounce_ms=None if debounce is None else duration_ms(debounce),
             )
+        if deadline_ms:
+            fields["deadline_ms"] = deadline_ms
+        if not_before_ms:
+            fields["not_before_ms"] = not_before_ms
         trace = caller_trace()
         if trace is not None:
             fields["trace"] = trace
@@ -365,6 +383,10 @@ class SyncRun(Generic[T]):
         """Resumes the run's paused steps (`fusee.Run.resume`)."""
         _blocking(self._portal, self._run.resume)
 
+    def start_now(self) -> None:
+        """Starts a delayed run now (`fusee.Run.start_now`)."""
+        _blocking(self._portal, self._run.start_now)
+
     def describe(self) -> RunInfo:
         """The run's status, times and attributes (`fusee.Run.describe`)."""
         return _blocking(self._portal, self._run.describe)
@@ -463,6 +485,9 @@ class SyncClient:
         key: str | None = None,
         priority: int = 0,
         debounce: Any = None,
+        timeout: Any = None,
+        delay: Any = None,
+        start_at: datetime.datetime | None = None,
     ) -> SyncRun[T]:
         """Starts a run on the serving worker (`Client.start`)."""
         run = _blocking(
@@ -476,6 +501,9 @@ class SyncClient:
                 key=key,
                 priority=priority,
                 debounce=debounce,
+                timeout=timeout,
+                delay=delay,
+                start_at=start_at,
             ),
         )
         return SyncRun(self._portal, run)

@@ -475,6 +475,7 @@ class Ctx:
         detached: bool = False,
         queue: _Named | str | None = None,
         key: str | None = None,
+        timeout: Any = None,
     ) -> asyncio.Future[T]:
         """Starts child run ``id`` of ``workflow``; resolves to its result.
 
@@ -483,6 +484,11 @@ class Ctx:
         or its name) the child is queued until the queue admits it, under
         ``key`` for the queue's ``per_key`` limit; a queue the engine does
         not have fails the child with `fusee.UnknownQueue`.
+
+        With ``timeout`` (a duration) the child has a deadline: once it
+        passes, the child is cancelled (reason ``"deadline exceeded"``) and
+        its future raises `fusee.Cancelled`. An attached child's deadline
+        is never past this run's own (`Engine.start(..., timeout=)`).
 
         Raises:
             fusee.ChildFailed: (from the future) the child failed.
@@ -493,7 +499,7 @@ class Ctx:
             ... async def ship(ctx, order_id: str) -> str:
             ...     return f"shipped {order_id}"
             >>> async def f(ctx: Ctx, order_id: str) -> str:
-            ...     return await ctx.child(ship, f"ship-{order_id}", order_id)
+            ...     return await ctx.child(ship, f"ship-{order_id}", order_id, timeout="1h")
         """
         if not isinstance(id, str) or not id:
             raise TypeError(f"ctx.child needs a non-empty run id, got {id!r}")
@@ -502,9 +508,13 @@ class Ctx:
         data = checked(
             input, workflow.decode_input, f"the input of child '{id}'", workflow.input_type
         )
+        # Read live only: on replay the journal's `Child` holds the deadline.
+        deadline_ms = 0 if timeout is None else d.now_ms() + _timeout_ms(timeout)
+        if not detached:
+            deadline_ms = _capped(deadline_ms, self._machine.info().deadline_ms)
         try:
             seq, arm = self._machine.begin_child(
-                workflow.name, id, DETACHED if detached else 0, 0, data
+                workflow.name, id, DETACHED if detached else 0, deadline_ms, data
             )
         except DeterminismError as e:
             raise self._diverged(e) from None
@@ -980,3 +990,20 @@ def current_step() -> StepCtx | None:
     if isinstance(step, _LaterStepCtx):
         return step.get()
     return step
+
+
+def _timeout_ms(timeout: Any) -> int:
+    """A child's timeout in milliseconds (a positive duration)."""
+    ms = round(parse_duration(timeout) * 1000)
+    if ms <= 0:
+        raise ValueError(
+            f"a child's timeout must be a positive duration ('30s', '1h'), not {timeout!r}"
+        )
+    return ms
+
+
+def _capped(deadline_ms: int, parent_ms: int) -> int:
+    """A child's deadline, never past its parent's (0 stands for none)."""
+    if not parent_ms:
+        return deadline_ms
+    return parent_ms if not deadline_ms else min(deadline_ms, parent_ms)

@@ -29,6 +29,7 @@ import builtins
 import contextlib
 import contextvars
 import dataclasses
+import datetime
 import inspect
 import logging
 import textwrap
@@ -242,6 +243,9 @@ class TestEngine:
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
@@ -255,6 +259,9 @@ class TestEngine:
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
@@ -268,6 +275,9 @@ class TestEngine:
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[Any]: ...
 
     async def start(
@@ -281,6 +291,9 @@ class TestEngine:
         key: str | None = None,
         priority: int = 0,
         debounce: Any = None,
+        timeout: Any = None,
+        delay: Any = None,
+        start_at: datetime.datetime | None = None,
     ) -> Run[Any]:
         """`Engine.start`; the handle stays valid across crashes."""
         run = await self.engine.start(
@@ -292,6 +305,9 @@ class TestEngine:
             key=key,
             priority=priority,
             debounce=debounce,
+            timeout=timeout,
+            delay=delay,
+            start_at=start_at,
         )
         return Run(self, run.id)
 
@@ -400,6 +416,9 @@ class TestEngine:
 
     async def _resume(self, id: str) -> None:
         await self._current()._resume(id)
+
+    async def _start_now(self, id: str) -> None:
+        await self._current()._start_now(id)
 
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         return self._current()._stream(id, name)

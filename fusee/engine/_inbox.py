@@ -30,6 +30,7 @@ import msgpack
 
 from fusee import _codec
 from fusee import errors as _errors
+from fusee._definitions import checked
 from fusee._status import RunStatus
 from fusee.engine._journal import decode_journal
 from fusee.engine._run import IdPolicy, dedup_key
@@ -360,15 +361,17 @@ class Inbox:
             try:
                 trace = p.get("trace")
                 with engine.telemetry.attached(bytes(trace) if trace else None):
-                    await engine.start(
+                    await engine.begin(
                         wf,
                         id,
-                        value,
+                        checked(value, wf.decode_input, f"the input of run '{id}'", wf.input_type),
                         id_policy=policy,
                         queue=p.get("queue"),
                         key=p.get("key"),
                         priority=int(p.get("priority") or 0),
                         debounce=None if debounce_ms is None else int(debounce_ms) / 1000,
+                        deadline_ms=int(p.get("deadline_ms") or 0),
+                        not_before_ms=int(p.get("not_before_ms") or 0),
                     )
             except AlreadyExists:
                 if command.attempt <= 1 or not await self._started_by_us(id, wf.name):
@@ -409,6 +412,9 @@ class Inbox:
         if kind == "resume":
             await engine._resume(id)
             return {"message": f"run {id!r} resumed"}
+        if kind == "start_now":
+            await engine._start_now(id)
+            return {"message": f"run {id!r} starts now"}
         if kind == "complete":
             await engine.complete(str(p["token"]), _codec.decode(bytes(p["value"])))
             return {"message": f"completed {p['token']!r}"}

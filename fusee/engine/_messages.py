@@ -555,7 +555,14 @@ class Messages:
                 )
             return
         lsn = engine.create_run(
-            wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1, trace=trace
+            wf,
+            rec.id,
+            rec.input,
+            parent=link,
+            policy=rec.flags,
+            run=1,
+            trace=trace,
+            deadline_ms=rec.deadline_ms,
         )
         try:
             await engine.committer.durable(lsn)

@@ -185,6 +185,9 @@ class Remote:
     async def _resume(self, id: str) -> None:
         await self._call("resume", id, {})
 
+    async def _start_now(self, id: str) -> None:
+        await self._call("start_now", id, {})
+
     async def _complete(self, token: str, data: bytes) -> None:
         run_id = token.rsplit("/", 3)[0] if isinstance(token, str) else ""
         await self._call("complete", run_id, {"token": token, "value": data})

@@ -88,6 +88,8 @@ class RunInfo:
     paused_steps: tuple[str, ...]
     error: str | None = None
     """Why the run cannot go on (its code diverged from its journal), if so."""
+    wake_at: datetime.datetime | None = None
+    """When a delayed run starts (``start(..., delay=)``), while it is ``queued``."""
 
 
 class RunOperations(Protocol):
@@ -101,6 +103,7 @@ class RunOperations(Protocol):
     async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any: ...
     async def _cancel(self, id: str, reason: str) -> None: ...
     async def _resume(self, id: str) -> None: ...
+    async def _start_now(self, id: str) -> None: ...
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]: ...
     async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any: ...
     async def _describe(self, id: str) -> RunInfo: ...
@@ -297,6 +300,22 @@ class Run(Generic[T]):
         """Resumes the run's paused steps, each with a fresh retry budget."""
         await self._engine._resume(self.id)
 
+    async def start_now(self) -> None:
+        """Starts a delayed run (``start(..., delay=)``) now instead of at its time.
+
+        A run no longer queued (started, or ended) is left as it is; a run
+        queued on a `fusee.Queue` is admitted as soon as the queue's limits allow.
+
+        Raises:
+            fusee.NotFound: No run has this id.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     run = await engine.start("report", "r-1", delay="1h")
+            ...     await run.start_now()
+        """
+        await self._engine._start_now(self.id)
+
     def stream(self, name: str) -> AsyncIterator[Any]:
         """Reads stream ``name`` from its start, live, until it ends."""
         return self._engine._stream(self.id, name)
@@ -404,6 +423,7 @@ def info_of(row: RunRow, state: RunState | None, error: BaseException | None) ->
         attributes=dict(row.attributes),
         paused_steps=paused,
         error=str(error) if error is not None else None,
+        wake_at=_time(row.wake_ms) if row.status == RunStatus.QUEUED else None,
     )
 
 

@@ -335,6 +335,7 @@ class Runs:
             engine.timers.arm(id, run, seq, at, TIMER)
         for seq, at in deadlines.items():
             engine.timers.arm(id, run, seq, at, DEADLINE)
+        engine.deadlines.arm(state)
         for child in children.values():
             engine.messages.owe(state, child)
         if recovering:

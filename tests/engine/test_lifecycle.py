@@ -1,0 +1,199 @@
+"""Run lifecycle: deadlines and delayed starts, live and after a crash, on every store."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+import fusee
+from fusee.record import Start, decode
+
+from .conftest import Host, assert_steps_ran_once
+
+pytestmark = pytest.mark.asyncio
+
+paid = fusee.signal("paid", int)
+
+LIFE = [pytest.param(False, id="live"), pytest.param(True, id="crashed")]
+
+
+@fusee.workflow("hold-seat")
+async def hold_seat(ctx: fusee.Ctx, seat: str) -> str:
+    await ctx.step("reserve", lambda: f"held {seat}")
+    try:
+        await ctx.wait_for(paid)
+    except fusee.Cancelled:
+        # Compensation runs when the deadline cancels the run, as for any cancel.
+        await ctx.step("release", lambda: f"released {seat}")
+        raise
+    return await ctx.step("book", lambda: f"booked {seat}")
+
+
+@fusee.workflow("box-office")
+async def box_office(ctx: fusee.Ctx, seat: str) -> str:
+    try:
+        return await ctx.child(hold_seat, f"hold-{seat}", seat, timeout="10m")
+    except fusee.Cancelled as e:
+        return f"gave up: {e}"
+
+
+# --- deadlines -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_run_past_its_deadline_is_cancelled_and_its_compensation_runs(
+    host: Host, crash: bool
+) -> None:
+    async with host(workflows=[hold_seat], park_after="1s") as t:
+        run = await t.start(hold_seat, "seat-1", "A1", timeout="1h")
+        await t.advance("30m")
+        assert (await run.describe()).status == "suspended"
+        if crash:
+            # Parked, then lost with its process: the next one still cancels it.
+            await t.crash()
+        await t.advance("31m")
+        with pytest.raises(fusee.Cancelled, match="deadline exceeded"):
+            await run.result()
+        assert (await run.describe()).status == "cancelled"
+        # Reserve, then release: book never ran.
+        assert len(t.step_log) == 2
+        await t.crash()
+        with pytest.raises(fusee.Cancelled, match="deadline exceeded"):
+            await run.result()
+        assert_steps_ran_once(t)
+
+
+async def test_a_run_that_ends_before_its_deadline_is_left_alone(host: Host) -> None:
+    async with host(workflows=[hold_seat]) as t:
+        run = await t.start(hold_seat, "seat-2", "B2", timeout="1h")
+        await t.advance("10m")
+        await run.signal(paid, 30)
+        assert await run.result() == "booked B2"
+        await t.crash()
+        await t.advance("2h")
+        assert await run.result() == "booked B2"
+        assert (await run.describe()).status == "completed"
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_childs_timeout_cancels_the_child_and_fails_its_future(
+    host: Host, crash: bool
+) -> None:
+    async with host(workflows=[box_office, hold_seat]) as t:
+        run = await t.start(box_office, "office-1", "C3")
+        await t.advance("5m")
+        if crash:
+            await t.crash()
+        assert await run.result() == "gave up: deadline exceeded"
+        with pytest.raises(fusee.Cancelled, match="deadline exceeded"):
+            await t.get("hold-C3").result()
+        # The child reserved, then released.
+        assert len(t.step_log) == 2
+        assert_steps_ran_once(t)
+
+
+async def test_a_childs_deadline_is_never_past_its_parents(host: Host) -> None:
+    async with host(workflows=[box_office, hold_seat]) as t:
+        started_ms = t.clock.now_ms()
+        run = await t.start(box_office, "office-2", "D4", timeout="3m")
+        await t.settle()
+        # The child asked for 10 minutes; its parent has 3.
+        (first, *_) = await t.engine.store.load("hold-D4")
+        start = decode(first[1])
+        assert isinstance(start, Start)
+        assert start.deadline_ms == started_ms + 180_000
+        await t.advance("4m")
+        with pytest.raises(fusee.Cancelled):
+            await t.get("hold-D4").result()
+        assert await run.result() == "gave up: deadline exceeded"
+
+
+async def test_a_timeout_that_is_not_a_positive_duration_is_refused(host: Host) -> None:
+    async with host(workflows=[hold_seat]) as t:
+        for bad in ("0s", -5, "soon"):
+            with pytest.raises(ValueError):
+                await t.start(hold_seat, "seat-bad", "Z9", timeout=bad)
+        with pytest.raises(fusee.NotFound):
+            await t.get("seat-bad").describe()
+
+
+# --- delayed starts --------------------------------------------------------------------------
+
+
+@fusee.workflow("reminder")
+async def reminder(ctx: fusee.Ctx, text: str) -> str:
+    return await ctx.step("send", lambda: f"sent {text}")
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_delayed_run_is_queued_until_its_time(host: Host, crash: bool) -> None:
+    async with host(workflows=[reminder]) as t:
+        now = datetime.datetime.fromtimestamp(t.clock.now_ms() / 1000, datetime.UTC)
+        run = await t.start(reminder, "remind-1", "pay rent", delay="10m")
+        info = await run.describe()
+        assert info.status == "queued"
+        assert info.wake_at == now + datetime.timedelta(minutes=10)
+        await t.advance("9m")
+        assert (await run.describe()).status == "queued"
+        assert t.step_log == []
+        if crash:
+            await t.crash()
+        await t.advance("1m")
+        assert await run.result() == "sent pay rent"
+        assert (await run.describe()).wake_at is None
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_run_started_at_a_time_can_be_started_early(host: Host, crash: bool) -> None:
+    async with host(workflows=[reminder]) as t:
+        at = datetime.datetime.fromtimestamp(
+            t.clock.now_ms() / 1000 + 86_400, datetime.UTC
+        )
+        run = await t.start(reminder, "remind-2", "call mum", start_at=at)
+        assert (await run.describe()).wake_at == at
+        if crash:
+            await t.crash()
+        await run.start_now()
+        assert await run.result() == "sent call mum"
+        # A second call, once it started, changes nothing.
+        await run.start_now()
+        assert_steps_ran_once(t)
+
+
+async def test_a_delayed_run_can_be_cancelled_before_it_starts(host: Host) -> None:
+    async with host(workflows=[reminder]) as t:
+        run = await t.start(reminder, "remind-3", "never", delay="1h")
+        await run.cancel("not needed")
+        with pytest.raises(fusee.Cancelled, match="not needed"):
+            await run.result()
+        await t.crash()
+        await t.advance("2h")
+        assert (await run.describe()).status == "cancelled"
+        assert t.step_log == []
+
+
+async def test_a_delay_with_a_deadline_counts_the_deadline_from_the_start_call(
+    host: Host,
+) -> None:
+    async with host(workflows=[hold_seat]) as t:
+        run = await t.start(hold_seat, "seat-late", "E5", delay="30m", timeout="1h")
+        await t.advance("45m")
+        assert (await run.describe()).status in ("running", "suspended")
+        await t.advance("20m")
+        with pytest.raises(fusee.Cancelled, match="deadline exceeded"):
+            await run.result()
+
+
+async def test_start_now_of_an_unknown_run_raises_not_found(host: Host) -> None:
+    async with host(workflows=[reminder]) as t:
+        with pytest.raises(fusee.NotFound):
+            await t.get("nobody").start_now()
+
+
+async def test_a_start_with_both_delay_and_start_at_is_refused(host: Host) -> None:
+    async with host(workflows=[reminder]) as t:
+        at = datetime.datetime.now(datetime.UTC)
+        with pytest.raises(ValueError, match="not both"):
+            await t.start(reminder, "remind-4", "x", delay="1m", start_at=at)
