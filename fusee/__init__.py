@@ -44,7 +44,7 @@ from fusee._schedule import Schedule
 from fusee._status import RunStatus
 from fusee._version import __version__ as __version__
 from fusee.client import Client, SyncClient
-from fusee.context import Ctx, StepCtx, WorkflowInfo, WorkflowStream, current_step
+from fusee.context import Ctx, StepCtx, UpdateInfo, WorkflowInfo, WorkflowStream, current_step
 from fusee.engine import Engine, IdPolicy, Run, RunInfo
 from fusee.errors import (
     AlreadyExists,
@@ -110,6 +110,7 @@ __all__ = [
     "UnknownWorkflow",
     "UpdateDef",
     "UpdateFailed",
+    "UpdateInfo",
     "UpdateRejected",
     "WatchdogError",
     "WorkflowDef",

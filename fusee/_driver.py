@@ -13,6 +13,7 @@ and replayed code see the same values in the same order.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import sys
 import time
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from fusee import _codec
 from fusee._loop import WorkflowLoop
-from fusee._runtime import ContinueAsNew, Handlers, StepCall
+from fusee._definitions import update
+from fusee._runtime import CURRENT_UPDATE, ContinueAsNew, Handlers, StepCall, UpdateInfo
 from fusee.context import Ctx, begin_sleep
 from fusee.errors import (
     Cancelled,
@@ -198,6 +200,7 @@ class _UpdateCall:
     ordinal: int
     token: int | None
     name: str
+    id: str
 
 
 @dataclass(slots=True)
@@ -295,7 +298,15 @@ class RunDriver:
 
             self.main = self.loop.create_task(fail(), name=f"{self.id}-main")
         else:
-            self.main = self.loop.create_task(wf.fn(*args), name=f"{self.id}-main")
+            context = None
+            if CURRENT_UPDATE.get() is not None:
+                # Started from inside an update handler's turn (a strict
+                # replay at a park): the run's main code is in no update.
+                context = contextvars.copy_context()
+                context.run(CURRENT_UPDATE.set, None)
+            self.main = self.loop.create_task(
+                wf.fn(*args), name=f"{self.id}-main", context=context
+            )
         self.turn()
 
     def close(self) -> None:
@@ -676,6 +687,8 @@ class RunDriver:
 
     def _start_update(self, n: DeliverUpdate) -> None:
         entry = self.handlers.updates.get(n.name)
+        if entry is None and self.handlers.dynamic_update is not None:
+            entry = _dynamic_update(n.name, *self.handlers.dynamic_update)
         if n.live is not None:
             waiter = self.update_waiters.get(n.live)
             if entry is None:
@@ -723,7 +736,7 @@ class RunDriver:
                 )
                 return
         udef, handler, _ = entry
-        call = _UpdateCall(ordinal, n.live, n.name)
+        call = _UpdateCall(ordinal, n.live, n.name, n.id)
         self.loop.create_task(
             self._run_update(call, udef, handler, n.payload), name=f"{self.id}-update-{ordinal}"
         )
@@ -731,6 +744,8 @@ class RunDriver:
     async def _run_update(
         self, call: _UpdateCall, udef: UpdateDef[Any], handler: Callable[[Any], Any], payload: bytes
     ) -> None:
+        # This task's own context: the handler's `ctx.current_update()`.
+        CURRENT_UPDATE.set(UpdateInfo(call.id, call.name))
         try:
             result = handler(udef.decode(payload))
             if asyncio.iscoroutine(result):
@@ -760,6 +775,8 @@ class RunDriver:
             QueryFailed: The handler raised, or the code registered none for ``name``.
         """
         handler = self.handlers.queries.get(name)
+        if handler is None and self.handlers.dynamic_query is not None:
+            handler = functools.partial(self.handlers.dynamic_query, name)
         if handler is None:
             raise QueryFailed(
                 name,
@@ -780,6 +797,19 @@ class RunDriver:
 # The first item of a refused update's recorded error: its validator (or a
 # missing handler) refused it and nothing was recorded.
 UPDATE_REJECTED = "UpdateRejected"
+
+
+def _dynamic_update(
+    name: str,
+    handler: Callable[[str, Any], Any],
+    validator: Callable[[str, Any], Any] | None,
+) -> tuple[UpdateDef[Any], Callable[[Any], Any], Callable[[Any], Any] | None]:
+    """A dynamic update handler's entry for update ``name``: plain values, the name passed first."""
+    return (
+        update(name),
+        functools.partial(handler, name),
+        functools.partial(validator, name) if validator is not None else None,
+    )
 
 
 def _rejection(type: str, message: str) -> bytes:

@@ -27,7 +27,7 @@ from fusee import _codec
 from fusee._definitions import DEFAULT_RETRY, Retry, checked
 from fusee._durations import parse_duration
 from fusee._events import event_key
-from fusee._runtime import ContinueAsNew, StepCall
+from fusee._runtime import CURRENT_UPDATE, ContinueAsNew, StepCall, UpdateInfo
 from fusee._stepfn import StepShape, shape_of
 from fusee.errors import DeterminismError, FuseeError
 from fusee.record import DETACHED, Timer, value_kind
@@ -52,6 +52,7 @@ __all__ = [
     "CancelFlag",
     "Ctx",
     "StepCtx",
+    "UpdateInfo",
     "WorkflowInfo",
     "WorkflowStream",
     "begin_sleep",
@@ -655,28 +656,59 @@ class Ctx:
         """
         return WorkflowStream(self._rt, name)
 
-    def on_query(self, query: QueryDef[Any], handler: Callable[[Any], Any]) -> None:
+    @overload
+    def on_query(self, query: QueryDef[Any], handler: Callable[[Any], Any]) -> None: ...
+    @overload
+    def on_query(self, query: None, handler: Callable[[str, Any], Any]) -> None: ...
+
+    def on_query(self, query: QueryDef[Any] | None, handler: Callable[..., Any]) -> None:
         """Answers ``query`` with ``handler(arg)``; it must not change the run.
+
+        With ``query=None`` the handler is dynamic: it answers every query no
+        other handler names, called as ``handler(name, arg)``.
 
         Example:
             >>> import fusee
             >>> status = fusee.query("status")
             >>> async def f(ctx: Ctx) -> None:
             ...     ctx.on_query(status, lambda _: {"phase": "review"})
+            ...     ctx.on_query(None, lambda name, arg: f"no query {name}")
         """
+        if query is None:
+            self._rt.handlers.dynamic_query = handler
+            return
         self._rt.handlers.queries[query.name] = handler
 
+    @overload
     def on_update(
         self,
         update: UpdateDef[T, R],
         handler: Callable[[T], R] | Callable[[T], Awaitable[R]],
         validator: Callable[[T], None] | None = None,
+    ) -> None: ...
+    @overload
+    def on_update(
+        self,
+        update: None,
+        handler: Callable[[str, Any], Any],
+        validator: Callable[[str, Any], None] | None = None,
+    ) -> None: ...
+
+    def on_update(
+        self,
+        update: UpdateDef[Any, Any] | None,
+        handler: Callable[..., Any],
+        validator: Callable[..., None] | None = None,
     ) -> None:
         """Accepts ``update``: ``validator`` may reject it (raise); ``handler`` runs at its turn.
 
         The handler (sync or async) starts at the update's place in the
         journal, so it replays identically; its result goes to the caller of
-        ``run.update``.
+        ``run.update``. Inside it, `current_update` names the update.
+
+        With ``update=None`` the handler is dynamic: it takes every update no
+        other handler names, called as ``handler(name, payload)`` (and
+        ``validator(name, payload)``) with the payload as plain values.
 
         Example:
             >>> import fusee
@@ -684,8 +716,24 @@ class Ctx:
             >>> async def f(ctx: Ctx) -> None:
             ...     total = [0]
             ...     ctx.on_update(bump, lambda n: total.__setitem__(0, total[0] + n))
+            ...     ctx.on_update(None, lambda name, payload: f"{name} noted")
         """
+        if update is None:
+            self._rt.handlers.dynamic_update = (handler, validator)
+            return
         self._rt.handlers.updates[update.name] = (update, handler, validator)
+
+    def current_update(self) -> UpdateInfo | None:
+        """The update whose handler is running here (its id and name), or None outside one.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> None:
+            ...     def audit(name: str, payload: object) -> str:
+            ...         info = ctx.current_update()
+            ...         return f"{name} ({info.id if info else '?'})"
+            ...     ctx.on_update(None, audit)
+        """
+        return CURRENT_UPDATE.get()
 
     def continue_as_new(self, input: Any = None) -> NoReturn:
         """Ends this run and starts a new one of the same workflow and id with ``input``.

@@ -197,3 +197,65 @@ async def test_a_start_with_both_delay_and_start_at_is_refused(host: Host) -> No
         at = datetime.datetime.now(datetime.UTC)
         with pytest.raises(ValueError, match="not both"):
             await t.start(reminder, "remind-4", "x", delay="1m", start_at=at)
+
+
+# --- dynamic handlers ------------------------------------------------------------------------
+
+rename = fusee.update("rename", str)
+tag = fusee.update("tag")
+anything = fusee.query("anything")
+close = fusee.signal("close", bool)
+
+
+@fusee.workflow("ledger")
+async def ledger(ctx: fusee.Ctx) -> list[str]:
+    notes: list[str] = []
+
+    def named(title: str) -> str:
+        info = ctx.current_update()
+        assert info is not None
+        notes.append(f"{info.name}:{title}")
+        return f"renamed to {title}"
+
+    async def any_update(name: str, payload: object) -> str:
+        info = ctx.current_update()
+        assert info is not None and info.name == name
+        recorded = await ctx.step("note", lambda: f"{name}={payload}")
+        notes.append(f"{recorded} [{info.id}]")
+        return recorded
+
+    def refuse_blank(name: str, payload: object) -> None:
+        if payload is None:
+            raise ValueError(f"update {name!r} needs a payload")
+
+    ctx.on_update(rename, named)
+    ctx.on_update(None, any_update, refuse_blank)
+    ctx.on_query(None, lambda name, arg: {"asked": name, "arg": arg, "notes": list(notes)})
+    assert ctx.current_update() is None
+    await ctx.wait_for(close)
+    return notes
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_dynamic_handlers_take_every_name_no_other_handler_names(
+    host: Host, crash: bool
+) -> None:
+    async with host(workflows=[ledger]) as t:
+        run = await t.start(ledger, "book-1")
+        assert await run.update(rename, "Q3") == "renamed to Q3"
+        assert await run.update(tag, "urgent", id="u-tag") == "tag=urgent"
+        with pytest.raises(fusee.UpdateRejected, match="needs a payload"):
+            await run.update(tag, None)
+        if crash:
+            await t.crash()
+        answer = await run.query(anything, 7)
+        assert answer == {
+            "asked": "anything",
+            "arg": 7,
+            "notes": ["rename:Q3", "tag=urgent [u-tag]"],
+        }
+        # A repeat of an update id returns what the first returned.
+        assert await run.update(tag, "urgent", id="u-tag") == "tag=urgent"
+        await run.signal(close, True)
+        assert await run.result() == ["rename:Q3", "tag=urgent [u-tag]"]
+        assert_steps_ran_once(t)
