@@ -30,7 +30,7 @@ from fusee._events import event_key
 from fusee._runtime import CURRENT_UPDATE, ContinueAsNew, StepCall, UpdateInfo
 from fusee._stepfn import StepShape, shape_of
 from fusee.errors import DeterminismError, FuseeError
-from fusee.record import DETACHED, Timer, value_kind
+from fusee.record import CANCEL_SEND, DETACHED, Timer, value_kind
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -543,9 +543,47 @@ class Ctx:
         if not isinstance(target, str) or not target:
             raise TypeError(f"ctx.send needs a non-empty run id, got {target!r}")
         _check_text(target, "ctx.send's run id")
+        if signal.name == CANCEL_SEND:
+            raise ValueError(
+                f"the signal name {CANCEL_SEND!r} is fusee's own; cancel a run with ctx.cancel"
+            )
         data = signal.encode_checked(payload)
         try:
             _, record = self._machine.send(target, signal.name, data)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        self._rt.append(record)
+
+    def cancel(self, run_id: str, reason: str | None = None) -> None:
+        """Cancels run ``run_id``, as `Run.cancel` does, once this run's record of it is durable.
+
+        Journaled and delivered through this run's outbox exactly once,
+        across crashes, as ``ctx.send`` is; a run that has ended or does not
+        exist is left alone (logged). A queued run is dropped before it starts.
+
+        Args:
+            run_id: The run to cancel (not this run's own id).
+            reason: What its code's `fusee.Cancelled` says; by default
+                ``"cancelled by run '<this run's id>'"``.
+
+        Example:
+            >>> async def f(ctx: Ctx, order_id: str) -> None:
+            ...     ctx.cancel(f"ship-{order_id}", reason="order withdrawn")
+        """
+        if not isinstance(run_id, str) or not run_id:
+            raise TypeError(f"ctx.cancel needs a non-empty run id, got {run_id!r}")
+        _check_text(run_id, "ctx.cancel's run id")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"ctx.cancel's reason must be a string or None, not {reason!r}")
+        me = self._machine.info().id
+        if run_id == me:
+            raise ValueError(
+                f"ctx.cancel cannot cancel its own run '{me}'; raise fusee.Cancelled, "
+                "or return, to end it"
+            )
+        text = reason if reason is not None else f"cancelled by run '{me}'"
+        try:
+            _, record = self._machine.send(run_id, CANCEL_SEND, _codec.encode(text))
         except DeterminismError as e:
             raise self._diverged(e) from None
         self._rt.append(record)

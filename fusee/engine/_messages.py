@@ -48,6 +48,7 @@ from fusee.errors import (
 )
 from fusee.machine import ChildCompleted, SignalMatched
 from fusee.record import (
+    CANCEL_SEND,
     DETACHED,
     Child,
     Parent,
@@ -403,12 +404,24 @@ class Messages:
             if before is not None:
                 await before.wait()
             try:
-                await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
+                if rec.name == CANCEL_SEND:
+                    # A second delivery (after a crash) finds it cancelled: a no-op.
+                    await self.cancel(rec.target, str(_codec.decode(rec.payload)))
+                else:
+                    await self.signal(
+                        rec.target, rec.name, rec.payload, key, _codec.encode(sender.id)
+                    )
             except (NotFound, FuseeError) as e:
                 # Applied again from the journal (`Runs.rebuild`), a send may
                 # have reached its target before that ended: no warning then.
+                # A cancel of a run that ended first has nothing left to do.
+                ended = isinstance(e, RunFinished)
                 log.log(
-                    logging.DEBUG if again and isinstance(e, RunFinished) else logging.WARNING,
+                    logging.DEBUG
+                    if again and ended
+                    else logging.INFO
+                    if ended and rec.name == CANCEL_SEND
+                    else logging.WARNING,
                     "run %r sent signal %r to %r, which was not delivered: %s",
                     sender.id,
                     rec.name,

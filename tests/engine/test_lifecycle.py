@@ -9,6 +9,8 @@ import pytest
 import fusee
 from fusee.record import Start, decode
 
+from fusee.testing import crash_everywhere
+
 from .conftest import Host, assert_steps_ran_once
 
 pytestmark = pytest.mark.asyncio
@@ -259,3 +261,69 @@ async def test_dynamic_handlers_take_every_name_no_other_handler_names(
         await run.signal(close, True)
         assert await run.result() == ["rename:Q3", "tag=urgent [u-tag]"]
         assert_steps_ran_once(t)
+
+
+# --- cancelling another run from workflow code -----------------------------------------------
+
+
+@fusee.workflow("usher")
+async def usher(ctx: fusee.Ctx, seat: str) -> str:
+    await ctx.step("decide", lambda: "let go")
+    ctx.cancel(f"seat-{seat}", reason="customer left")
+    return await ctx.step("after", lambda: "ushered")
+
+
+@fusee.workflow("supervisor")
+async def supervisor(ctx: fusee.Ctx, seat: str) -> str:
+    kid = ctx.child(hold_seat, f"hold-{seat}", seat)
+    await ctx.sleep("let-it-reserve", "1m")
+    ctx.cancel(f"hold-{seat}")
+    try:
+        return await kid
+    except fusee.Cancelled as e:
+        return f"child cancelled: {e}"
+
+
+async def test_ctx_cancel_cancels_another_run_and_its_compensation_runs_once(
+    host: Host,
+) -> None:
+    async with host(workflows=[usher, hold_seat]) as t:
+        seat = await t.start(hold_seat, "seat-F6", "F6")
+        await t.settle()
+        run = await t.start(usher, "usher-1", "F6")
+        assert await run.result() == "ushered"
+        with pytest.raises(fusee.Cancelled, match="customer left"):
+            await seat.result()
+        await t.crash()
+        await t.settle()
+        with pytest.raises(fusee.Cancelled, match="customer left"):
+            await seat.result()
+        assert_steps_ran_once(t)
+
+
+async def test_ctx_cancel_is_delivered_exactly_once_whatever_the_crash() -> None:
+    result = await crash_everywhere(supervisor, "G7", workflows=[hold_seat])
+    assert result == "child cancelled: cancelled by run 'crash-everywhere'"
+
+
+async def test_ctx_cancel_of_a_run_that_ended_leaves_it_alone(host: Host) -> None:
+    async with host(workflows=[usher, reminder]) as t:
+        done = await t.start(reminder, "seat-H8", "done already")
+        assert await done.result() == "sent done already"
+        run = await t.start(usher, "usher-2", "H8")
+        assert await run.result() == "ushered"
+        assert await done.result() == "sent done already"
+
+
+@fusee.workflow("self-canceller")
+async def self_canceller(ctx: fusee.Ctx) -> str:
+    try:
+        ctx.cancel(ctx.info.id)
+    except ValueError as e:
+        return str(e)
+    return "cancelled itself"
+
+
+async def test_ctx_cancel_refuses_the_runs_own_id(host: Host) -> None:
+    async with host(workflows=[self_canceller]) as t:
+        assert "cannot cancel its own run" in await t.execute(self_canceller, "me")
