@@ -23,14 +23,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from fusee import _codec
-from fusee._loop import WorkflowLoop
 from fusee._definitions import update
+from fusee._loop import WorkflowLoop
 from fusee._runtime import CURRENT_UPDATE, ContinueAsNew, Handlers, StepCall, UpdateInfo
 from fusee.context import Ctx, begin_sleep
 from fusee.errors import (
     Cancelled,
     ChildFailed,
     DeterminismError,
+    Failure,
     PayloadError,
     QueryFailed,
     StepFailed,
@@ -57,7 +58,7 @@ from fusee.record import (
 if TYPE_CHECKING:
     from fusee._definitions import UpdateDef, WorkflowDef
 
-__all__ = ["ReplayHost", "RunDriver", "RunHost"]
+__all__ = ["ReplayHost", "RunDriver", "RunHost", "is_bug"]
 
 _OK = Status.OK
 _FAILED = Status.FAILED
@@ -269,6 +270,11 @@ class RunDriver:
         self.main: asyncio.Task[Any] | None = None
         self.end: RunEnd | None = None
         self.error: DeterminismError | None = None
+        # A bug that escaped the code (its traceback) pauses the run instead
+        # of failing it when the host gives this callback (`on_error="pause"`):
+        # it hears of the pause; nothing is recorded.
+        self.on_bug: Callable[[RunDriver, str], None] | None = None
+        self.bug: str | None = None
         # The host's own state for this run, so it finds it without a lookup.
         self.host_data: Any = None
         self._turning = False
@@ -304,9 +310,7 @@ class RunDriver:
                 # replay at a park): the run's main code is in no update.
                 context = contextvars.copy_context()
                 context.run(CURRENT_UPDATE.set, None)
-            self.main = self.loop.create_task(
-                wf.fn(*args), name=f"{self.id}-main", context=context
-            )
+            self.main = self.loop.create_task(wf.fn(*args), name=f"{self.id}-main", context=context)
         self.turn()
 
     def close(self) -> None:
@@ -328,7 +332,7 @@ class RunDriver:
 
     def turn(self) -> None:
         """Runs the code to quiescence and hands it deliveries until none can be made."""
-        if self._turning or self.error is not None or self.end is not None:
+        if self._turning or self.error is not None or self.end is not None or self.bug:
             return
         self._turning = True
         self.turn_started = time.monotonic()
@@ -398,6 +402,14 @@ class RunDriver:
         status, payload = self._main_outcome(main)
         if status is None:
             return
+        if status is _FAILED and self.on_bug is not None and recorded is None:
+            exc = main.exception()
+            if exc is not None and is_bug(exc):
+                # Nothing is recorded: a resume replays the journal on the
+                # code deployed since, which may go on where this raised.
+                self.bug = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                self.on_bug(self, self.bug)
+                return
         try:
             m.check_end()
         except DeterminismError as e:
@@ -810,6 +822,21 @@ def _dynamic_update(
         functools.partial(handler, name),
         functools.partial(validator, name) if validator is not None else None,
     )
+
+
+def is_bug(exc: BaseException) -> bool:
+    """Whether ``exc``, escaping workflow code, is a bug rather than a failure it means.
+
+    A step's or child's failure, or a `fusee.Failure` the code raises, is the
+    run's failure; anything else (a ``KeyError``, a ``TypeError``) is a bug
+    that a fix may get past.
+
+    Example:
+        >>> from fusee.errors import Failure
+        >>> is_bug(KeyError("sku")), is_bug(Failure("card declined"))
+        (True, False)
+    """
+    return not isinstance(exc, StepFailed | ChildFailed | Failure | asyncio.CancelledError)
 
 
 def _rejection(type: str, message: str) -> bytes:

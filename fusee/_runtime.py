@@ -113,9 +113,7 @@ class Handlers:
     )
     dynamic_query: Callable[[str, Any], Any] | None = None
     """``ctx.on_query(None, h)``: called ``h(name, arg)`` for a query no handler names."""
-    dynamic_update: (
-        tuple[Callable[[str, Any], Any], Callable[[str, Any], Any] | None] | None
-    ) = None
+    dynamic_update: tuple[Callable[[str, Any], Any], Callable[[str, Any], Any] | None] | None = None
     """``ctx.on_update(None, h, validator)``: for an update no handler names."""
 
     def update_result_decoder(self, name: str) -> Callable[[bytes], Any] | None:

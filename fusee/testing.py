@@ -119,6 +119,10 @@ class TestEngine:
             ``"raise"`` (default) raises `fusee.RunPaused`, naming the step,
             its attempts and its last error; ``"wait"`` waits for a resume
             (from another task of the test, or an update's handler).
+        on_error: What a bug escaping a workflow's code does to its run when
+            the workflow does not say, as in `fusee.Engine.open`: ``"fail"``
+            (default) or ``"pause"``. A run paused so makes ``execute()`` and
+            ``result()`` raise `fusee.RunPaused` as a paused step does.
         tracer_provider: The OpenTelemetry tracer provider its engines'
             spans go to (an SDK provider with an in-memory exporter, say),
             as in `fusee.Engine.open`; default: the global one.
@@ -146,12 +150,14 @@ class TestEngine:
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
         on_pause: Literal["raise", "wait"] = "raise",
+        on_error: str = "fail",
         tracer_provider: Any = None,
         meter_provider: Any = None,
     ) -> None:
         if on_pause not in ("raise", "wait"):
             raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
         self.on_pause = on_pause
+        self.on_error = on_error
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self.workflows = list(workflows)
@@ -225,6 +231,7 @@ class TestEngine:
             schedules=self.schedules_given,
             tracer_provider=self._tracer_provider,
             meter_provider=self._meter_provider,
+            on_error=self.on_error,
         )
         self._engine = engine
         await engine.recover()
@@ -594,6 +601,8 @@ class TestEngine:
         engine = self.engine
         # A parked run is loaded before its result is awaited (`Engine._result`).
         state = engine.runs.loaded(id)
+        if state is not None and state.driver.end is None and state.driver.bug is not None:
+            return _bug_pause(id, state.driver.bug)
         if state is None or state.driver.end is not None or not state.driver.machine.is_paused():
             return None
         if state.due:
@@ -766,6 +775,17 @@ def _reopened(store: Store) -> Store:
         return SqliteStore(store.path.parent, durability=store._durability)
     # The memory store outlives the crash as the object itself (it is the "disk").
     return store
+
+
+def _bug_pause(id: str, traceback: str) -> RunPaused:
+    """`fusee.RunPaused` for a run a bug in its code paused: its last traceback line says what.
+
+    Example:
+        >>> _bug_pause("o-1", "Traceback ...\nKeyError: 'sku'\n").error
+        "KeyError: 'sku'"
+    """
+    lines = [line for line in traceback.strip().splitlines() if line.strip()]
+    return RunPaused(id, "(its workflow code)", 1, lines[-1] if lines else "an error")
 
 
 def _pause_of(id: str, journal: Iterable[tuple[int, bytes]]) -> RunPaused | None:

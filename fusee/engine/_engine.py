@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Mapp
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fusee import _codec
-from fusee._definitions import checked
+from fusee._definitions import check_on_error, checked
 from fusee._durations import duration_ms, parse_duration
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import carried_from_records, carried_from_state
@@ -139,7 +139,11 @@ class Engine:
         tracer_provider: Any = None,
         meter_provider: Any = None,
         write_timeout: Any = "5s",
+        on_error: str = "fail",
     ) -> None:
+        check_on_error(on_error, "Engine's")
+        # What a bug in a workflow's code does when its workflow does not say.
+        self.on_error = on_error
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
         for wf in workflows:
@@ -249,6 +253,7 @@ class Engine:
         meter_provider: Any = None,
         write_timeout: Any = "5s",
         accept_loss: bool = False,
+        on_error: str = "fail",
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -287,6 +292,10 @@ class Engine:
                 mark (its write-ahead log lost acknowledged records, which
                 the open otherwise refuses with `fusee.StoreError`): the
                 loss is logged at WARNING and recorded in the store.
+            on_error: What a bug escaping a workflow's code does to its run
+                when the workflow does not say (``@fusee.workflow(on_error=)``):
+                ``"fail"`` (default) or ``"pause"`` (it waits, with its
+                traceback, for a fix and ``run.resume()``).
 
         Example:
             >>> async def main() -> None:
@@ -303,6 +312,7 @@ class Engine:
                 f"Engine.open({path!r}): that is a file, not a directory; pass the directory "
                 "that holds (or will hold) fusee's database"
             )
+        check_on_error(on_error, "Engine.open's")
         workflows, schedules = list(workflows), list(schedules)
         check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
         store = open_store(path, durability=durability, accept_loss=accept_loss)
@@ -321,6 +331,7 @@ class Engine:
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             write_timeout=write_timeout,
+            on_error=on_error,
         )
         try:
             await engine.recover()

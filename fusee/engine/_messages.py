@@ -742,6 +742,10 @@ class Messages:
         state = await engine.runs.wake(id)
         if state is None:
             return
+        if state.driver.bug is not None:
+            # Paused by a bug in its code: replayed on the code there is now.
+            await engine.runs.reload(state)
+            return
         for rec in state.driver.machine.resume(None):
             state.driver.append(rec)
         state.resumed.set()

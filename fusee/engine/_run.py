@@ -87,7 +87,8 @@ class RunInfo:
     attributes: Mapping[str, Any]
     paused_steps: tuple[str, ...]
     error: str | None = None
-    """Why the run cannot go on (its code diverged from its journal), if so."""
+    """Why the run cannot go on, if so: its code diverged from its journal, or (a run
+    ``paused`` by a bug, ``on_error="pause"``) the traceback of what its code raised."""
     wake_at: datetime.datetime | None = None
     """When a delayed run starts (``start(..., delay=)``), while it is ``queued``."""
 
@@ -297,7 +298,16 @@ class Run(Generic[T]):
         await self._engine._cancel(self.id, reason)
 
     async def resume(self) -> None:
-        """Resumes the run's paused steps, each with a fresh retry budget."""
+        """Resumes the run's paused steps, each with a fresh retry budget.
+
+        A run paused by a bug in its code (``on_error="pause"``) is replayed
+        from its journal on the engine's current code: deploy the fix, then
+        resume it.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     await engine.get("order-1").resume()
+        """
         await self._engine._resume(self.id)
 
     async def start_now(self) -> None:
@@ -399,7 +409,7 @@ def status_of(row: RunRow, state: RunState | None, diverged: bool) -> RunStatus:
         return RunStatus.DIVERGED
     if state is not None and state.run == row.run and state.driver.end is None:
         m = state.driver.machine
-        if m.is_paused():
+        if m.is_paused() or state.driver.bug is not None:
             return RunStatus.PAUSED
         return RunStatus.SUSPENDED if m.is_suspended() else RunStatus.RUNNING
     return RunStatus(row.status)
@@ -408,7 +418,9 @@ def status_of(row: RunRow, state: RunState | None, diverged: bool) -> RunStatus:
 def info_of(row: RunRow, state: RunState | None, error: BaseException | None) -> RunInfo:
     """What `Run.describe` tells of a run with ``row``, its loaded state and its divergence."""
     paused: tuple[str, ...] = ()
+    bug: str | None = None
     if state is not None and state.run == row.run:
+        bug = state.driver.bug
         m = state.driver.machine
         paused = tuple(
             sorted({m.pending_name(s) or "" for s in range(m.next_seq()) if m.step_paused(s)})
@@ -422,7 +434,7 @@ def info_of(row: RunRow, state: RunState | None, error: BaseException | None) ->
         finished_at=_time(row.finished_ms),
         attributes=dict(row.attributes),
         paused_steps=paused,
-        error=str(error) if error is not None else None,
+        error=str(error) if error is not None else bug,
         wake_at=_time(row.wake_ms) if row.status == RunStatus.QUEUED else None,
     )
 

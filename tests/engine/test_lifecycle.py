@@ -8,7 +8,6 @@ import pytest
 
 import fusee
 from fusee.record import Start, decode
-
 from fusee.testing import crash_everywhere
 
 from .conftest import Host, assert_steps_ran_once
@@ -114,7 +113,7 @@ async def test_a_childs_deadline_is_never_past_its_parents(host: Host) -> None:
 async def test_a_timeout_that_is_not_a_positive_duration_is_refused(host: Host) -> None:
     async with host(workflows=[hold_seat]) as t:
         for bad in ("0s", -5, "soon"):
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="duration"):
                 await t.start(hold_seat, "seat-bad", "Z9", timeout=bad)
         with pytest.raises(fusee.NotFound):
             await t.get("seat-bad").describe()
@@ -150,9 +149,7 @@ async def test_a_delayed_run_is_queued_until_its_time(host: Host, crash: bool) -
 @pytest.mark.parametrize("crash", LIFE)
 async def test_a_run_started_at_a_time_can_be_started_early(host: Host, crash: bool) -> None:
     async with host(workflows=[reminder]) as t:
-        at = datetime.datetime.fromtimestamp(
-            t.clock.now_ms() / 1000 + 86_400, datetime.UTC
-        )
+        at = datetime.datetime.fromtimestamp(t.clock.now_ms() / 1000 + 86_400, datetime.UTC)
         run = await t.start(reminder, "remind-2", "call mum", start_at=at)
         assert (await run.describe()).wake_at == at
         if crash:
@@ -221,7 +218,8 @@ async def ledger(ctx: fusee.Ctx) -> list[str]:
 
     async def any_update(name: str, payload: object) -> str:
         info = ctx.current_update()
-        assert info is not None and info.name == name
+        assert info is not None
+        assert info.name == name
         recorded = await ctx.step("note", lambda: f"{name}={payload}")
         notes.append(f"{recorded} [{info.id}]")
         return recorded
@@ -327,3 +325,77 @@ async def self_canceller(ctx: fusee.Ctx) -> str:
 async def test_ctx_cancel_refuses_the_runs_own_id(host: Host) -> None:
     async with host(workflows=[self_canceller]) as t:
         assert "cannot cancel its own run" in await t.execute(self_canceller, "me")
+
+
+# --- a bug in workflow code pauses its run ---------------------------------------------------
+
+# What is deployed: the test "ships the fix" by flipping it.
+DEPLOYED = {"fixed": False}
+
+
+@fusee.workflow("quote", on_error="pause")
+async def quote(ctx: fusee.Ctx, sku: str) -> str:
+    price = await ctx.step("price", lambda: 12)
+    if not DEPLOYED["fixed"]:
+        prices: dict[str, int] = {}
+        price = prices[sku]  # the bug: a lookup in the wrong table
+    return await ctx.step("confirm", lambda: f"{sku} at {price}")
+
+
+@fusee.workflow("strict-quote")
+async def strict_quote(ctx: fusee.Ctx, sku: str) -> str:
+    await ctx.step("price", lambda: 12)
+    if sku == "refused":
+        raise fusee.Failure("no such product")
+    return {"A": "ok"}[sku]
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_bug_pauses_the_run_with_its_traceback_and_resume_replays_the_fix(
+    host: Host, crash: bool
+) -> None:
+    DEPLOYED["fixed"] = False
+    async with host(workflows=[quote]) as t:
+        run = await t.start(quote, "quote-1", "A1")
+        with pytest.raises(fusee.RunPaused, match="KeyError: 'A1'"):
+            await run.result()
+        info = await run.describe()
+        assert info.status == "paused"
+        assert info.error is not None
+        assert "prices[sku]" in info.error
+        assert [i.id async for i in t.list(status="paused")] == ["quote-1"]
+        if crash:
+            # Recovered on the same code, it pauses again at the same place.
+            await t.crash()
+            with pytest.raises(fusee.RunPaused, match="KeyError"):
+                await run.result()
+        DEPLOYED["fixed"] = True
+        await run.resume()
+        assert await run.result() == "A1 at 12"
+        assert (await run.describe()).error is None
+        await t.crash()
+        assert await run.result() == "A1 at 12"
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize(
+    ("on_error", "sku", "status"),
+    [
+        pytest.param("fail", "B", "failed", id="default-fails"),
+        pytest.param("pause", "B", "paused", id="engine-wide-pause"),
+        pytest.param("pause", "refused", "failed", id="failure-still-fails"),
+    ],
+)
+async def test_what_a_bug_does_follows_the_engines_choice_and_a_failure_always_fails(
+    host: Host, on_error: str, sku: str, status: str
+) -> None:
+    async with host(workflows=[strict_quote], on_error=on_error) as t:
+        run = await t.start(strict_quote, f"sq-{sku}", sku)
+        with pytest.raises((fusee.WorkflowFailed, fusee.RunPaused)):
+            await run.result()
+        assert (await run.describe()).status == status
+
+
+async def test_on_error_takes_fail_or_pause_only() -> None:
+    with pytest.raises(ValueError, match=r"'fail'.*'pause'"):
+        fusee.workflow("w", on_error="retry")
