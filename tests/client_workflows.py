@@ -57,3 +57,15 @@ async def tally(ctx: fusee.Ctx, start: int) -> int:
 @fusee.workflow("echo")
 async def echo(ctx: fusee.Ctx, text: str) -> str:
     return await ctx.step("echo", lambda: text)
+
+
+# What the worker has deployed: a test ships the fix by flipping it.
+FRAGILE_FIXED = {"on": False}
+
+
+@fusee.workflow("fragile", on_error="pause")
+async def fragile(ctx: fusee.Ctx, n: int) -> int:
+    got = await ctx.step("got", lambda: n)
+    if not FRAGILE_FIXED["on"]:
+        raise RuntimeError("a bug in the code")
+    return got * 2
