@@ -565,6 +565,11 @@ def workflow(
         ...     return order_id
         >>> checkout.name
         'checkout'
+        >>> @workflow("quote", on_error="pause")
+        ... async def quote(ctx: Ctx, sku: str) -> int:
+        ...     return {"A1": 12}[sku]  # a KeyError pauses the run until a fix
+        >>> quote.on_error
+        'pause'
     """
     check_on_error(on_error, "@fusee.workflow's")
     if callable(name):

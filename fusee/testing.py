@@ -781,7 +781,7 @@ def _bug_pause(id: str, traceback: str) -> RunPaused:
     """`fusee.RunPaused` for a run a bug in its code paused: its last traceback line says what.
 
     Example:
-        >>> _bug_pause("o-1", "Traceback ...\nKeyError: 'sku'\n").error
+        >>> _bug_pause("o-1", "KeyError: 'sku'").error
         "KeyError: 'sku'"
     """
     lines = [line for line in traceback.strip().splitlines() if line.strip()]
