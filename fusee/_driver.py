@@ -256,6 +256,9 @@ class RunDriver:
         # key by position. Set by the code's call, live and on replay alike,
         # so a recovered run's child start finds it too.
         self.child_queues: dict[int, tuple[str, str | None]] = {}
+        # Children started with ``ctx.child(..., delay=)``: when each may
+        # start, from a recorded time, set by the code's call as above.
+        self.child_delays: dict[int, int] = {}
         # Time of the run's timers as its journal recorded them: loop time
         # moves to a timer's time when it fires, on replay as live.
         self._timer_at_ms: dict[int, int] = {

@@ -177,6 +177,11 @@ class Runtime(Protocol):
         """The queue and key of each child started through a queue, by position."""
         ...
 
+    @property
+    def child_delays(self) -> dict[int, int]:
+        """When each delayed child may start (Unix ms), by position."""
+        ...
+
     def now_ms(self) -> int:
         """The host's wall clock (live values and deadlines only)."""
         ...

@@ -477,6 +477,7 @@ class Ctx:
         queue: _Named | str | None = None,
         key: str | None = None,
         timeout: Any = None,
+        delay: Any = None,
     ) -> asyncio.Future[T]:
         """Starts child run ``id`` of ``workflow``; resolves to its result.
 
@@ -490,6 +491,10 @@ class Ctx:
         passes, the child is cancelled (reason ``"deadline exceeded"``) and
         its future raises `fusee.Cancelled`. An attached child's deadline
         is never past this run's own (`Engine.start(..., timeout=)`).
+
+        With ``delay`` (a duration) the child is ``queued`` until that long
+        after this call (the time is recorded, so a replay asks for the same
+        one), as ``Engine.start(..., delay=)`` queues a run.
 
         Raises:
             fusee.ChildFailed: (from the future) the child failed.
@@ -510,7 +515,14 @@ class Ctx:
             input, workflow.decode_input, f"the input of child '{id}'", workflow.input_type
         )
         # Read live only: on replay the journal's `Child` holds the deadline.
-        deadline_ms = 0 if timeout is None else d.now_ms() + _timeout_ms(timeout)
+        deadline_ms = 0 if timeout is None else d.now_ms() + _timeout_ms(timeout, "timeout")
+        not_before_ms = 0
+        if delay is not None:
+            delay_ms = _timeout_ms(delay, "delay")
+            # A recorded time: the child's start, redone after a crash, asks
+            # for the time the first asked for.
+            now = self._value(value_kind.NOW, lambda: d.now_ms().to_bytes(8, "little"))
+            not_before_ms = int.from_bytes(now, "little") + delay_ms
         if not detached:
             deadline_ms = _capped(deadline_ms, self._machine.info().deadline_ms)
         try:
@@ -524,6 +536,8 @@ class Ctx:
             if key is not None and not isinstance(key, str):
                 raise TypeError(f"ctx.child's queue key must be a string or None, not {key!r}")
             d.child_queues[seq] = (name, key)
+        if not_before_ms:
+            d.child_delays[seq] = not_before_ms
         d.append(arm.record)
         if detached:
             fut: asyncio.Future[Any] = d.loop.create_future()
@@ -1078,12 +1092,12 @@ def current_step() -> StepCtx | None:
     return step
 
 
-def _timeout_ms(timeout: Any) -> int:
-    """A child's timeout in milliseconds (a positive duration)."""
-    ms = round(parse_duration(timeout) * 1000)
+def _timeout_ms(duration: Any, what: str) -> int:
+    """A child's timeout or delay in milliseconds (a positive duration)."""
+    ms = round(parse_duration(duration) * 1000)
     if ms <= 0:
         raise ValueError(
-            f"a child's timeout must be a positive duration ('30s', '1h'), not {timeout!r}"
+            f"a child's {what} must be a positive duration ('30s', '1h'), not {duration!r}"
         )
     return ms
 

@@ -347,6 +347,7 @@ class Inbox:
                 dropped=bool(p.get("dropped")),
                 queued=(str(queued[0]), queued[1]) if queued else None,
                 trace=bytes(p["trace"]) if p.get("trace") else None,
+                not_before_ms=int(p.get("not_before_ms") or 0),
             )
             return {"message": f"started child run {id!r} of {link.id!r}"}
         if kind == "deliver":

@@ -447,6 +447,7 @@ class Messages:
                 rec,
                 dropped=rec.seq in parent.dropped_children,
                 queued=parent.driver.child_queues.get(rec.seq),
+                not_before_ms=parent.driver.child_delays.get(rec.seq, 0),
                 trace=parent.telemetry.traceparent() if parent.telemetry is not None else None,
             )
         finally:
@@ -466,6 +467,7 @@ class Messages:
         dropped: bool = False,
         queued: tuple[str, str | None] | None = None,
         trace: bytes | None = None,
+        not_before_ms: int = 0,
     ) -> None:
         """Starts child ``rec`` of the run ``link`` names (or finds it started).
 
@@ -487,6 +489,7 @@ class Messages:
                 "dropped": dropped,
                 "queued": list(queued) if queued is not None else None,
                 "trace": trace,
+                "not_before_ms": not_before_ms,
             }
             command_id = f"child/{link.id}/{link.run}/{link.seq}"
             await engine.remote._call("start", rec.id, fields, command_id=command_id)
@@ -507,7 +510,7 @@ class Messages:
         await runs.loading_settled(rec.id)
         row = await engine.store.get(rec.id) if runs.loaded(rec.id) is None else None
         loaded = runs.loaded(rec.id)
-        if row is not None and row.status == RunStatus.QUEUED and queued is not None:
+        if row is not None and row.status == RunStatus.QUEUED and (queued or not_before_ms):
             return  # queued by this start before a crash
         if loaded is not None or row is not None:
             entries: list[tuple[int, bytes]] = []
@@ -556,9 +559,12 @@ class Messages:
                 ),
             )
             return
-        if queued is not None:
+        if queued is not None or not_before_ms:
+            name, key = queued if queued is not None else (None, None)
             try:
-                await engine.queues.start_child(wf, rec, link, *queued, trace=trace)
+                await engine.queues.start_child(
+                    wf, rec, link, name, key, trace=trace, not_before_ms=not_before_ms
+                )
             except UnknownQueue as e:
                 runs.fire(
                     link.id,
@@ -584,7 +590,14 @@ class Messages:
                 raise
             # Its shard moved to another worker meanwhile, and nothing of the
             # start was written: that worker starts it.
-            await self.start_child_of(link, rec, dropped=dropped, queued=queued, trace=trace)
+            await self.start_child_of(
+                link,
+                rec,
+                dropped=dropped,
+                queued=queued,
+                trace=trace,
+                not_before_ms=not_before_ms,
+            )
 
     def _child_ended(
         self, link: Parent, rec: Child, row: RunRow, entries: list[tuple[int, bytes]]

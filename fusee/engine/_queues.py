@@ -391,23 +391,29 @@ class Queues:
         wf: WorkflowDef[Any, Any],
         rec: Child,
         link: Parent,
-        queue: str,
+        queue: str | None,
         key: str | None,
         trace: bytes | None = None,
+        not_before_ms: int = 0,
     ) -> None:
         """Queues child ``rec`` of the run ``link`` names, under ``key``; returns once durable.
 
         ``trace`` is the parent run's ``traceparent``: the child's `Start` carries it.
+        A delayed child (``not_before_ms``) with no queue of its own waits in
+        the queue every engine has.
 
         Raises:
             fusee.UnknownQueue: The engine has no queue named ``queue``.
         """
         engine = self._engine
-        q = self.resolve(queue, False)
+        q = self.resolve(queue, not_before_ms > 0)
         now = engine.clock.now_ms()
         origin = _origin_of(link, rec.flags, trace, rec.deadline_ms)
-        item = QueueItem(q.name, rec.id, 1, wf.name, rec.input, key, origin=origin)
-        row = RunRow(rec.id, 1, wf.name, RunStatus.QUEUED, now, parent=link.id)
+        item = QueueItem(
+            q.name, rec.id, 1, wf.name, rec.input, key, not_before_ms=not_before_ms, origin=origin
+        )
+        wake_ms = not_before_ms if not_before_ms > now else None
+        row = RunRow(rec.id, 1, wf.name, RunStatus.QUEUED, now, wake_ms=wake_ms, parent=link.id)
         # Already there (a start delivered again after a crash): nothing new.
         await self._enqueue(item, row)
 

@@ -185,6 +185,30 @@ async def test_a_delay_with_a_deadline_counts_the_deadline_from_the_start_call(
             await run.result()
 
 
+@fusee.workflow("follow-up")
+async def follow_up(ctx: fusee.Ctx, text: str) -> str:
+    first = await ctx.step("first", lambda: f"first {text}")
+    later = await ctx.child(reminder, f"{ctx.info.id}-later", text, delay="1h")
+    return f"{first}, then {later}"
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_delayed_child_is_queued_until_its_time(host: Host, crash: bool) -> None:
+    async with host(workflows=[follow_up, reminder]) as t:
+        run = await t.start(follow_up, "fu-1", "hello")
+        await t.advance("30m")
+        child = await t.get("fu-1-later").describe()
+        assert child.status == "queued"
+        assert child.wake_at is not None
+        if crash:
+            await t.crash()
+        await t.advance("29m")
+        assert (await t.get("fu-1-later").describe()).status == "queued"
+        await t.advance("1m")
+        assert await run.result() == "first hello, then sent hello"
+        assert_steps_ran_once(t)
+
+
 async def test_start_now_of_an_unknown_run_raises_not_found(host: Host) -> None:
     async with host(workflows=[reminder]) as t:
         with pytest.raises(fusee.NotFound):
