@@ -259,6 +259,8 @@ class RunDriver:
         # Children started with ``ctx.child(..., delay=)``: when each may
         # start, from a recorded time, set by the code's call as above.
         self.child_delays: dict[int, int] = {}
+        # Sends made with ``ctx.send(..., delay=)``: when each goes, likewise.
+        self.send_delays: dict[int, int] = {}
         # Time of the run's timers as its journal recorded them: loop time
         # moves to a timer's time when it fires, on replay as live.
         self._timer_at_ms: dict[int, int] = {

@@ -182,6 +182,11 @@ class Runtime(Protocol):
         """When each delayed child may start (Unix ms), by position."""
         ...
 
+    @property
+    def send_delays(self) -> dict[int, int]:
+        """When each delayed send goes (Unix ms), by position."""
+        ...
+
     def now_ms(self) -> int:
         """The host's wall clock (live values and deadlines only)."""
         ...

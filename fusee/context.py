@@ -515,10 +515,10 @@ class Ctx:
             input, workflow.decode_input, f"the input of child '{id}'", workflow.input_type
         )
         # Read live only: on replay the journal's `Child` holds the deadline.
-        deadline_ms = 0 if timeout is None else d.now_ms() + _timeout_ms(timeout, "timeout")
+        deadline_ms = 0 if timeout is None else d.now_ms() + _timeout_ms(timeout, "a child's timeout")
         not_before_ms = 0
         if delay is not None:
-            delay_ms = _timeout_ms(delay, "delay")
+            delay_ms = _timeout_ms(delay, "a child's delay")
             # A recorded time: the child's start, redone after a crash, asks
             # for the time the first asked for.
             now = self._value(value_kind.NOW, lambda: d.now_ms().to_bytes(8, "little"))
@@ -545,14 +545,20 @@ class Ctx:
             return fut
         return d.register(seq, "child", workflow.name, workflow.decode_result, id)
 
-    def send(self, target: str, signal: SignalDef[T], payload: T) -> None:
+    def send(self, target: str, signal: SignalDef[T], payload: T, *, delay: Any = None) -> None:
         """Signals run ``target``, once this run's record of sending is durable.
+
+        With ``delay`` (a duration) the signal goes that long after this
+        call (the time is recorded), still exactly once across crashes. This
+        run stays loaded and its end's row waits until it has gone; its
+        later sends to the same target do not wait for it.
 
         Example:
             >>> import fusee
             >>> go = fusee.signal("go", bool)
             >>> async def f(ctx: Ctx) -> None:
             ...     ctx.send("other-run", go, True)
+            ...     ctx.send("other-run", go, False, delay="1h")
         """
         if not isinstance(target, str) or not target:
             raise TypeError(f"ctx.send needs a non-empty run id, got {target!r}")
@@ -562,10 +568,17 @@ class Ctx:
                 f"the signal name {CANCEL_SEND!r} is fusee's own; cancel a run with ctx.cancel"
             )
         data = signal.encode_checked(payload)
+        at_ms = 0
+        if delay is not None:
+            delay_ms = _timeout_ms(delay, "a send's delay")
+            now = self._value(value_kind.NOW, lambda: self._rt.now_ms().to_bytes(8, "little"))
+            at_ms = int.from_bytes(now, "little") + delay_ms
         try:
-            _, record = self._machine.send(target, signal.name, data)
+            seq, record = self._machine.send(target, signal.name, data)
         except DeterminismError as e:
             raise self._diverged(e) from None
+        if at_ms:
+            self._rt.send_delays[seq] = at_ms
         self._rt.append(record)
 
     def cancel(self, run_id: str, reason: str | None = None) -> None:
@@ -1093,11 +1106,11 @@ def current_step() -> StepCtx | None:
 
 
 def _timeout_ms(duration: Any, what: str) -> int:
-    """A child's timeout or delay in milliseconds (a positive duration)."""
+    """A child's timeout or delay, or a send's delay, in milliseconds (a positive duration)."""
     ms = round(parse_duration(duration) * 1000)
     if ms <= 0:
         raise ValueError(
-            f"a child's {what} must be a positive duration ('30s', '1h'), not {duration!r}"
+            f"{what} must be a positive duration ('30s', '1h'), not {duration!r}"
         )
     return ms
 

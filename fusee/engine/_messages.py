@@ -399,10 +399,26 @@ class Messages:
         ``again``: re-derived from the journal (it may have been applied).
         """
         key = dedup_key(f"{sender.id}/{sender.run}/{rec.seq}")
+        engine = self._engine
+        held = False
         try:
             await self._after_start(sender, rec.target)
             if before is not None:
                 await before.wait()
+            at_ms = sender.driver.send_delays.get(rec.seq)
+            if at_ms is not None and at_ms > engine.clock.now_ms():
+                # A delayed send stays in the outbox until its recorded time
+                # (a crash meanwhile: recovery owes it again), with no task
+                # waiting for it (an idle engine is idle); the sender's later
+                # sends to the target go meanwhile.
+                held = True
+
+                def again_then() -> None:
+                    if not engine.closed:
+                        engine.spawn(self.send(sender, rec, None, asyncio.Event(), again))
+
+                engine.clock.call_at(at_ms, again_then)
+                return
             try:
                 if rec.name == CANCEL_SEND:
                     # A second delivery (after a crash) finds it cancelled: a no-op.
@@ -434,7 +450,8 @@ class Messages:
                 del sender.sending[rec.target]
         # Not in a `finally`: a delivery cut short by the engine's close or
         # crash stays in the outbox, and recovery delivers it again.
-        self._engine.outbox_done(sender, rec.seq)
+        if not held:
+            self._engine.outbox_done(sender, rec.seq)
 
     # --- children ----------------------------------------------------------------------------
 

@@ -209,6 +209,43 @@ async def test_a_delayed_child_is_queued_until_its_time(host: Host, crash: bool)
         assert_steps_ran_once(t)
 
 
+nudge = fusee.signal("nudge", int)
+seen_q = fusee.query("seen")
+
+
+@fusee.workflow("mailbox")
+async def mailbox(ctx: fusee.Ctx) -> list[int]:
+    got: list[int] = []
+    ctx.on_query(seen_q, lambda _: list(got))
+    while (n := await ctx.wait_for(nudge, timeout="3h")) is not None:
+        got.append(n)
+    return got
+
+
+@fusee.workflow("nudger")
+async def nudger(ctx: fusee.Ctx, target: str) -> str:
+    ctx.send(target, nudge, 1, delay="1h")
+    ctx.send(target, nudge, 2)  # goes at once: a delayed send holds back no other
+    return "sent"
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_delayed_send_goes_once_after_its_delay(host: Host, crash: bool) -> None:
+    async with host(workflows=[mailbox, nudger]) as t:
+        box = await t.start(mailbox, "box-1")
+        sender = await t.start(nudger, "nudger-1", "box-1")
+        assert await sender.result() == "sent"
+        await t.advance("30m")
+        if crash:
+            await t.crash()
+        await t.advance("29m")
+        assert await box.query(seen_q) == [2]
+        await t.advance("1m")
+        assert await box.query(seen_q) == [2, 1]
+        await t.advance("4h")
+        assert await box.result() == [2, 1]
+
+
 async def test_start_now_of_an_unknown_run_raises_not_found(host: Host) -> None:
     async with host(workflows=[reminder]) as t:
         with pytest.raises(fusee.NotFound):
