@@ -515,7 +515,9 @@ class Ctx:
             input, workflow.decode_input, f"the input of child '{id}'", workflow.input_type
         )
         # Read live only: on replay the journal's `Child` holds the deadline.
-        deadline_ms = 0 if timeout is None else d.now_ms() + _timeout_ms(timeout, "a child's timeout")
+        deadline_ms = 0
+        if timeout is not None:
+            deadline_ms = d.now_ms() + _timeout_ms(timeout, "a child's timeout")
         not_before_ms = 0
         if delay is not None:
             delay_ms = _timeout_ms(delay, "a child's delay")
@@ -1109,9 +1111,7 @@ def _timeout_ms(duration: Any, what: str) -> int:
     """A child's timeout or delay, or a send's delay, in milliseconds (a positive duration)."""
     ms = round(parse_duration(duration) * 1000)
     if ms <= 0:
-        raise ValueError(
-            f"{what} must be a positive duration ('30s', '1h'), not {duration!r}"
-        )
+        raise ValueError(f"{what} must be a positive duration ('30s', '1h'), not {duration!r}")
     return ms
 
 
