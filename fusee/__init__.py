@@ -47,7 +47,7 @@ from fusee._version import __version__ as __version__
 from fusee.blobs import BlobStore
 from fusee.client import Client, SyncClient
 from fusee.codecs import PayloadCodec
-from fusee.context import Ctx, StepCtx, WorkflowInfo, WorkflowStream, current_step
+from fusee.context import Ctx, StepCtx, UpdateInfo, WorkflowInfo, WorkflowStream, current_step
 from fusee.engine import BulkResult, Engine, IdPolicy, Run, RunInfo
 from fusee.errors import (
     AlreadyExists,
@@ -120,6 +120,7 @@ __all__ = [
     "UnknownWorkflow",
     "UpdateDef",
     "UpdateFailed",
+    "UpdateInfo",
     "UpdateRejected",
     "WatchdogError",
     "WorkflowDef",

@@ -427,6 +427,8 @@ class WorkflowDef(Generic[I_contra, R_co]):
     takes_input: bool
     decode_input: Callable[[bytes], I_contra] = field(repr=False)
     decode_result: Callable[[bytes], R_co] = field(repr=False)
+    on_error: str | None = None
+    """What a bug in its code does to a run: ``"fail"``, ``"pause"`` (None: the engine's choice)."""
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} ({self.fn.__module__}.{self.fn.__qualname__})>"
@@ -475,7 +477,22 @@ def hints_of(fn: Callable[..., Any]) -> dict[str, Any]:
     return out
 
 
-def _make_workflow(fn: WorkflowFn, name: str | None) -> WorkflowDef[Any, Any]:
+ON_ERROR = ("fail", "pause")
+"""What a bug in workflow code may do to its run (`workflow`'s ``on_error``)."""
+
+
+def check_on_error(on_error: object, where: str) -> None:
+    """Raises ValueError unless ``on_error`` is one of `ON_ERROR` (or None)."""
+    if on_error is not None and on_error not in ON_ERROR:
+        raise ValueError(
+            f"{where} on_error must be 'fail' (the run fails) or 'pause' (the run waits "
+            f"for a fix and run.resume()), not {on_error!r}"
+        )
+
+
+def _make_workflow(
+    fn: WorkflowFn, name: str | None, on_error: str | None = None
+) -> WorkflowDef[Any, Any]:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(
             f"@fusee.workflow needs an `async def` function, got {fn!r}; "
@@ -498,6 +515,7 @@ def _make_workflow(fn: WorkflowFn, name: str | None) -> WorkflowDef[Any, Any]:
         takes_input=len(params) == 2,
         decode_input=decoder_for(input_type),
         decode_result=decoder_for(result_type),
+        on_error=on_error,
     )
 
 
@@ -517,10 +535,12 @@ def workflow(name: Callable[[Any, I], Coroutine[Any, Any, R]], /) -> WorkflowDef
 @overload
 def workflow(name: Callable[[Any], Coroutine[Any, Any, R]], /) -> WorkflowDef[None, R]: ...
 @overload
-def workflow(name: str | None = None, /) -> WorkflowDecorator: ...
+def workflow(name: str | None = None, /, *, on_error: str | None = None) -> WorkflowDecorator: ...
 
 
-def workflow(name: str | WorkflowFn | None = None, /) -> WorkflowDef[Any, Any] | WorkflowDecorator:
+def workflow(
+    name: str | WorkflowFn | None = None, /, *, on_error: str | None = None
+) -> WorkflowDef[Any, Any] | WorkflowDecorator:
     """Makes an ``async def f(ctx, input)`` function a workflow.
 
     Use as ``@fusee.workflow("name")``, or bare ``@fusee.workflow`` to name
@@ -528,6 +548,12 @@ def workflow(name: str | WorkflowFn | None = None, /) -> WorkflowDef[Any, Any] |
 
     Args:
         name: The workflow's type name, as recorded in journals.
+        on_error: What an exception escaping the code does when it is a bug
+            (not `fusee.StepFailed`, `fusee.ChildFailed` or `fusee.Failure`):
+            ``"fail"`` ends the run ``failed``; ``"pause"`` leaves it
+            ``paused`` with the traceback until ``run.resume()`` replays it
+            on the code deployed since. None: the engine's choice
+            (``Engine.open(on_error=)``, "fail" by default).
 
     Returns:
         A `WorkflowDef` to pass to ``Engine.open(workflows=[...])`` and
@@ -539,13 +565,19 @@ def workflow(name: str | WorkflowFn | None = None, /) -> WorkflowDef[Any, Any] |
         ...     return order_id
         >>> checkout.name
         'checkout'
+        >>> @workflow("quote", on_error="pause")
+        ... async def quote(ctx: Ctx, sku: str) -> int:
+        ...     return {"A1": 12}[sku]  # a KeyError pauses the run until a fix
+        >>> quote.on_error
+        'pause'
     """
+    check_on_error(on_error, "@fusee.workflow's")
     if callable(name):
-        return _make_workflow(name, None)
+        return _make_workflow(name, None, on_error)
     if name is not None:
         _check_name("workflow", name)
 
     def decorate(fn: WorkflowFn) -> WorkflowDef[Any, Any]:
-        return _make_workflow(fn, name)
+        return _make_workflow(fn, name, on_error)
 
     return decorate

@@ -13,6 +13,7 @@ and replayed code see the same values in the same order.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import sys
 import time
@@ -22,13 +23,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from fusee import _codec
+from fusee._definitions import update
 from fusee._loop import WorkflowLoop
-from fusee._runtime import ContinueAsNew, Handlers, StepCall
+from fusee._runtime import CURRENT_UPDATE, ContinueAsNew, Handlers, StepCall, UpdateInfo
 from fusee.context import Ctx, begin_sleep
 from fusee.errors import (
     Cancelled,
     ChildFailed,
     DeterminismError,
+    Failure,
     PayloadError,
     QueryFailed,
     StepFailed,
@@ -55,7 +58,7 @@ from fusee.record import (
 if TYPE_CHECKING:
     from fusee._definitions import UpdateDef, WorkflowDef
 
-__all__ = ["ReplayHost", "RunDriver", "RunHost"]
+__all__ = ["ReplayHost", "RunDriver", "RunHost", "is_bug"]
 
 _OK = Status.OK
 _FAILED = Status.FAILED
@@ -198,6 +201,7 @@ class _UpdateCall:
     ordinal: int
     token: int | None
     name: str
+    id: str
 
 
 @dataclass(slots=True)
@@ -252,6 +256,11 @@ class RunDriver:
         # key by position. Set by the code's call, live and on replay alike,
         # so a recovered run's child start finds it too.
         self.child_queues: dict[int, tuple[str, str | None]] = {}
+        # Children started with ``ctx.child(..., delay=)``: when each may
+        # start, from a recorded time, set by the code's call as above.
+        self.child_delays: dict[int, int] = {}
+        # Sends made with ``ctx.send(..., delay=)``: when each goes, likewise.
+        self.send_delays: dict[int, int] = {}
         # Time of the run's timers as its journal recorded them: loop time
         # moves to a timer's time when it fires, on replay as live.
         self._timer_at_ms: dict[int, int] = {
@@ -266,6 +275,11 @@ class RunDriver:
         self.main: asyncio.Task[Any] | None = None
         self.end: RunEnd | None = None
         self.error: DeterminismError | None = None
+        # A bug that escaped the code (its traceback) pauses the run instead
+        # of failing it when the host gives this callback (`on_error="pause"`):
+        # it hears of the pause; nothing is recorded.
+        self.on_bug: Callable[[RunDriver, str], None] | None = None
+        self.bug: str | None = None
         # The host's own state for this run, so it finds it without a lookup.
         self.host_data: Any = None
         self._turning = False
@@ -295,7 +309,13 @@ class RunDriver:
 
             self.main = self.loop.create_task(fail(), name=f"{self.id}-main")
         else:
-            self.main = self.loop.create_task(wf.fn(*args), name=f"{self.id}-main")
+            context = None
+            if CURRENT_UPDATE.get() is not None:
+                # Started from inside an update handler's turn (a strict
+                # replay at a park): the run's main code is in no update.
+                context = contextvars.copy_context()
+                context.run(CURRENT_UPDATE.set, None)
+            self.main = self.loop.create_task(wf.fn(*args), name=f"{self.id}-main", context=context)
         self.turn()
 
     def close(self) -> None:
@@ -317,7 +337,7 @@ class RunDriver:
 
     def turn(self) -> None:
         """Runs the code to quiescence and hands it deliveries until none can be made."""
-        if self._turning or self.error is not None or self.end is not None:
+        if self._turning or self.error is not None or self.end is not None or self.bug:
             return
         self._turning = True
         self.turn_started = time.monotonic()
@@ -387,6 +407,14 @@ class RunDriver:
         status, payload = self._main_outcome(main)
         if status is None:
             return
+        if status is _FAILED and self.on_bug is not None and recorded is None:
+            exc = main.exception()
+            if exc is not None and is_bug(exc):
+                # Nothing is recorded: a resume replays the journal on the
+                # code deployed since, which may go on where this raised.
+                self.bug = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                self.on_bug(self, self.bug)
+                return
         try:
             m.check_end()
         except DeterminismError as e:
@@ -676,6 +704,8 @@ class RunDriver:
 
     def _start_update(self, n: DeliverUpdate) -> None:
         entry = self.handlers.updates.get(n.name)
+        if entry is None and self.handlers.dynamic_update is not None:
+            entry = _dynamic_update(n.name, *self.handlers.dynamic_update)
         if n.live is not None:
             waiter = self.update_waiters.get(n.live)
             if entry is None:
@@ -723,7 +753,7 @@ class RunDriver:
                 )
                 return
         udef, handler, _ = entry
-        call = _UpdateCall(ordinal, n.live, n.name)
+        call = _UpdateCall(ordinal, n.live, n.name, n.id)
         self.loop.create_task(
             self._run_update(call, udef, handler, n.payload), name=f"{self.id}-update-{ordinal}"
         )
@@ -731,6 +761,8 @@ class RunDriver:
     async def _run_update(
         self, call: _UpdateCall, udef: UpdateDef[Any], handler: Callable[[Any], Any], payload: bytes
     ) -> None:
+        # This task's own context: the handler's `ctx.current_update()`.
+        CURRENT_UPDATE.set(UpdateInfo(call.id, call.name))
         try:
             result = handler(udef.decode(payload))
             if asyncio.iscoroutine(result):
@@ -760,6 +792,8 @@ class RunDriver:
             QueryFailed: The handler raised, or the code registered none for ``name``.
         """
         handler = self.handlers.queries.get(name)
+        if handler is None and self.handlers.dynamic_query is not None:
+            handler = functools.partial(self.handlers.dynamic_query, name)
         if handler is None:
             raise QueryFailed(
                 name,
@@ -780,6 +814,34 @@ class RunDriver:
 # The first item of a refused update's recorded error: its validator (or a
 # missing handler) refused it and nothing was recorded.
 UPDATE_REJECTED = "UpdateRejected"
+
+
+def _dynamic_update(
+    name: str,
+    handler: Callable[[str, Any], Any],
+    validator: Callable[[str, Any], Any] | None,
+) -> tuple[UpdateDef[Any], Callable[[Any], Any], Callable[[Any], Any] | None]:
+    """A dynamic update handler's entry for update ``name``: plain values, the name passed first."""
+    return (
+        update(name),
+        functools.partial(handler, name),
+        functools.partial(validator, name) if validator is not None else None,
+    )
+
+
+def is_bug(exc: BaseException) -> bool:
+    """Whether ``exc``, escaping workflow code, is a bug rather than a failure it means.
+
+    A step's or child's failure, or a `fusee.Failure` the code raises, is the
+    run's failure; anything else (a ``KeyError``, a ``TypeError``) is a bug
+    that a fix may get past.
+
+    Example:
+        >>> from fusee.errors import Failure
+        >>> is_bug(KeyError("sku")), is_bug(Failure("card declined"))
+        (True, False)
+    """
+    return not isinstance(exc, StepFailed | ChildFailed | Failure | asyncio.CancelledError)
 
 
 def _rejection(type: str, message: str) -> bytes:

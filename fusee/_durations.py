@@ -21,9 +21,9 @@ import datetime as dt
 import math
 import re
 from fractions import Fraction
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["duration_ms", "format_ms", "parse_duration"]
+__all__ = ["deadline_after", "duration_ms", "format_ms", "not_before", "parse_duration"]
 
 _ACCEPTED: Final = (
     "use a number of seconds, a timedelta, or a string like "
@@ -195,3 +195,54 @@ def format_ms(ms: int) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts) or "0s"
+
+
+def deadline_after(now_ms: int, timeout: Any) -> int:
+    """The deadline ``timeout`` after ``now_ms`` (0: no deadline, for None).
+
+    Raises:
+        ValueError: ``timeout`` is not a positive duration.
+
+    Example:
+        >>> deadline_after(1_000, "2s"), deadline_after(1_000, None)
+        (3000, 0)
+    """
+    if timeout is None:
+        return 0
+    ms = duration_ms(timeout)
+    if ms <= 0:
+        raise ValueError(
+            f"a run's timeout must be a positive duration ('30s', '1h', seconds), not {timeout!r}"
+        )
+    return now_ms + ms
+
+
+def not_before(now_ms: int, delay: Any, start_at: dt.datetime | None) -> int:
+    """When a delayed start may begin: ``delay`` after ``now_ms``, or at ``start_at`` (0: now).
+
+    A naive ``start_at`` is local time, as ``datetime.timestamp`` reads it.
+
+    Raises:
+        ValueError: Both are given, or ``delay`` is not a positive duration.
+        TypeError: ``start_at`` is not a ``datetime``.
+
+    Example:
+        >>> import datetime
+        >>> at = dt.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+        >>> not_before(0, "10m", None), not_before(0, None, at), not_before(0, None, None)
+        (600000, 1893456000000, 0)
+    """
+    if delay is not None and start_at is not None:
+        raise ValueError("give a start's delay or its start_at, not both")
+    if start_at is not None:
+        if not isinstance(start_at, dt.datetime):
+            raise TypeError(f"start_at must be a dt.datetime, not {start_at!r}")
+        return max(1, round(start_at.timestamp() * 1000))
+    if delay is None:
+        return 0
+    ms = duration_ms(delay)
+    if ms <= 0:
+        raise ValueError(
+            f"a start's delay must be a positive duration ('10m', seconds), not {delay!r}"
+        )
+    return now_ms + ms

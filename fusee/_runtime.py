@@ -12,6 +12,7 @@ of the run's loop, resolved by a delivery.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -27,7 +28,29 @@ if TYPE_CHECKING:
     from fusee.machine import RunMachine
     from fusee.record import Record, Start
 
-__all__ = ["ContinueAsNew", "Handlers", "Runtime", "StepCall"]
+__all__ = ["CURRENT_UPDATE", "ContinueAsNew", "Handlers", "Runtime", "StepCall", "UpdateInfo"]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateInfo:
+    """The update whose handler is running (``ctx.current_update()``).
+
+    Example:
+        >>> UpdateInfo("u-1", "bump").name
+        'bump'
+    """
+
+    id: str
+    """The update's id (the caller's ``id=``, or one the engine made)."""
+    name: str
+    """The update's name (what a dynamic handler was called for)."""
+
+
+# Set in each update handler's own task: the handler, and whatever it awaits,
+# sees its update; the run's main code sees None.
+CURRENT_UPDATE: contextvars.ContextVar[UpdateInfo | None] = contextvars.ContextVar(
+    "fusee_current_update", default=None
+)
 
 
 class ContinueAsNew(BaseException):
@@ -88,6 +111,10 @@ class Handlers:
     updates: dict[str, tuple[UpdateDef[Any], Callable[[Any], Any], Callable[[Any], Any] | None]] = (
         field(default_factory=dict)
     )
+    dynamic_query: Callable[[str, Any], Any] | None = None
+    """``ctx.on_query(None, h)``: called ``h(name, arg)`` for a query no handler names."""
+    dynamic_update: tuple[Callable[[str, Any], Any], Callable[[str, Any], Any] | None] | None = None
+    """``ctx.on_update(None, h, validator)``: for an update no handler names."""
 
     def update_result_decoder(self, name: str) -> Callable[[bytes], Any] | None:
         """What update ``name``'s result decodes to: its `UpdateDef`'s ``result_type``, or
@@ -148,6 +175,16 @@ class Runtime(Protocol):
     @property
     def child_queues(self) -> dict[int, tuple[str, str | None]]:
         """The queue and key of each child started through a queue, by position."""
+        ...
+
+    @property
+    def child_delays(self) -> dict[int, int]:
+        """When each delayed child may start (Unix ms), by position."""
+        ...
+
+    @property
+    def send_delays(self) -> dict[int, int]:
+        """When each delayed send goes (Unix ms), by position."""
         ...
 
     def now_ms(self) -> int:

@@ -14,6 +14,7 @@ to a run is the serving engine's, so it stays durable and applied once.
 from __future__ import annotations
 
 import builtins
+import datetime
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from fusee import _codec
-from fusee._durations import duration_ms
+from fusee._durations import deadline_after, duration_ms, not_before
 from fusee._payloads import Payloads, default_blobs, install
 from fusee._queue import Queue, QueueStats
 from fusee.engine import BulkActions, BulkResult, Filters, IdPolicy, Run, RunInfo, bulk
@@ -146,6 +147,9 @@ class Client(BulkActions):
         key: str | None = None,
         priority: int = 0,
         debounce: Any = None,
+        timeout: Any = None,
+        delay: Any = None,
+        start_at: datetime.datetime | None = None,
     ) -> Run[T]:
         """Starts a run on the serving worker; returns once its start is durable.
 
@@ -160,6 +164,11 @@ class Client(BulkActions):
             priority: Lower numbers are admitted first.
             debounce: A duration: a start of an id still queued replaces its
                 input and holds its admission back this long again.
+            timeout: A duration: the run is cancelled ("deadline exceeded")
+                if it is still going this long after now.
+            delay: A duration: the run is ``queued`` until then
+                (``describe().wake_at``; ``run.start_now()`` starts it early).
+            start_at: A ``datetime``: as ``delay``, until then.
 
         Raises:
             fusee.AlreadyExists: The id is taken.
@@ -170,9 +179,12 @@ class Client(BulkActions):
 
         Example:
             >>> async def main(client: Client) -> None:
-            ...     run = await client.start("checkout", "order-1", {"sku": "A1"})
+            ...     run = await client.start("checkout", "order-1", {"sku": "A1"}, timeout="1h")
         """
         check_id(id, "a run")
+        now = round(time.time() * 1000)
+        deadline_ms = deadline_after(now, timeout)
+        not_before_ms = not_before(now, delay, start_at)
         if isinstance(workflow, str):
             name = workflow
         else:
@@ -188,6 +200,10 @@ class Client(BulkActions):
                 priority=priority,
                 debounce_ms=None if debounce is None else duration_ms(debounce),
             )
+        if deadline_ms:
+            fields["deadline_ms"] = deadline_ms
+        if not_before_ms:
+            fields["not_before_ms"] = not_before_ms
         trace = caller_trace()
         if trace is not None:
             fields["trace"] = trace
@@ -330,6 +346,9 @@ class Client(BulkActions):
     async def _delete(self, id: str) -> None:
         await self._remote.delete(id)
 
+    async def _start_now(self, id: str) -> None:
+        await self._remote.start_now(id)
+
 
 class ClientSchedules:
     """`Client.schedules`: the engine's ``engine.schedules`` calls, as commands to the worker.
@@ -435,6 +454,10 @@ class SyncRun(Generic[T]):
     def delete(self) -> None:
         """Deletes the finished run from the store (`fusee.Run.delete`)."""
         _blocking(self._portal, self._run.delete)
+
+    def start_now(self) -> None:
+        """Starts a delayed run now (`fusee.Run.start_now`)."""
+        _blocking(self._portal, self._run.start_now)
 
     def describe(self) -> RunInfo:
         """The run's status, times and attributes (`fusee.Run.describe`)."""
@@ -545,6 +568,9 @@ class SyncClient:
         key: str | None = None,
         priority: int = 0,
         debounce: Any = None,
+        timeout: Any = None,
+        delay: Any = None,
+        start_at: datetime.datetime | None = None,
     ) -> SyncRun[T]:
         """Starts a run on the serving worker (`Client.start`)."""
         run = _blocking(
@@ -558,6 +584,9 @@ class SyncClient:
                 key=key,
                 priority=priority,
                 debounce=debounce,
+                timeout=timeout,
+                delay=delay,
+                start_at=start_at,
             ),
         )
         return SyncRun(self._portal, run)

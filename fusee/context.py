@@ -27,10 +27,10 @@ from fusee import _codec
 from fusee._definitions import DEFAULT_RETRY, Retry, checked
 from fusee._durations import parse_duration
 from fusee._events import event_key
-from fusee._runtime import ContinueAsNew, StepCall
+from fusee._runtime import CURRENT_UPDATE, ContinueAsNew, StepCall, UpdateInfo
 from fusee._stepfn import StepShape, shape_of
 from fusee.errors import DeterminismError, FuseeError
-from fusee.record import DETACHED, Timer, value_kind
+from fusee.record import CANCEL_SEND, DETACHED, Timer, value_kind
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -52,6 +52,7 @@ __all__ = [
     "CancelFlag",
     "Ctx",
     "StepCtx",
+    "UpdateInfo",
     "WorkflowInfo",
     "WorkflowStream",
     "begin_sleep",
@@ -475,6 +476,8 @@ class Ctx:
         detached: bool = False,
         queue: _Named | str | None = None,
         key: str | None = None,
+        timeout: Any = None,
+        delay: Any = None,
     ) -> asyncio.Future[T]:
         """Starts child run ``id`` of ``workflow``; resolves to its result.
 
@@ -483,6 +486,15 @@ class Ctx:
         or its name) the child is queued until the queue admits it, under
         ``key`` for the queue's ``per_key`` limit; a queue the engine does
         not have fails the child with `fusee.UnknownQueue`.
+
+        With ``timeout`` (a duration) the child has a deadline: once it
+        passes, the child is cancelled (reason ``"deadline exceeded"``) and
+        its future raises `fusee.Cancelled`. An attached child's deadline
+        is never past this run's own (`Engine.start(..., timeout=)`).
+
+        With ``delay`` (a duration) the child is ``queued`` until that long
+        after this call (the time is recorded, so a replay asks for the same
+        one), as ``Engine.start(..., delay=)`` queues a run.
 
         Raises:
             fusee.ChildFailed: (from the future) the child failed.
@@ -493,7 +505,7 @@ class Ctx:
             ... async def ship(ctx, order_id: str) -> str:
             ...     return f"shipped {order_id}"
             >>> async def f(ctx: Ctx, order_id: str) -> str:
-            ...     return await ctx.child(ship, f"ship-{order_id}", order_id)
+            ...     return await ctx.child(ship, f"ship-{order_id}", order_id, timeout="1h")
         """
         if not isinstance(id, str) or not id:
             raise TypeError(f"ctx.child needs a non-empty run id, got {id!r}")
@@ -502,9 +514,22 @@ class Ctx:
         data = checked(
             input, workflow.decode_input, f"the input of child '{id}'", workflow.input_type
         )
+        # Read live only: on replay the journal's `Child` holds the deadline.
+        deadline_ms = 0
+        if timeout is not None:
+            deadline_ms = d.now_ms() + _timeout_ms(timeout, "a child's timeout")
+        not_before_ms = 0
+        if delay is not None:
+            delay_ms = _timeout_ms(delay, "a child's delay")
+            # A recorded time: the child's start, redone after a crash, asks
+            # for the time the first asked for.
+            now = self._value(value_kind.NOW, lambda: d.now_ms().to_bytes(8, "little"))
+            not_before_ms = int.from_bytes(now, "little") + delay_ms
+        if not detached:
+            deadline_ms = _capped(deadline_ms, self._machine.info().deadline_ms)
         try:
             seq, arm = self._machine.begin_child(
-                workflow.name, id, DETACHED if detached else 0, 0, data
+                workflow.name, id, DETACHED if detached else 0, deadline_ms, data
             )
         except DeterminismError as e:
             raise self._diverged(e) from None
@@ -513,6 +538,8 @@ class Ctx:
             if key is not None and not isinstance(key, str):
                 raise TypeError(f"ctx.child's queue key must be a string or None, not {key!r}")
             d.child_queues[seq] = (name, key)
+        if not_before_ms:
+            d.child_delays[seq] = not_before_ms
         d.append(arm.record)
         if detached:
             fut: asyncio.Future[Any] = d.loop.create_future()
@@ -520,21 +547,72 @@ class Ctx:
             return fut
         return d.register(seq, "child", workflow.name, workflow.decode_result, id)
 
-    def send(self, target: str, signal: SignalDef[T], payload: T) -> None:
+    def send(self, target: str, signal: SignalDef[T], payload: T, *, delay: Any = None) -> None:
         """Signals run ``target``, once this run's record of sending is durable.
+
+        With ``delay`` (a duration) the signal goes that long after this
+        call (the time is recorded), still exactly once across crashes. This
+        run stays loaded and its end's row waits until it has gone; its
+        later sends to the same target do not wait for it.
 
         Example:
             >>> import fusee
             >>> go = fusee.signal("go", bool)
             >>> async def f(ctx: Ctx) -> None:
             ...     ctx.send("other-run", go, True)
+            ...     ctx.send("other-run", go, False, delay="1h")
         """
         if not isinstance(target, str) or not target:
             raise TypeError(f"ctx.send needs a non-empty run id, got {target!r}")
         _check_text(target, "ctx.send's run id")
+        if signal.name == CANCEL_SEND:
+            raise ValueError(
+                f"the signal name {CANCEL_SEND!r} is fusee's own; cancel a run with ctx.cancel"
+            )
         data = signal.encode_checked(payload)
+        at_ms = 0
+        if delay is not None:
+            delay_ms = _timeout_ms(delay, "a send's delay")
+            now = self._value(value_kind.NOW, lambda: self._rt.now_ms().to_bytes(8, "little"))
+            at_ms = int.from_bytes(now, "little") + delay_ms
         try:
-            _, record = self._machine.send(target, signal.name, data)
+            seq, record = self._machine.send(target, signal.name, data)
+        except DeterminismError as e:
+            raise self._diverged(e) from None
+        if at_ms:
+            self._rt.send_delays[seq] = at_ms
+        self._rt.append(record)
+
+    def cancel(self, run_id: str, reason: str | None = None) -> None:
+        """Cancels run ``run_id``, as `Run.cancel` does, once this run's record of it is durable.
+
+        Journaled and delivered through this run's outbox exactly once,
+        across crashes, as ``ctx.send`` is; a run that has ended or does not
+        exist is left alone (logged). A queued run is dropped before it starts.
+
+        Args:
+            run_id: The run to cancel (not this run's own id).
+            reason: What its code's `fusee.Cancelled` says; by default
+                ``"cancelled by run '<this run's id>'"``.
+
+        Example:
+            >>> async def f(ctx: Ctx, order_id: str) -> None:
+            ...     ctx.cancel(f"ship-{order_id}", reason="order withdrawn")
+        """
+        if not isinstance(run_id, str) or not run_id:
+            raise TypeError(f"ctx.cancel needs a non-empty run id, got {run_id!r}")
+        _check_text(run_id, "ctx.cancel's run id")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"ctx.cancel's reason must be a string or None, not {reason!r}")
+        me = self._machine.info().id
+        if run_id == me:
+            raise ValueError(
+                f"ctx.cancel cannot cancel its own run '{me}'; raise fusee.Cancelled, "
+                "or return, to end it"
+            )
+        text = reason if reason is not None else f"cancelled by run '{me}'"
+        try:
+            _, record = self._machine.send(run_id, CANCEL_SEND, _codec.encode(text))
         except DeterminismError as e:
             raise self._diverged(e) from None
         self._rt.append(record)
@@ -645,28 +723,59 @@ class Ctx:
         """
         return WorkflowStream(self._rt, name)
 
-    def on_query(self, query: QueryDef[Any], handler: Callable[[Any], Any]) -> None:
+    @overload
+    def on_query(self, query: QueryDef[Any], handler: Callable[[Any], Any]) -> None: ...
+    @overload
+    def on_query(self, query: None, handler: Callable[[str, Any], Any]) -> None: ...
+
+    def on_query(self, query: QueryDef[Any] | None, handler: Callable[..., Any]) -> None:
         """Answers ``query`` with ``handler(arg)``; it must not change the run.
+
+        With ``query=None`` the handler is dynamic: it answers every query no
+        other handler names, called as ``handler(name, arg)``.
 
         Example:
             >>> import fusee
             >>> status = fusee.query("status")
             >>> async def f(ctx: Ctx) -> None:
             ...     ctx.on_query(status, lambda _: {"phase": "review"})
+            ...     ctx.on_query(None, lambda name, arg: f"no query {name}")
         """
+        if query is None:
+            self._rt.handlers.dynamic_query = handler
+            return
         self._rt.handlers.queries[query.name] = handler
 
+    @overload
     def on_update(
         self,
         update: UpdateDef[T, R],
         handler: Callable[[T], R] | Callable[[T], Awaitable[R]],
         validator: Callable[[T], None] | None = None,
+    ) -> None: ...
+    @overload
+    def on_update(
+        self,
+        update: None,
+        handler: Callable[[str, Any], Any],
+        validator: Callable[[str, Any], None] | None = None,
+    ) -> None: ...
+
+    def on_update(
+        self,
+        update: UpdateDef[Any, Any] | None,
+        handler: Callable[..., Any],
+        validator: Callable[..., None] | None = None,
     ) -> None:
         """Accepts ``update``: ``validator`` may reject it (raise); ``handler`` runs at its turn.
 
         The handler (sync or async) starts at the update's place in the
         journal, so it replays identically; its result goes to the caller of
-        ``run.update``.
+        ``run.update``. Inside it, `current_update` names the update.
+
+        With ``update=None`` the handler is dynamic: it takes every update no
+        other handler names, called as ``handler(name, payload)`` (and
+        ``validator(name, payload)``) with the payload as plain values.
 
         Example:
             >>> import fusee
@@ -674,8 +783,24 @@ class Ctx:
             >>> async def f(ctx: Ctx) -> None:
             ...     total = [0]
             ...     ctx.on_update(bump, lambda n: total.__setitem__(0, total[0] + n))
+            ...     ctx.on_update(None, lambda name, payload: f"{name} noted")
         """
+        if update is None:
+            self._rt.handlers.dynamic_update = (handler, validator)
+            return
         self._rt.handlers.updates[update.name] = (update, handler, validator)
+
+    def current_update(self) -> UpdateInfo | None:
+        """The update whose handler is running here (its id and name), or None outside one.
+
+        Example:
+            >>> async def f(ctx: Ctx) -> None:
+            ...     def audit(name: str, payload: object) -> str:
+            ...         info = ctx.current_update()
+            ...         return f"{name} ({info.id if info else '?'})"
+            ...     ctx.on_update(None, audit)
+        """
+        return CURRENT_UPDATE.get()
 
     def continue_as_new(self, input: Any = None) -> NoReturn:
         """Ends this run and starts a new one of the same workflow and id with ``input``.
@@ -980,3 +1105,18 @@ def current_step() -> StepCtx | None:
     if isinstance(step, _LaterStepCtx):
         return step.get()
     return step
+
+
+def _timeout_ms(duration: Any, what: str) -> int:
+    """A child's timeout or delay, or a send's delay, in milliseconds (a positive duration)."""
+    ms = round(parse_duration(duration) * 1000)
+    if ms <= 0:
+        raise ValueError(f"{what} must be a positive duration ('30s', '1h'), not {duration!r}")
+    return ms
+
+
+def _capped(deadline_ms: int, parent_ms: int) -> int:
+    """A child's deadline, never past its parent's (0 stands for none)."""
+    if not parent_ms:
+        return deadline_ms
+    return parent_ms if not deadline_ms else min(deadline_ms, parent_ms)

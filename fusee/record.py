@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = [
+    "CANCEL_SEND",
     "DETACHED",
     "FORMAT_VERSION",
     "PAUSED",
@@ -477,9 +478,17 @@ class ChildDone:
     payload: bytes
 
 
+CANCEL_SEND = "fusee:cancel"
+"""A `Send` of this name is a cancel of its target (``ctx.cancel``); its payload is the reason.
+
+A send, so that it leaves through the sender's outbox exactly once across
+crashes, as a signal does; ``ctx.send`` refuses a signal of this name.
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Send:
-    """The code sent signal ``name`` to run ``target``.
+    """The code sent signal ``name`` to run ``target`` (a cancel: `CANCEL_SEND`).
 
     Example:
         >>> Send(1, 5, "other", "go", b"").target

@@ -29,6 +29,7 @@ import builtins
 import contextlib
 import contextvars
 import dataclasses
+import datetime
 import inspect
 import logging
 import textwrap
@@ -121,6 +122,10 @@ class TestEngine:
             ``"raise"`` (default) raises `fusee.RunPaused`, naming the step,
             its attempts and its last error; ``"wait"`` waits for a resume
             (from another task of the test, or an update's handler).
+        on_error: What a bug escaping a workflow's code does to its run when
+            the workflow does not say, as in `fusee.Engine.open`: ``"fail"``
+            (default) or ``"pause"``. A run paused so makes ``execute()`` and
+            ``result()`` raise `fusee.RunPaused` as a paused step does.
         tracer_provider: The OpenTelemetry tracer provider its engines'
             spans go to (an SDK provider with an in-memory exporter, say),
             as in `fusee.Engine.open`; default: the global one.
@@ -156,6 +161,7 @@ class TestEngine:
         queues: Iterable[Queue] = (),
         schedules: Iterable[Schedule] = (),
         on_pause: Literal["raise", "wait"] = "raise",
+        on_error: str = "fail",
         tracer_provider: Any = None,
         meter_provider: Any = None,
         retention: Any = None,
@@ -168,6 +174,7 @@ class TestEngine:
         if on_pause not in ("raise", "wait"):
             raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
         self.on_pause = on_pause
+        self.on_error = on_error
         self._tracer_provider = tracer_provider
         self._retention = retention
         self._payloads: dict[str, Any] = {
@@ -251,6 +258,7 @@ class TestEngine:
             meter_provider=self._meter_provider,
             retention=self._retention,
             **self._payloads,
+            on_error=self.on_error,
         )
         self._engine = engine
         await engine.recover()
@@ -269,6 +277,9 @@ class TestEngine:
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
@@ -282,6 +293,9 @@ class TestEngine:
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
@@ -295,6 +309,9 @@ class TestEngine:
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[Any]: ...
 
     async def start(
@@ -308,6 +325,9 @@ class TestEngine:
         key: str | None = None,
         priority: int = 0,
         debounce: Any = None,
+        timeout: Any = None,
+        delay: Any = None,
+        start_at: datetime.datetime | None = None,
     ) -> Run[Any]:
         """`Engine.start`; the handle stays valid across crashes."""
         run = await self.engine.start(
@@ -319,6 +339,9 @@ class TestEngine:
             key=key,
             priority=priority,
             debounce=debounce,
+            timeout=timeout,
+            delay=delay,
+            start_at=start_at,
         )
         return Run(self, run.id)
 
@@ -430,6 +453,9 @@ class TestEngine:
 
     async def _delete(self, id: str) -> None:
         await self._current()._delete(id)
+
+    async def _start_now(self, id: str) -> None:
+        await self._current()._start_now(id)
 
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         return self._current()._stream(id, name)
@@ -605,6 +631,8 @@ class TestEngine:
         engine = self.engine
         # A parked run is loaded before its result is awaited (`Engine._result`).
         state = engine.runs.loaded(id)
+        if state is not None and state.driver.end is None and state.driver.bug is not None:
+            return _bug_pause(id, state.driver.bug)
         if state is None or state.driver.end is not None or not state.driver.machine.is_paused():
             return None
         if state.due:
@@ -777,6 +805,17 @@ def _reopened(store: Store) -> Store:
         return SqliteStore(store.path.parent, durability=store._durability)
     # The memory store outlives the crash as the object itself (it is the "disk").
     return store
+
+
+def _bug_pause(id: str, traceback: str) -> RunPaused:
+    """`fusee.RunPaused` for a run a bug in its code paused: its last traceback line says what.
+
+    Example:
+        >>> _bug_pause("o-1", "KeyError: 'sku'").error
+        "KeyError: 'sku'"
+    """
+    lines = [line for line in traceback.strip().splitlines() if line.strip()]
+    return RunPaused(id, "(its workflow code)", 1, lines[-1] if lines else "an error")
 
 
 def _pause_of(id: str, journal: Iterable[tuple[int, bytes]]) -> RunPaused | None:

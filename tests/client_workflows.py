@@ -85,3 +85,15 @@ async def ticker(ctx: fusee.Ctx, _: None) -> int:
             await out.append(n)
             count += 1
     return count
+
+
+# What the worker has deployed: a test ships the fix by flipping it.
+FRAGILE_FIXED = {"on": False}
+
+
+@fusee.workflow("fragile", on_error="pause")
+async def fragile(ctx: fusee.Ctx, n: int) -> int:
+    got = await ctx.step("got", lambda: n)
+    if not FRAGILE_FIXED["on"]:
+        raise RuntimeError("a bug in the code")
+    return got * 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -29,7 +30,13 @@ from fusee.record import Signal, decode
 from fusee.store import MemoryStore, PostgresStore, Store
 
 HERE = Path(__file__).parent
-WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [wfs.tally, wfs.echo, wfs.charge, wfs.ticker]
+WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [
+    wfs.tally,
+    wfs.echo,
+    wfs.charge,
+    wfs.ticker,
+    wfs.fragile,
+]
 
 
 @contextlib.asynccontextmanager
@@ -207,6 +214,41 @@ async def test_a_cancelled_run_raises_cancelled_from_result(client: fusee.Client
         await run.result()
 
 
+async def test_a_run_started_with_a_timeout_is_cancelled_once_it_passes(
+    client: fusee.Client,
+) -> None:
+    # tally waits for signals forever: only its deadline ends it.
+    run = await client.start(wfs.tally, "t-deadline", 0, timeout="1ms")
+    with pytest.raises(fusee.Cancelled, match="deadline exceeded"):
+        await run.result()
+    assert (await run.describe()).status == "cancelled"
+
+
+async def test_a_delayed_run_is_queued_until_a_client_starts_it_now(
+    client: fusee.Client,
+) -> None:
+    at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
+    run = await client.start(wfs.echo, "e-later", "tomorrow", start_at=at)
+    info = await run.describe()
+    assert info.status == "queued"
+    assert info.wake_at is not None
+    assert abs((info.wake_at - at).total_seconds()) < 0.001
+    await run.start_now()
+    assert await run.result() == "tomorrow"
+
+
+async def test_a_client_resumes_a_run_a_bug_paused_once_the_fix_is_deployed(
+    client: fusee.Client,
+) -> None:
+    wfs.FRAGILE_FIXED["on"] = False
+    run = await client.start(wfs.fragile, "f-1", 21)
+    while (await run.describe()).status != "paused":
+        await asyncio.sleep(0.01)
+    wfs.FRAGILE_FIXED["on"] = True
+    await run.resume()
+    assert await run.result() == 42
+
+
 async def test_the_workers_errors_are_raised_with_their_types(client: fusee.Client) -> None:
     await client.start(wfs.echo, "e-1", "hi")
     with pytest.raises(fusee.AlreadyExists, match="exists"):
@@ -378,6 +420,10 @@ async def test_a_sync_client_makes_the_same_calls_from_a_thread(tmp_path: Path) 
                 other.delete()
                 with pytest.raises(fusee.NotFound):
                     other.describe()
+                later = sync.start(wfs.echo, "e-3", "later", delay="1h", timeout="2h")
+                assert later.describe().status == "queued"
+                later.start_now()
+                assert later.result() == "later"
                 return result, ids, next(iter(run.stream("log")))
 
         assert await asyncio.to_thread(script) == (6, ["t-1"], "total 6")

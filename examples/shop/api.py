@@ -25,7 +25,7 @@ from fastapi import FastAPI, HTTPException, Request
 
 import fusee
 from examples.shop.models import Address, Approval, Order, OrderView, Receipt
-from examples.shop.workflows import approval, change_address, order, orders, status
+from examples.shop.workflows import ORDER_WITHIN, approval, change_address, order, orders, status
 from fusee.store import Store
 
 T = TypeVar("T")
@@ -73,7 +73,9 @@ def create_app(store: str | Store | None = None) -> FastAPI:
         try:
             # One order at a time per customer: the queue's key.
             run = await bounded(
-                client_of(request).start(order, o.id, o, queue=orders, key=o.customer),
+                client_of(request).start(
+                    order, o.id, o, queue=orders, key=o.customer, timeout=ORDER_WITHIN
+                ),
                 f"order {o.id} is stored and will be placed",
             )
         except fusee.AlreadyExists:

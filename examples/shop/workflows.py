@@ -1,7 +1,8 @@
 """The shop's workflows: an order, its shipment (a child), and the nightly settlement.
 
 An order reserves its stock, waits for a reviewer's approval when it is
-large (two days at most), charges the customer through the payment API
+large (two days at most; an order placed but not charged within a week is
+cancelled by its deadline, and its stock released), charges the customer through the payment API
 (retried: the API fails often, and the step's idempotency key makes every
 retry charge once), then ships it in a child run. Its ``status`` query
 shows where it is; its ``change_address`` update moves the parcel while it
@@ -33,6 +34,7 @@ from examples.shop.services import payments, warehouse
 
 __all__ = [
     "APPROVAL_FROM_CENTS",
+    "ORDER_WITHIN",
     "approval",
     "change_address",
     "nightly",
@@ -45,6 +47,11 @@ __all__ = [
 
 # Orders of this total and more wait for a reviewer's approval.
 APPROVAL_FROM_CENTS = 100_000
+
+# An order's deadline (`start(..., timeout=ORDER_WITHIN)`): one still not
+# charged by then (queued behind the customer's others, its approval lost)
+# is cancelled and its stock released.
+ORDER_WITHIN = "7d"
 
 # The payment API fails about a request in three: enough attempts that a
 # run of bad luck does not pause an order, spaced so a busy API recovers.
@@ -83,7 +90,12 @@ async def order(ctx: fusee.Ctx, o: Order) -> Receipt:
     await ctx.step("reserve", partial(warehouse.reserve, o))
     if o.total_cents >= APPROVAL_FROM_CENTS:
         view.stage = "awaiting approval"
-        decision = await ctx.wait_for(approval, timeout="2d")
+        try:
+            decision = await ctx.wait_for(approval, timeout="2d")
+        except fusee.Cancelled:
+            # Its deadline passed (or it was cancelled): the stock goes back.
+            await ctx.step("release", partial(warehouse.release, o))
+            raise
         if decision is None or not decision.approved:
             await ctx.step("release", partial(warehouse.release, o))
             view.stage = "done"

@@ -17,6 +17,7 @@ import builtins
 import collections
 import contextlib
 import dataclasses
+import datetime
 import logging
 import os
 import sys
@@ -24,8 +25,8 @@ from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Mapp
 from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
 
 from fusee import _codec
-from fusee._definitions import checked
-from fusee._durations import duration_ms, parse_duration
+from fusee._definitions import check_on_error, checked
+from fusee._durations import deadline_after, duration_ms, not_before, parse_duration
 from fusee._payloads import (
     DEFAULT_MAX_PAYLOAD,
     DEFAULT_OFFLOAD_OVER,
@@ -41,6 +42,7 @@ from fusee.engine._bulk import BulkActions, BulkResult, Filters
 from fusee.engine._carry import carried_from_records, carried_from_state
 from fusee.engine._clock import Clock, WallClock
 from fusee.engine._commit import Committer
+from fusee.engine._deadlines import Deadlines
 from fusee.engine._events import Events
 from fusee.engine._fork import fork
 from fusee.engine._hooks import Hooks
@@ -159,7 +161,11 @@ class Engine(BulkActions):
         offload_over: Any = DEFAULT_OFFLOAD_OVER,
         max_payload: Any = DEFAULT_MAX_PAYLOAD,
         warn_records: int | None = DEFAULT_WARN_RECORDS,
+        on_error: str = "fail",
     ) -> None:
+        check_on_error(on_error, "Engine's")
+        # What a bug in a workflow's code does when its workflow does not say.
+        self.on_error = on_error
         if warn_records is not None and (type(warn_records) is not int or warn_records < 1):
             raise ValueError(f"warn_records must be an int >= 1 or None, got {warn_records!r}")
         self.payloads = Payloads(
@@ -216,9 +222,20 @@ class Engine(BulkActions):
         self.host = EngineHost(self)
         self.runs = Runs(self, shards)
         self.timers = Timers(
-            self.clock, self.loop, self.runs.shard, self.runs.fire, self.runs.wake_soon
+            self.clock,
+            self.loop,
+            self.runs.shard,
+            self.runs.fire,
+            self.runs.wake_soon,
+            lambda id, run: self.deadlines.expire(id, run),
         )
         self.messages = Messages(self)
+        self.deadlines = Deadlines(
+            timers=self.timers,
+            spawn=self.spawn,
+            cancel=self.messages.cancel,
+            loaded_run=self._loaded_run,
+        )
         self.streams = Streams(store, self.committer, self.check_open)
         self.events = Events(store, self.committer, self.clock, self.loop, self.check_open)
         self.events.wait = self.hooks.wait_result
@@ -274,6 +291,7 @@ class Engine(BulkActions):
         offload_over: Any = DEFAULT_OFFLOAD_OVER,
         max_payload: Any = DEFAULT_MAX_PAYLOAD,
         warn_records: int | None = DEFAULT_WARN_RECORDS,
+        on_error: str = "fail",
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -332,6 +350,10 @@ class Engine(BulkActions):
             warn_records: Past this many records in one run's journal, the
                 engine logs one warning naming the run and suggesting
                 continue-as-new (None: never).
+            on_error: What a bug escaping a workflow's code does to its run
+                when the workflow does not say (``@fusee.workflow(on_error=)``):
+                ``"fail"`` (default) or ``"pause"`` (it waits, with its
+                traceback, for a fix and ``run.resume()``).
 
         Example:
             >>> async def main() -> None:
@@ -348,6 +370,7 @@ class Engine(BulkActions):
                 f"Engine.open({path!r}): that is a file, not a directory; pass the directory "
                 "that holds (or will hold) fusee's database"
             )
+        check_on_error(on_error, "Engine.open's")
         workflows, schedules = list(workflows), list(schedules)
         check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
         retention_ms(retention)  # likewise
@@ -373,6 +396,7 @@ class Engine(BulkActions):
             offload_over=offload_over,
             max_payload=max_payload,
             warn_records=warn_records,
+            on_error=on_error,
         )
         try:
             await engine.recover()
@@ -536,6 +560,7 @@ class Engine(BulkActions):
             unconsumed_signals(records),
             carried_from_records(records),
             start.meta.trace if start.meta is not None else None,
+            start.deadline_ms,
         )
 
     async def close(self) -> None:
@@ -691,6 +716,9 @@ class Engine(BulkActions):
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
@@ -704,6 +732,9 @@ class Engine(BulkActions):
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[T]: ...
     @overload
     async def start(
@@ -717,6 +748,9 @@ class Engine(BulkActions):
         key: str | None = ...,
         priority: int = ...,
         debounce: Any = ...,
+        timeout: Any = ...,
+        delay: Any = ...,
+        start_at: datetime.datetime | None = ...,
     ) -> Run[Any]: ...
 
     async def start(
@@ -730,6 +764,9 @@ class Engine(BulkActions):
         key: str | None = None,
         priority: int = 0,
         debounce: Any = None,
+        timeout: Any = None,
+        delay: Any = None,
+        start_at: datetime.datetime | None = None,
     ) -> Run[Any]:
         """Starts a run of ``workflow`` with id ``id``; returns once its start is durable.
 
@@ -739,10 +776,20 @@ class Engine(BulkActions):
         With ``debounce`` (a duration), a start of an id still queued
         replaces its input and holds its admission back that long again.
 
+        With ``timeout`` (a duration: ``"1h"``, seconds, a ``timedelta``) the
+        run has a deadline: once it passes, the run is cancelled as by
+        ``run.cancel(reason="deadline exceeded")`` (its code's compensation
+        runs), whichever worker serves it then, after any restart. With
+        ``delay`` (a duration) or ``start_at`` (a ``datetime``) the run is
+        ``queued`` until then (``describe().wake_at``); ``run.start_now()``
+        starts it early, ``run.cancel()`` drops it.
+
         Raises:
             TypeError: ``workflow`` is not a `fusee.WorkflowDef` (decorate the
                 function with ``@fusee.workflow``) nor a workflow's name.
-            ValueError: ``id`` is empty or not valid text.
+            ValueError: ``id`` is empty or not valid text; ``timeout`` or
+                ``delay`` is not a positive duration; both ``delay`` and
+                ``start_at`` are given.
             fusee.UnknownWorkflow: The engine was not given that workflow.
             fusee.UnknownQueue: The engine was not given that queue.
             fusee.AlreadyExists: The id is taken (see `IdPolicy`).
@@ -752,16 +799,51 @@ class Engine(BulkActions):
         Example:
             >>> async def main(engine: Engine) -> None:
             ...     run = await engine.start("checkout", "order-1", {"sku": "A1"})
+            ...     late = await engine.start("report", "r-1", delay="10m", timeout="1h")
         """
         self.check_open()
         wf = self.workflow(check_workflow(workflow))
         check_id(id, "a run")
         data = checked(input, wf.decode_input, f"the input of run '{id}'", wf.input_type)
+        now = self.clock.now_ms()
+        return await self.begin(
+            wf,
+            id,
+            data,
+            id_policy=id_policy,
+            queue=queue,
+            key=key,
+            priority=priority,
+            debounce=debounce,
+            deadline_ms=deadline_after(now, timeout),
+            not_before_ms=not_before(now, delay, start_at),
+        )
+
+    async def begin(
+        self,
+        wf: WorkflowDef[Any, Any],
+        id: str,
+        data: bytes,
+        *,
+        id_policy: IdPolicy,
+        queue: Queue | str | None,
+        key: str | None,
+        priority: int,
+        debounce: Any,
+        deadline_ms: int,
+        not_before_ms: int,
+    ) -> Run[Any]:
+        """`start` with its input encoded and its times in Unix milliseconds (0: none).
+
+        The inbox applies a start sent from elsewhere with this: its deadline
+        and delay are when its sender said, not that long after it arrives.
+        """
+        self.check_open()
         self.payloads.check_size(data, f"the input of run '{id}'")
         # What a start sent to the shard's owner carries besides these.
         queued: dict[str, Any] = {}
-        if queue is not None or debounce is not None:
-            q = self.queues.resolve(queue, debounce is not None)
+        if queue is not None or debounce is not None or not_before_ms:
+            q = self.queues.resolve(queue, True)
             if self.owns(id):
                 try:
                     await self.queues.start(
@@ -774,6 +856,8 @@ class Engine(BulkActions):
                         id_policy=IdPolicy(id_policy),
                         debounce=debounce,
                         trace=self.telemetry.caller_trace(),
+                        deadline_ms=deadline_ms,
+                        not_before_ms=not_before_ms,
                     )
                     return Run(self, id)
                 except StaleLease:
@@ -790,7 +874,7 @@ class Engine(BulkActions):
             )
         elif self.owns(id):
             try:
-                return await self._start_here(wf, id, data, id_policy)
+                return await self._start_here(wf, id, data, id_policy, deadline_ms)
             except StaleLease:
                 # Its shard's lease ran out meanwhile (nothing of the start was
                 # written): whoever holds the shard now starts it, through
@@ -803,6 +887,11 @@ class Engine(BulkActions):
             "id_policy": id_policy.value,
             **queued,
         }
+        # Times as this worker's clock has them: its owner applies them as they are.
+        if deadline_ms:
+            fields["deadline_ms"] = deadline_ms
+        if not_before_ms:
+            fields["not_before_ms"] = not_before_ms
         trace = self.telemetry.caller_trace()
         if trace is not None:
             fields["trace"] = trace
@@ -810,7 +899,12 @@ class Engine(BulkActions):
         return Run(self, id)
 
     async def _start_here(
-        self, wf: WorkflowDef[Any, Any], id: str, data: bytes, id_policy: IdPolicy
+        self,
+        wf: WorkflowDef[Any, Any],
+        id: str,
+        data: bytes,
+        id_policy: IdPolicy,
+        deadline_ms: int = 0,
     ) -> Run[Any]:
         starting = self._starting.get(id)
         if starting is not None:
@@ -849,6 +943,7 @@ class Engine(BulkActions):
                 policy=0,
                 run=row.run + 1 if row is not None else 1,
                 trace=self.telemetry.caller_trace(),
+                deadline_ms=deadline_ms,
             )
             await self.committer.durable(lsn)
             _settle_all(waiters, None)
@@ -884,6 +979,7 @@ class Engine(BulkActions):
         signals: Iterable[Signal] = (),
         trace: bytes | None = None,
         meta: Meta | None = None,
+        deadline_ms: int = 0,
     ) -> int:
         """Appends run ``run`` of ``id``'s `Start`, loads it and runs its first turn.
 
@@ -891,6 +987,7 @@ class Engine(BulkActions):
         continue-as-new or replace. ``signals`` are recorded for the new run
         before its code starts (the previous run's unconsumed ones).
         ``trace`` is the ``traceparent`` its `Start` carries (telemetry).
+        ``deadline_ms`` (0: none) is when the run is cancelled if still going.
 
         Returns:
             The LSN of its last record.
@@ -901,6 +998,7 @@ class Engine(BulkActions):
             id=id,
             wtype=wf.name,
             started_ms=self.clock.now_ms(),
+            deadline_ms=deadline_ms,
             policy=policy,
             parent=parent,
             input=data,
@@ -920,6 +1018,7 @@ class Engine(BulkActions):
         state.start_lsn = lsn
         state.shard.add(state)
         self.runs.put_row(state)
+        self.deadlines.arm(state)
         for sig in signals:
             carried = Signal(run, sig.name, sig.dedup, sig.payload, sig.by)
             if carried.dedup:
@@ -1078,6 +1177,13 @@ class Engine(BulkActions):
 
     # --- run handle operations (`Run` calls these) -------------------------------------------
 
+    async def _loaded_run(self, id: str) -> int | None:
+        """The run number of id ``id``'s unfinished run, loading it if parked (None: finished)."""
+        state = await self.runs.wake(id)
+        if state is None or state.driver.end is not None:
+            return None
+        return state.run
+
     async def _result(self, id: str) -> Any:
         while True:
             if not self.owns(id):
@@ -1156,6 +1262,21 @@ class Engine(BulkActions):
 
     async def _resume(self, id: str) -> None:
         await self.messages.resume(id)
+
+    async def _start_now(self, id: str) -> None:
+        self.check_open()
+        if self.owns(id):
+            try:
+                if await self.queues.start_now(id):
+                    return
+            except StaleLease:
+                if self.owns(id):
+                    raise
+            else:
+                if await self.store.get(id) is None and self.runs.loaded(id) is None:
+                    raise no_run(id)
+                return
+        await self.remote.start_now(id)
 
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]:
         if not self.owns(id):
@@ -1289,6 +1410,7 @@ class Engine(BulkActions):
                     unconsumed,
                     carried_from_state(state),
                     state.driver.machine.info().trace,
+                    state.driver.machine.info().deadline_ms,
                 )
                 return
             self.queues.ended(state.id)
@@ -1325,8 +1447,12 @@ class Engine(BulkActions):
         signals: Iterable[Signal],
         meta: Meta | None,
         trace: bytes | None,
+        deadline_ms: int = 0,
     ) -> None:
         """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed.
+
+        The id's deadline, if any, holds for its next runs too (a timeout
+        bounds the whole chain, as Temporal's execution timeout does).
 
         ``meta`` carries the messages the id's runs took (fusee.engine._carry),
         so that a resend counts once in the next run too; ``trace`` is the
@@ -1346,6 +1472,7 @@ class Engine(BulkActions):
             signals=signals,
             trace=trace,
             meta=meta,
+            deadline_ms=deadline_ms,
         )
 
     async def _ended_row_stored(self, state: RunState) -> None:

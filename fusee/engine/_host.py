@@ -208,6 +208,19 @@ class EngineHost:
     def stuck(self, driver: RunDriver, error: DeterminismError) -> None:
         self._engine.diverged(driver.id, error)
 
+    def paused(self, driver: RunDriver, traceback: str) -> None:
+        state: RunState | None = driver.host_data
+        log.warning(
+            "run %r paused: its code raised (a bug, its workflow pauses on bugs); deploy a "
+            "fix and call run.resume() (or `fusee resume %s`) to replay it on the new code\n%s",
+            driver.id,
+            driver.id,
+            traceback.rstrip(),
+        )
+        if state is not None and state.loaded and state.row_status != _PAUSED:
+            state.row_status = _PAUSED
+            self._engine.runs.put_row(state)
+
     def turned(self, driver: RunDriver) -> None:
         state: RunState | None = driver.host_data
         engine = self._engine
@@ -224,6 +237,8 @@ class EngineHost:
         # A run that owes other runs messages is not idle: its row says
         # "running" until its outbox is empty (`Engine.outbox_done` turns it
         # again), so that recovery loads it and re-derives what it owes.
+        if driver.bug is not None:
+            return  # paused by a bug: `paused` wrote its row, nothing moves it but a resume
         idle = not state.steps and not state.outbox and driver.error is None and m.is_suspended()
         # The row says what describe says (`status_of`): every surface shows
         # one status, loaded or parked.

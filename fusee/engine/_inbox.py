@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from fusee import _codec
 from fusee import errors as _errors
+from fusee._definitions import checked
 from fusee._status import RunStatus
 from fusee.engine._leases import APPLYING
 from fusee.engine._run import IdPolicy, dedup_key
@@ -254,6 +255,7 @@ class Inbox:
                 dropped=bool(p.get("dropped")),
                 queued=(str(queued[0]), queued[1]) if queued else None,
                 trace=bytes(p["trace"]) if p.get("trace") else None,
+                not_before_ms=int(p.get("not_before_ms") or 0),
             )
             return {"message": f"started child run {id!r} of {link.id!r}"}
         if kind == "deliver":
@@ -268,15 +270,17 @@ class Inbox:
             try:
                 trace = p.get("trace")
                 with engine.telemetry.attached(bytes(trace) if trace else None):
-                    await engine.start(
+                    await engine.begin(
                         wf,
                         id,
-                        value,
+                        checked(value, wf.decode_input, f"the input of run '{id}'", wf.input_type),
                         id_policy=policy,
                         queue=p.get("queue"),
                         key=p.get("key"),
                         priority=int(p.get("priority") or 0),
                         debounce=None if debounce_ms is None else int(debounce_ms) / 1000,
+                        deadline_ms=int(p.get("deadline_ms") or 0),
+                        not_before_ms=int(p.get("not_before_ms") or 0),
                     )
             except AlreadyExists:
                 if command.attempt <= 1 or not await self._started_by_us(id, wf.name):
@@ -323,6 +327,9 @@ class Inbox:
         if kind == "prune":
             count = await engine.retention.prune(int(p["before_ms"]))
             return {"message": f"deleted {count} finished run(s)", "deleted": count}
+        if kind == "start_now":
+            await engine._start_now(id)
+            return {"message": f"run {id!r} starts now"}
         if kind == "complete":
             await engine.complete(str(p["token"]), _codec.decode(bytes(p["value"])))
             return {"message": f"completed {p['token']!r}"}

@@ -49,6 +49,7 @@ from fusee.errors import (
 )
 from fusee.machine import ChildCompleted, SignalMatched
 from fusee.record import (
+    CANCEL_SEND,
     DETACHED,
     Child,
     Parent,
@@ -409,17 +410,45 @@ class Messages:
         ``again``: re-derived from the journal (it may have been applied).
         """
         key = dedup_key(f"{sender.id}/{sender.run}/{rec.seq}")
+        engine = self._engine
+        held = False
         try:
             await self._after_start(sender, rec.target)
             if before is not None:
                 await before.wait()
+            at_ms = sender.driver.send_delays.get(rec.seq)
+            if at_ms is not None and at_ms > engine.clock.now_ms():
+                # A delayed send stays in the outbox until its recorded time
+                # (a crash meanwhile: recovery owes it again), with no task
+                # waiting for it (an idle engine is idle); the sender's later
+                # sends to the target go meanwhile.
+                held = True
+
+                def again_then() -> None:
+                    if not engine.closed:
+                        engine.spawn(self.send(sender, rec, None, asyncio.Event(), again))
+
+                engine.clock.call_at(at_ms, again_then)
+                return
             try:
-                await self.signal(rec.target, rec.name, rec.payload, key, _codec.encode(sender.id))
+                if rec.name == CANCEL_SEND:
+                    # A second delivery (after a crash) finds it cancelled: a no-op.
+                    await self.cancel(rec.target, str(_codec.decode(rec.payload)))
+                else:
+                    await self.signal(
+                        rec.target, rec.name, rec.payload, key, _codec.encode(sender.id)
+                    )
             except (NotFound, FuseeError) as e:
                 # Applied again from the journal (`Runs.rebuild`), a send may
                 # have reached its target before that ended: no warning then.
+                # A cancel of a run that ended first has nothing left to do.
+                ended = isinstance(e, RunFinished)
                 log.log(
-                    logging.DEBUG if again and isinstance(e, RunFinished) else logging.WARNING,
+                    logging.DEBUG
+                    if again and ended
+                    else logging.INFO
+                    if ended and rec.name == CANCEL_SEND
+                    else logging.WARNING,
                     "run %r sent signal %r to %r, which was not delivered: %s",
                     sender.id,
                     rec.name,
@@ -432,7 +461,8 @@ class Messages:
                 del sender.sending[rec.target]
         # Not in a `finally`: a delivery cut short by the engine's close or
         # crash stays in the outbox, and recovery delivers it again.
-        self._engine.outbox_done(sender, rec.seq)
+        if not held:
+            self._engine.outbox_done(sender, rec.seq)
 
     # --- children ----------------------------------------------------------------------------
 
@@ -445,6 +475,7 @@ class Messages:
                 rec,
                 dropped=rec.seq in parent.dropped_children,
                 queued=parent.driver.child_queues.get(rec.seq),
+                not_before_ms=parent.driver.child_delays.get(rec.seq, 0),
                 trace=parent.telemetry.traceparent() if parent.telemetry is not None else None,
             )
         finally:
@@ -464,6 +495,7 @@ class Messages:
         dropped: bool = False,
         queued: tuple[str, str | None] | None = None,
         trace: bytes | None = None,
+        not_before_ms: int = 0,
     ) -> None:
         """Starts child ``rec`` of the run ``link`` names (or finds it started).
 
@@ -485,6 +517,7 @@ class Messages:
                 "dropped": dropped,
                 "queued": list(queued) if queued is not None else None,
                 "trace": trace,
+                "not_before_ms": not_before_ms,
             }
             command_id = f"child/{link.id}/{link.run}/{link.seq}"
             await engine.remote.call("start", rec.id, fields, command_id=command_id)
@@ -505,7 +538,7 @@ class Messages:
         await runs.loading_settled(rec.id)
         row = await engine.store.get(rec.id) if runs.loaded(rec.id) is None else None
         loaded = runs.loaded(rec.id)
-        if row is not None and row.status == RunStatus.QUEUED and queued is not None:
+        if row is not None and row.status == RunStatus.QUEUED and (queued or not_before_ms):
             return  # queued by this start before a crash
         if loaded is not None or row is not None:
             entries: list[tuple[int, bytes]] = []
@@ -554,9 +587,12 @@ class Messages:
                 ),
             )
             return
-        if queued is not None:
+        if queued is not None or not_before_ms:
+            name, key = queued if queued is not None else (None, None)
             try:
-                await engine.queues.start_child(wf, rec, link, *queued, trace=trace)
+                await engine.queues.start_child(
+                    wf, rec, link, name, key, trace=trace, not_before_ms=not_before_ms
+                )
             except UnknownQueue as e:
                 runs.fire(
                     link.id,
@@ -566,7 +602,14 @@ class Messages:
                 )
             return
         lsn = engine.create_run(
-            wf, rec.id, rec.input, parent=link, policy=rec.flags, run=1, trace=trace
+            wf,
+            rec.id,
+            rec.input,
+            parent=link,
+            policy=rec.flags,
+            run=1,
+            trace=trace,
+            deadline_ms=rec.deadline_ms,
         )
         try:
             await engine.committer.durable(lsn)
@@ -575,7 +618,14 @@ class Messages:
                 raise
             # Its shard moved to another worker meanwhile, and nothing of the
             # start was written: that worker starts it.
-            await self.start_child_of(link, rec, dropped=dropped, queued=queued, trace=trace)
+            await self.start_child_of(
+                link,
+                rec,
+                dropped=dropped,
+                queued=queued,
+                trace=trace,
+                not_before_ms=not_before_ms,
+            )
 
     def _child_ended(
         self, link: Parent, rec: Child, row: RunRow, entries: list[tuple[int, bytes]]
@@ -732,6 +782,10 @@ class Messages:
         engine.check_open()
         state = await engine.runs.wake(id)
         if state is None:
+            return
+        if state.driver.bug is not None:
+            # Paused by a bug in its code: replayed on the code there is now.
+            await engine.runs.reload(state)
             return
         for rec in state.driver.machine.resume(None):
             state.driver.append(rec)

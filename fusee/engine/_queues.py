@@ -28,6 +28,7 @@ run goes on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -186,10 +187,14 @@ class Queues:
         id_policy: IdPolicy,
         debounce: Any,
         trace: bytes | None = None,
+        deadline_ms: int = 0,
+        not_before_ms: int = 0,
     ) -> None:
         """Queues run ``id`` (or, debounced, replaces the queued one's input); returns once durable.
 
-        ``trace`` is the caller's ``traceparent``: its `Start` carries it once admitted.
+        ``trace`` is the caller's ``traceparent``: its `Start` carries it once
+        admitted, as it carries ``deadline_ms`` (0: none). It is not admitted
+        before ``not_before_ms`` (a delayed start).
 
         Raises:
             fusee.AlreadyExists: The id is taken (see `fusee.IdPolicy`).
@@ -200,7 +205,7 @@ class Queues:
         if type(priority) is not int:
             raise TypeError(f"priority must be an int, not {priority!r}")
         debounce_ms = duration_ms(debounce) if debounce is not None else 0
-        q = self.resolve(queue, debounce is not None)
+        q = self.resolve(queue, debounce is not None or not_before_ms > 0)
         now = engine.clock.now_ms()
         book = self.book
         if debounce is not None:
@@ -233,10 +238,12 @@ class Queues:
             data,
             key,
             priority,
-            not_before_ms=now + debounce_ms,
-            origin=_origin_of(None, 0, trace),
+            not_before_ms=max(now + debounce_ms, not_before_ms),
+            origin=_origin_of(None, 0, trace, deadline_ms),
         )
-        row = RunRow(id, run, wf.name, RunStatus.QUEUED, now)
+        # A delayed run's row says when it starts (`describe().wake_at`).
+        wake_ms = not_before_ms if not_before_ms > now else None
+        row = RunRow(id, run, wf.name, RunStatus.QUEUED, now, wake_ms=wake_ms)
         stored = await self._enqueue(item, row)
         if stored is None:
             if id_policy is IdPolicy.ATTACH:
@@ -385,23 +392,29 @@ class Queues:
         wf: WorkflowDef[Any, Any],
         rec: Child,
         link: Parent,
-        queue: str,
+        queue: str | None,
         key: str | None,
         trace: bytes | None = None,
+        not_before_ms: int = 0,
     ) -> None:
         """Queues child ``rec`` of the run ``link`` names, under ``key``; returns once durable.
 
         ``trace`` is the parent run's ``traceparent``: the child's `Start` carries it.
+        A delayed child (``not_before_ms``) with no queue of its own waits in
+        the queue every engine has.
 
         Raises:
             fusee.UnknownQueue: The engine has no queue named ``queue``.
         """
         engine = self._engine
-        q = self.resolve(queue, False)
+        q = self.resolve(queue, not_before_ms > 0)
         now = engine.clock.now_ms()
-        origin = _origin_of(link, rec.flags, trace)
-        item = QueueItem(q.name, rec.id, 1, wf.name, rec.input, key, origin=origin)
-        row = RunRow(rec.id, 1, wf.name, RunStatus.QUEUED, now, parent=link.id)
+        origin = _origin_of(link, rec.flags, trace, rec.deadline_ms)
+        item = QueueItem(
+            q.name, rec.id, 1, wf.name, rec.input, key, not_before_ms=not_before_ms, origin=origin
+        )
+        wake_ms = not_before_ms if not_before_ms > now else None
+        row = RunRow(rec.id, 1, wf.name, RunStatus.QUEUED, now, wake_ms=wake_ms, parent=link.id)
         # Already there (a start delivered again after a crash): nothing new.
         await self._enqueue(item, row)
 
@@ -426,7 +439,7 @@ class Queues:
         wf = engine.workflows[item.workflow]
         if self.book is None:
             self.admitted[item.id] = item.queue
-        parent, policy, trace = _origin(item.origin)
+        parent, policy, trace, deadline_ms = _origin(item.origin)
         signals: list[Signal] = []
         seen: set[int] = set()
         for data in item.signals:
@@ -444,6 +457,7 @@ class Queues:
             run=item.run,
             signals=signals,
             trace=trace,
+            deadline_ms=deadline_ms,
         )
 
     async def signal_queued(
@@ -513,6 +527,32 @@ class Queues:
         if name is not None:
             self.kick(name)
 
+    async def start_now(self, id: str) -> bool:
+        """Lets queued run ``id`` in at once, its delay cut short; False if it is not queued.
+
+        Its queue's limits still hold: it is admitted as soon as they allow.
+        """
+        engine = self._engine
+        now = engine.clock.now_ms()
+        book = self.book
+        if book is not None:
+            item = book.active(id)
+            if item is None or item.state != "queued":
+                return False
+            book.debounce(id, item.input, now)
+            row = await engine.store.get(id)
+            if row is not None and row.status == RunStatus.QUEUED:
+                engine.committer.put_row(dataclasses.replace(row, wake_ms=None))
+            self.kick(item.queue)
+            await engine.committer.stored()
+            return True
+        items = await engine.store.queue_items()
+        found = next((i for i in items if i.id == id and i.state == "queued"), None)
+        if found is None or not await engine.store.debounce_queued(id, found.input, now):
+            return False
+        self.kick(found.queue)
+        return True
+
     async def cancel_queued(self, id: str, reason: str) -> bool:
         """Cancels run ``id`` if it is still queued (no code runs); False if it is not.
 
@@ -571,7 +611,7 @@ class Queues:
         engine.committer.put_row(RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now))
         await engine.committer.durable(lsn)
         engine.result_ready(id)
-        parent, policy, _ = _origin(item.origin)
+        parent, policy, _, _ = _origin(item.origin)
         if parent is not None and not policy & DETACHED:
             engine.runs.fire(
                 parent.id, parent.run, parent.seq, ChildCompleted(Status.CANCELLED, done.payload)
@@ -639,28 +679,34 @@ class Queues:
         return queue_stats(items, [n for n in self.queues if n != _DEBOUNCE_QUEUE])
 
 
-def _origin_of(parent: Parent | None, flags: int, trace: bytes | None) -> bytes:
-    """A queue item's origin: a child's parent link and policy flags, and the trace it starts in.
+def _origin_of(
+    parent: Parent | None, flags: int, trace: bytes | None, deadline_ms: int = 0
+) -> bytes:
+    """A queue item's origin: a child's parent link and policy flags, the trace it starts
+    in, and its deadline (0: none).
 
     Example:
         >>> _origin(_origin_of(None, 0, b"00-ab-cd-01"))
-        (None, 0, b'00-ab-cd-01')
+        (None, 0, b'00-ab-cd-01', 0)
     """
-    if parent is None and trace is None:
+    if parent is None and trace is None and not deadline_ms:
         return b""
     link = [parent.id, parent.run, parent.seq] if parent is not None else [None, 0, 0]
-    return _codec.encode([*link, flags, trace])
+    return _codec.encode([*link, flags, trace, deadline_ms])
 
 
-def _origin(origin: bytes) -> tuple[Parent | None, int, bytes | None]:
-    """What `_origin_of` packed: parent link (none for a run started from outside), flags, trace."""
+def _origin(origin: bytes) -> tuple[Parent | None, int, bytes | None, int]:
+    """What `_origin_of` packed: parent link (none for a run started from outside), flags,
+    trace, deadline."""
     if not origin:
-        return None, 0, None
-    # An item an earlier fusee queued holds four fields: no trace.
+        return None, 0, None, 0
+    # An item an earlier fusee queued holds four fields (no trace) or five
+    # (no deadline).
     id, run, seq, flags, *rest = _codec.decode(origin)
     parent = Parent(str(id), int(run), int(seq)) if id is not None else None
     trace = bytes(rest[0]) if rest and rest[0] else None
-    return parent, int(flags), trace
+    deadline_ms = int(rest[1]) if len(rest) > 1 and rest[1] else 0
+    return parent, int(flags), trace, deadline_ms
 
 
 def _policy_hint() -> str:

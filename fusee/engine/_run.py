@@ -71,6 +71,7 @@ class RunOperations(Protocol):
     async def _cancel(self, id: str, reason: str) -> None: ...
     async def _resume(self, id: str) -> None: ...
     async def _delete(self, id: str) -> None: ...
+    async def _start_now(self, id: str) -> None: ...
     def _stream(self, id: str, name: str) -> AsyncIterator[Any]: ...
     async def _get_event(self, id: str, key: EventDef[Any], timeout_s: float | None) -> Any: ...
     async def _describe(self, id: str) -> RunInfo: ...
@@ -215,7 +216,16 @@ class Run(Generic[T]):
         await self._engine._cancel(self.id, reason)
 
     async def resume(self) -> None:
-        """Resumes the run's paused steps, each with a fresh retry budget."""
+        """Resumes the run's paused steps, each with a fresh retry budget.
+
+        A run paused by a bug in its code (``on_error="pause"``) is replayed
+        from its journal on the engine's current code: deploy the fix, then
+        resume it.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     await engine.get("order-1").resume()
+        """
         await self._engine._resume(self.id)
 
     async def delete(self) -> None:
@@ -233,6 +243,22 @@ class Run(Generic[T]):
             ...     await engine.get("order-1").delete()
         """
         await self._engine._delete(self.id)
+
+    async def start_now(self) -> None:
+        """Starts a delayed run (``start(..., delay=)``) now instead of at its time.
+
+        A run no longer queued (started, or ended) is left as it is; a run
+        queued on a `fusee.Queue` is admitted as soon as the queue's limits allow.
+
+        Raises:
+            fusee.NotFound: No run has this id.
+
+        Example:
+            >>> async def main(engine: Engine) -> None:
+            ...     run = await engine.start("report", "r-1", delay="1h")
+            ...     await run.start_now()
+        """
+        await self._engine._start_now(self.id)
 
     def stream(self, name: str) -> AsyncIterator[Any]:
         """Reads stream ``name`` from its start, live, until it ends."""
@@ -317,7 +343,7 @@ def status_of(row: RunRow, state: RunState | None, diverged: bool) -> RunStatus:
         return RunStatus.DIVERGED
     if state is not None and state.run == row.run and state.driver.end is None:
         m = state.driver.machine
-        if m.is_paused():
+        if m.is_paused() or state.driver.bug is not None:
             return RunStatus.PAUSED
         return RunStatus.SUSPENDED if m.is_suspended() else RunStatus.RUNNING
     return RunStatus(row.status)
@@ -326,9 +352,11 @@ def status_of(row: RunRow, state: RunState | None, diverged: bool) -> RunStatus:
 def info_of(row: RunRow, state: RunState | None, error: BaseException | None) -> RunInfo:
     """What `Run.describe` tells of a run with ``row``, its loaded state and its divergence."""
     paused: tuple[str, ...] = ()
+    bug: str | None = None
     if state is not None and state.run == row.run:
+        bug = state.driver.bug
         m = state.driver.machine
         paused = tuple(
             sorted({m.pending_name(s) or "" for s in range(m.next_seq()) if m.step_paused(s)})
         )
-    return row_info(row, status_of(row, state, error is not None), paused, error)
+    return row_info(row, status_of(row, state, error is not None), paused, error or bug)

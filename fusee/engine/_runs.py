@@ -140,6 +140,8 @@ class Runs:
         start = records[0]
         assert isinstance(start, Start)
         driver = RunDriver(engine.host, wf, records, gate, strict=engine.strict)
+        if (wf.on_error or engine.on_error) == "pause":
+            driver.on_bug = engine.host.paused
         state = RunState(
             driver, wf, start.started_ms, start.parent, start.policy, self.shard(start.id)
         )
@@ -336,11 +338,27 @@ class Runs:
             engine.timers.arm(id, run, seq, at, TIMER)
         for seq, at in deadlines.items():
             engine.timers.arm(id, run, seq, at, DEADLINE)
+        engine.deadlines.arm(state)
         for child in children.values():
             engine.messages.owe(state, child)
         if recovering:
             for send in sends:
                 engine.messages.owe(state, send)
+
+    async def reload(self, state: RunState) -> RunState | None:
+        """Loads ``state``'s run again from its journal, on the engine's current code.
+
+        For a run a bug paused (``on_error="pause"``): its code is replayed
+        from the start, so a fix deployed since takes over where it raised.
+        """
+        engine = self._engine
+        await engine.committer.durable(state.driver.machine.gate)
+        if self.loaded(state.id) is state:
+            state.shard.remove(state)
+            state.driver.close()
+            if state.telemetry is not None:
+                state.telemetry.unloaded("resumed")
+        return await self.wake(state.id)
 
     # --- deliveries to runs that may be parked -----------------------------------------------
 

@@ -21,10 +21,15 @@ if TYPE_CHECKING:
     from fusee.engine._clock import Clock, TimerHandle
     from fusee.engine._state import RunState, Shard
 
-__all__ = ["DEADLINE", "TIMER", "WAKE", "Alarm", "Timers"]
+__all__ = ["DEADLINE", "EXPIRE", "RUN_DEADLINE", "TIMER", "WAKE", "Alarm", "Timers"]
 
-# What an alarm does when its time comes.
-TIMER, DEADLINE, WAKE = 0, 1, 2
+# What an alarm does when its time comes: fire a timer, time a wait out,
+# wake a parked run, or cancel a run whose deadline passed.
+TIMER, DEADLINE, WAKE, EXPIRE = 0, 1, 2, 3
+
+# The position a run's own deadline is armed at (-1 is its wake-up): below
+# every operation's, so that it never takes an operation's place.
+RUN_DEADLINE = -2
 
 
 class Alarm:
@@ -66,6 +71,8 @@ class Alarm:
         try:
             if self.kind == WAKE:
                 timers.wake(id)
+            elif self.kind == EXPIRE:
+                timers.expire(id, self.run)
             else:
                 completion = TimerFired() if self.kind == TIMER else WaitTimedOut()
                 timers.fire(id, self.run, seq, completion)
@@ -85,6 +92,7 @@ class Timers:
         shard_of: The shard of a run id.
         fire: Delivers a timer's or deadline's completion to a run.
         wake: Wakes a parked run (its earliest due time came).
+        expire: Cancels a run whose deadline passed (its id and run number).
 
     Example:
         >>> import asyncio
@@ -108,18 +116,23 @@ class Timers:
         shard_of: Callable[[str], Shard],
         fire: Callable[[str, int, int, Completion], None],
         wake: Callable[[str], None],
+        expire: Callable[[str, int], None] = lambda id, run: None,
     ) -> None:
         self.clock = clock
         self._loop = loop
         self.shard_of = shard_of
         self.fire = fire
         self.wake = wake
+        self.expire = expire
 
     def arm(self, id: str, run: int, seq: int, at_ms: int, kind: int) -> None:
-        """Sets a timer (`TIMER`), a wait's deadline (`DEADLINE`) or a parked run's wake-up."""
+        """Sets a timer (`TIMER`), a wait's deadline (`DEADLINE`), a parked run's wake-up
+        (`WAKE`, at -1) or a run's deadline (`EXPIRE`, at `RUN_DEADLINE`)."""
         shard = self.shard_of(id)
         state = shard.runs.get(id)
-        if state is not None and seq >= 0:
+        # A run's deadline counts among its due times, so that a parked run
+        # is woken for it (a wake-up does not: it is the parked run's own).
+        if state is not None and seq != -1:
             state.due[seq] = at_ms
         armed = shard.timers.at(id, seq)
         if armed is not None:

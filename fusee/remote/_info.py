@@ -49,7 +49,10 @@ class RunInfo:
     attributes: Mapping[str, Any]
     paused_steps: tuple[str, ...]
     error: str | None = None
-    """Why the run cannot go on (its code diverged from its journal), if so."""
+    """Why the run cannot go on, if so: its code diverged from its journal, or (a run
+    ``paused`` by a bug, ``on_error="pause"``) the traceback of what its code raised."""
+    wake_at: datetime.datetime | None = None
+    """When a delayed run starts (``start(..., delay=)``), while it is ``queued``."""
 
 
 def check_id(id: object, what: str) -> None:
@@ -103,7 +106,7 @@ def row_info(
     row: RunRow,
     status: RunStatus | None = None,
     paused_steps: tuple[str, ...] = (),
-    error: BaseException | None = None,
+    error: BaseException | str | None = None,
 ) -> RunInfo:
     """The `RunInfo` of a run with ``row``; its status is the row's unless ``status`` is given.
 
@@ -122,6 +125,7 @@ def row_info(
         attributes=dict(row.attributes),
         paused_steps=paused_steps,
         error=str(error) if error is not None else None,
+        wake_at=_time(row.wake_ms) if row.status == RunStatus.QUEUED else None,
     )
 
 

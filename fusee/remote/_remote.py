@@ -204,6 +204,10 @@ class Remote:
         """Has the run's owner delete the finished run ``id``."""
         await self.call("delete", id, {})
 
+    async def start_now(self, id: str) -> None:
+        """Has the run's owner start delayed run ``id`` now."""
+        await self.call("start_now", id, {})
+
     async def complete(self, token: str, data: bytes) -> None:
         """Has the owner of ``token``'s run resolve its ``await_completion`` with ``data``."""
         await self.call("complete", CompletionToken.run_id(token), {"token": token, "value": data})

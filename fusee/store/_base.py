@@ -51,6 +51,7 @@ COMMAND_KINDS: Final = frozenset(
         "query",
         "cancel",
         "resume",
+        "start_now",
         "complete",
         "deliver",
         "fork",

@@ -108,11 +108,12 @@ class PostgresQueues:
             if seq is None:
                 return None
             await conn.execute(
-                f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, parent)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET"
-                " shard = EXCLUDED.shard, run = EXCLUDED.run, workflow = EXCLUDED.workflow,"
+                f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, parent,"
+                " wake_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO UPDATE"
+                " SET shard = EXCLUDED.shard, run = EXCLUDED.run, workflow = EXCLUDED.workflow,"
                 " status = EXCLUDED.status, started_ms = EXCLUDED.started_ms,"
-                " finished_ms = NULL, wake_ms = NULL, attributes = NULL, parent = EXCLUDED.parent",
+                " finished_ms = NULL, wake_ms = EXCLUDED.wake_ms, attributes = NULL,"
+                " parent = EXCLUDED.parent",
                 row.id,
                 shard_of(row.id, self._shards),
                 row.run,
@@ -120,6 +121,7 @@ class PostgresQueues:
                 str(row.status),
                 row.started_ms,
                 row.parent,
+                row.wake_ms,
             )
             return QueueItem(
                 item.queue,

@@ -176,7 +176,7 @@ class SqliteQueues:
                     row.status,
                     row.started_ms,
                     None,
-                    None,
+                    row.wake_ms,
                     None,
                     row.parent,
                 ),

@@ -122,6 +122,24 @@ async def test_a_large_order_waits_for_its_approval(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "crash", [pytest.param(False, id="live"), pytest.param(True, id="crashed")]
+)
+async def test_an_order_past_its_deadline_is_cancelled_and_its_stock_released(crash: bool) -> None:
+    async with TestEngine(workflows=WORKFLOWS) as t:
+        # A day to decide, where the approval waits two: the deadline comes first.
+        run = await t.start(order, LARGE.id, LARGE, timeout="1d")
+        await t.advance("12h")
+        if crash:
+            await t.crash()
+        await t.advance("13h")
+        with pytest.raises(fusee.Cancelled, match="deadline exceeded"):
+            await run.result()
+        assert len(t.step_log) == 2  # reserve, then release; never charged
+        assert (await run.describe()).status == "cancelled"
+
+
+@pytest.mark.asyncio
 async def test_the_status_query_and_the_address_update_survive_a_crash(
     shop: str,
 ) -> None:
