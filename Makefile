@@ -30,8 +30,10 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# Test processes (pytest-xdist); 0 runs the suite in this one.
+PYTEST_WORKERS ?= 2
 pytest: install system-deps
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(PYTEST_WORKERS)
 
 test: lint typecheck pytest
 
