@@ -8,11 +8,10 @@ inbox, which the serving worker applies and answers (`fusee.cli._inbox`).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from rich.table import Table
 
-from fusee._schedule import last_tick, spec_text
+from fusee._schedule import spec_text
 from fusee.cli._inbox import send_command
 from fusee.cli._output import CliError, Output, local_time
 from fusee.cli._reading import reading
@@ -39,7 +38,7 @@ async def _list(args: argparse.Namespace, out: Output) -> int:
     async with reading(args) as store:
         rows = await store.schedules()
     if out.json:
-        out.emit([dataclasses.asdict(row) for row in rows])
+        out.emit([row.as_json() for row in rows])
         return 0
     if not rows:
         out.say(("no schedules in this store", "dim"))
@@ -54,7 +53,7 @@ async def _list(args: argparse.Namespace, out: Output) -> int:
             r.name,
             r.workflow,
             state,
-            local_time(last_tick(r.spec, r.last_tick_ms)),
+            local_time(r.ticked_ms or None),
             local_time(r.next_ms or None) if not r.removed else "",
             r.last_run,
             spec_text(r.spec),

@@ -735,8 +735,65 @@ class Engine:
         await self.remote._call("start", id, fields)
         return Run(self, id)
 
+    async def start_tick(
+        self, wf: WorkflowDef[Any, Any], id: str, data: bytes, *, queue: str | None, tick_ms: int
+    ) -> None:
+        """Starts run ``id`` of a schedule's tick ``tick_ms`` (`IdPolicy.REJECT`), on ``queue``.
+
+        Its `Start` carries the tick (``ctx.info.scheduled_at``), wherever
+        it starts: here, queued, or on the worker that owns its shard.
+
+        Raises:
+            fusee.AlreadyExists: The tick's run started already.
+            fusee.UnknownQueue: The engine was not given ``queue``.
+        """
+        self.check_open()
+        fields: dict[str, Any] = {
+            "workflow": wf.name,
+            "input": data,
+            "id_policy": IdPolicy.REJECT.value,
+            "scheduled_ms": tick_ms,
+        }
+        trace = self.telemetry.caller_trace()
+        if queue is not None:
+            q = self.queues.resolve(queue, False)
+            if self.owns(id):
+                try:
+                    await self.queues.start(
+                        wf,
+                        id,
+                        data,
+                        queue=q,
+                        key=None,
+                        priority=0,
+                        id_policy=IdPolicy.REJECT,
+                        debounce=None,
+                        trace=trace,
+                        scheduled_ms=tick_ms,
+                    )
+                    return
+                except StaleLease:
+                    if self.owns(id):
+                        raise
+            fields.update(queue=q.name, key=None, priority=0, debounce_ms=None)
+        elif self.owns(id):
+            try:
+                await self._start_here(wf, id, data, IdPolicy.REJECT, scheduled_ms=tick_ms)
+                return
+            except StaleLease:
+                if self.owns(id):
+                    raise
+        if trace is not None:
+            fields["trace"] = trace
+        await self.remote._call("start", id, fields)
+
     async def _start_here(
-        self, wf: WorkflowDef[Any, Any], id: str, data: bytes, id_policy: IdPolicy
+        self,
+        wf: WorkflowDef[Any, Any],
+        id: str,
+        data: bytes,
+        id_policy: IdPolicy,
+        scheduled_ms: int = 0,
     ) -> Run[Any]:
         starting = self._starting.get(id)
         if starting is not None:
@@ -775,6 +832,7 @@ class Engine:
                 policy=0,
                 run=row.run + 1 if row is not None else 1,
                 trace=self.telemetry.caller_trace(),
+                meta=Meta(scheduled_ms=scheduled_ms) if scheduled_ms else None,
             )
             await self.committer.durable(lsn)
             _settle_all(waiters, None)
@@ -1285,7 +1343,7 @@ def _start_meta(trace: bytes | None, meta: Meta | None) -> Meta | None:
         return Meta(trace) if trace is not None else None
     if trace is None or meta.trace is not None:
         return meta
-    return Meta(trace, meta.carried)
+    return dataclasses.replace(meta, trace=trace)
 
 
 def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:

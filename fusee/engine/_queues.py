@@ -40,7 +40,7 @@ from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._run import IdPolicy
 from fusee.errors import AlreadyExists, UnknownQueue
 from fusee.machine import ChildCompleted
-from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, encode
+from fusee.record import DETACHED, Child, Done, Meta, Parent, Signal, Start, Status, encode
 from fusee.store import RunRow
 from fusee.store._queues import ItemBook, QueueItem
 
@@ -185,10 +185,12 @@ class Queues:
         id_policy: IdPolicy,
         debounce: Any,
         trace: bytes | None = None,
+        scheduled_ms: int = 0,
     ) -> None:
         """Queues run ``id`` (or, debounced, replaces the queued one's input); returns once durable.
 
-        ``trace`` is the caller's ``traceparent``: its `Start` carries it once admitted.
+        ``trace`` is the caller's ``traceparent``: its `Start` carries it once
+        admitted, with ``scheduled_ms``, the schedule tick that started it (0: none).
 
         Raises:
             fusee.AlreadyExists: The id is taken (see `fusee.IdPolicy`).
@@ -233,7 +235,7 @@ class Queues:
             key,
             priority,
             not_before_ms=now + debounce_ms,
-            origin=_origin_of(None, 0, trace),
+            origin=_origin_of(None, 0, trace, scheduled_ms),
         )
         row = RunRow(id, run, wf.name, RunStatus.QUEUED, now)
         stored = await self._enqueue(item, row)
@@ -434,6 +436,7 @@ class Queues:
                 continue  # a repeat of a signal it has (one dedup id counts once)
             seen.add(dedup)
             signals.append(Signal(item.run, name, dedup, payload, by))
+        scheduled_ms = _scheduled_of(item.origin)
         engine.create_run(
             wf,
             item.id,
@@ -443,6 +446,7 @@ class Queues:
             run=item.run,
             signals=signals,
             trace=trace,
+            meta=Meta(scheduled_ms=scheduled_ms) if scheduled_ms else None,
         )
 
     async def signal_queued(
@@ -663,17 +667,31 @@ def queue_stats(items: Iterable[QueueItem], names: Iterable[str] = ()) -> list[Q
     ]
 
 
-def _origin_of(parent: Parent | None, flags: int, trace: bytes | None) -> bytes:
-    """A queue item's origin: a child's parent link and policy flags, and the trace it starts in.
+def _origin_of(
+    parent: Parent | None, flags: int, trace: bytes | None, scheduled_ms: int = 0
+) -> bytes:
+    """A queue item's origin: a child's parent link and policy flags, the trace it starts in,
+    and the schedule tick that started it (0: none).
 
     Example:
         >>> _origin(_origin_of(None, 0, b"00-ab-cd-01"))
         (None, 0, b'00-ab-cd-01')
+        >>> _scheduled_of(_origin_of(None, 0, None, 60_000))
+        60000
     """
-    if parent is None and trace is None:
+    if parent is None and trace is None and not scheduled_ms:
         return b""
     link = [parent.id, parent.run, parent.seq] if parent is not None else [None, 0, 0]
-    return _codec.encode([*link, flags, trace])
+    tick = [scheduled_ms] if scheduled_ms else []
+    return _codec.encode([*link, flags, trace, *tick])
+
+
+def _scheduled_of(origin: bytes) -> int:
+    """The schedule tick `_origin_of` packed (0: none; an item of an earlier fusee holds none)."""
+    if not origin:
+        return 0
+    fields = _codec.decode(origin)
+    return int(fields[5]) if len(fields) > 5 else 0
 
 
 def _origin(origin: bytes) -> tuple[Parent | None, int, bytes | None]:

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from fusee.store._base import UNFINISHED_STATUSES, RunRow, _unpack_attributes
-from fusee.store._postgres_schedules import schedules_sql
+from fusee.store._postgres_schedules import schedules_format_4_sql, schedules_sql
 
-FORMAT: Final = 3
+FORMAT: Final = 4
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -71,6 +71,7 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         *_workers_sql(s),
         *queues_sql(s),
         *schedules_sql(s),
+        *schedules_format_4_sql(s),
     )
 
 
@@ -120,7 +121,8 @@ def queues_sql(s: str) -> tuple[str, ...]:
 
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
 # schema): format 2 adds the commands inbox, format 3 the workers, each
-# command's shard, the queue tables and the schedules.
+# command's shard, the queue tables and the schedules, format 4 the schedules
+# made at run time and their last tick.
 def _format_3_sql(s: str) -> tuple[str, ...]:
     return (*_workers_sql(s), *queues_sql(s), *schedules_sql(s))
 
@@ -128,6 +130,7 @@ def _format_3_sql(s: str) -> tuple[str, ...]:
 _MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {
     1: _commands_sql,
     2: _format_3_sql,
+    3: schedules_format_4_sql,
 }
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"

@@ -1,6 +1,6 @@
 """The Postgres store: journals and run rows in a PostgreSQL schema, on asyncpg.
 
-Schema, format 3, in one schema of the database (``fusee`` by default; the
+Schema, format 4, in one schema of the database (``fusee`` by default; the
 store creates it, and upgrades an older format, on open)::
 
     meta(key TEXT PRIMARY KEY, value BIGINT)
@@ -22,7 +22,8 @@ store creates it, and upgrades an older format, on open)::
                 priority, not_before_ms, state, admitted_ms, origin BYTEA)
         unique index (id) of items not done       -- queued starts (format 3)
     schedules(name TEXT PRIMARY KEY, workflow, spec, paused, removed, last_tick_ms,
-              done_tick_ms, buffered_ms, last_run, next_ms)  -- schedules (format 3)
+              done_tick_ms, buffered_ms, last_run, next_ms,
+              input, dynamic, ticked_ms)          -- schedules (format 3; 4 adds the last three)
 
 A posted command sends a ``NOTIFY`` on the store's channel (`PostgresStore.channel`)
 in its own transaction; the serving engine ``LISTEN``s on a connection of its

@@ -1,6 +1,6 @@
 """The SQLite store: the embedded default, one WAL-mode file ``fusee.db`` per directory.
 
-Schema, format 3 (the format is ``PRAGMA user_version``; ``PRAGMA
+Schema, format 4 (the format is ``PRAGMA user_version``; ``PRAGMA
 application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
 
     journal(lsn INTEGER PRIMARY KEY, id TEXT, run INTEGER, data BLOB)
@@ -17,7 +17,8 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
                 input BLOB, key, priority, not_before_ms, state, admitted_ms, origin BLOB)
         unique index (id) of items not done       -- queued starts (format 3)
     schedules(name TEXT PRIMARY KEY, workflow, spec, paused, removed, last_tick_ms,
-              done_tick_ms, buffered_ms, last_run, next_ms)  -- schedules (format 3)
+              done_tick_ms, buffered_ms, last_run, next_ms,
+              input, dynamic, ticked_ms)          -- schedules (format 3; 4 adds the last three)
 
 ``attributes`` is a msgpack map, NULL when empty. Run numbers are reserved in
 blocks (`next_run` writes once per block, riding along with appends), and

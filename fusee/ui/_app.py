@@ -40,7 +40,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee._queue import stats_json
-from fusee._schedule import last_tick, spec_text
+from fusee._schedule import spec_text
 from fusee.engine._queues import queue_stats
 from fusee.engine._run import KEEP_INPUT
 from fusee.errors import FuseeError, NotFound, PayloadError
@@ -514,13 +514,14 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
         >>> schedule_json(ScheduleRow("nightly", "report", "every 60000ms"))["spec"]
         'every 1m'
     """
-    tick_ms = last_tick(row.spec, row.last_tick_ms)
+    tick_ms = row.ticked_ms or None
     return {
         "name": row.name,
         "workflow": row.workflow,
         "spec": spec_text(row.spec),
         "paused": row.paused,
         "removed": row.removed,
+        "dynamic": row.dynamic,
         "last_run": row.last_run or None,
         # 0 stands for "none yet" in the row.
         "last_tick_at": iso(tick_ms),

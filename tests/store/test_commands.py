@@ -260,7 +260,7 @@ async def test_a_format_1_sqlite_store_gains_the_inbox_when_an_engine_opens_it(
     finally:
         await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 4
     conn.close()
 
 

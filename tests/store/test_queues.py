@@ -184,7 +184,7 @@ async def test_a_format_2_sqlite_store_gains_the_queue_items_when_an_engine_open
     finally:
         await upgraded.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 4
     conn.close()
 
 
