@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -170,6 +171,30 @@ async def test_the_workers_errors_are_raised_with_their_types(client: fusee.Clie
         await client.get("nobody").result()
     with pytest.raises(ValueError, match="await_completion token"):
         await client.complete("junk")
+
+
+async def test_a_client_creates_backfills_updates_and_deletes_a_schedule_on_the_worker(
+    client: fusee.Client,
+) -> None:
+    await client.schedules.create("echoes", wfs.echo, every="1h", input="hi")
+    [row] = await client.schedules.list()
+    assert (row.workflow, row.dynamic, row.as_json()["origin"]) == ("echo", True, "runtime")
+    hour = datetime.timedelta(hours=1)
+    end = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1)
+    runs = await client.schedules.backfill("echoes", end - 3 * hour, end)
+    assert [await run.result() for run in runs] == ["hi", "hi", "hi"]
+    again = await client.schedules.backfill("echoes", end - 3 * hour, end)
+    assert [run.id for run in again] == [run.id for run in runs]
+    await client.schedules.update("echoes", every="2h", input="ho")
+    older = await client.schedules.backfill("echoes", end - 9 * hour, end - 7 * hour)
+    assert [await run.result() for run in older] == ["ho"]
+    with pytest.raises(fusee.AlreadyExists, match="schedule 'echoes' exists"):
+        await client.schedules.create("echoes", "echo", every="1h", input="hi")
+    with pytest.raises(fusee.PayloadError):
+        await client.schedules.create("numbers", wfs.tally, every="1h", input="not a number")
+    await client.schedules.delete("echoes")
+    assert await client.schedules.list() == []
+    assert len([i async for i in client.list(workflow="echo")]) == 4
 
 
 async def test_a_fork_posted_by_a_client_copies_the_steps_before_its_position(

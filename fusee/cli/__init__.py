@@ -9,7 +9,7 @@
     fusee start MODULE:WORKFLOW ID [JSON] [--queue Q]     start a run
     fusee signal ID NAME [JSON] | cancel ID | resume ID   act on a run
     fusee fork ID NEW_ID --at N [--input JSON]            a new run from a run's journal before N
-    fusee schedules [list|pause|resume|trigger NAME]      a store's schedules
+    fusee schedules [list|create|update|delete|backfill|pause|resume|trigger NAME]
     fusee worker MODULE... [--store URL]                  serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee check                                           what is damaged in a store
@@ -56,7 +56,7 @@ from fusee.cli._inbox import writer_lock
 from fusee.cli._output import CliError, Output
 from fusee.cli._queues import queues_command
 from fusee.cli._replay import replay_command
-from fusee.cli._schedules import ACTIONS, schedules_command
+from fusee.cli._schedules import ACTIONS, schedule_arguments, schedules_command
 from fusee.cli._show import show_command
 from fusee.cli._ui import ui_command
 from fusee.cli._worker import worker_command
@@ -233,12 +233,14 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command(
         "schedules",
-        "list a store's schedules; pause, resume or trigger one",
-        "List the store's schedules (read-only), or pause, resume or trigger (start a run "
-        f"now) the schedule NAME. {act}",
+        "list a store's schedules; create, update, delete, backfill, pause, resume or trigger one",
+        "List the store's schedules (read-only), or create, update or delete the schedule "
+        "NAME at run time, start the runs of its past ticks (backfill --from TIME --to TIME), "
+        f"pause, resume or trigger (start a run now) it. {act}",
     )
     p.add_argument("action", nargs="?", choices=ACTIONS, default="list", help="default list")
     p.add_argument("name", nargs="?", metavar="NAME", help="the schedule's name")
+    schedule_arguments(p)
     acting(p)
     p.set_defaults(handler=schedules_command)
 
