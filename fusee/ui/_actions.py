@@ -7,6 +7,7 @@ the serving worker applies (on SQLite its one writer), as the CLI's are.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from fusee._definitions import signal as signal_def
@@ -57,16 +58,33 @@ class ClientActions:
         client = await self._connected()
         await client.get(id).fork(new_id, at=at, input=input)
 
-    async def schedule(self, name: str, action: str) -> str | None:
+    async def schedule(
+        self, name: str, action: str, fields: Mapping[str, Any] | None = None
+    ) -> str | None:
         client = await self._connected()
-        if action == "pause":
+        if action == "create":
+            args = dict(fields or {})
+            workflow = args.pop("workflow", None)
+            if not isinstance(workflow, str) or not workflow:
+                raise ValueError('a schedule needs its workflow: {"workflow": ..., "every": ...}')
+            # Empty fields of a form are arguments not given.
+            args = {k: v for k, v in args.items() if v is not None and v != ""}
+            try:
+                await client.schedules.create(name, workflow, **args)
+            except TypeError as e:
+                raise ValueError(str(e)) from None
+        elif action == "delete":
+            await client.schedules.delete(name)
+        elif action == "pause":
             await client.schedules.pause(name)
         elif action == "resume":
             await client.schedules.resume(name)
         elif action == "trigger":
             return (await client.schedules.trigger(name)).id
         else:
-            raise ValueError(f"a schedule takes pause, resume or trigger, not {action!r}")
+            raise ValueError(
+                f"a schedule takes create, delete, pause, resume or trigger, not {action!r}"
+            )
         return None
 
     async def close(self) -> None:

@@ -20,7 +20,7 @@ import datetime
 import hmac
 import json
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -62,7 +62,7 @@ SCAN_BATCHES: Final = 10
 """A page of top-level runs reads this many store pages at most, past the children."""
 ACTIONS: Final = ("signal", "cancel", "resume", "fork", "schedule")
 """What an app with `Actions` may do (``GET /api/info``'s ``actions``)."""
-SCHEDULE_VERBS: Final = ("pause", "resume", "trigger")
+SCHEDULE_VERBS: Final = ("create", "delete", "pause", "resume", "trigger")
 # A run's tree of children is read this deep and this wide, at most.
 TREE_DEPTH: Final = 3
 TREE_NODES: Final = 100
@@ -102,11 +102,15 @@ class Actions(Protocol):
         """
         ...
 
-    async def schedule(self, name: str, action: str) -> str | None:
-        """Pauses, resumes or triggers (``action``) schedule ``name``.
+    async def schedule(
+        self, name: str, action: str, fields: Mapping[str, Any] | None = None
+    ) -> str | None:
+        """Creates, deletes, pauses, resumes or triggers (``action``) schedule ``name``.
 
-        Returns the id of the run a trigger started (None for the others).
-        An unknown schedule raises `fusee.NotFound` (answered 404).
+        ``fields`` are a create's: ``workflow`` and `fusee.Schedule`'s
+        arguments (``cron`` or ``every``, ``input``, ...). Returns the id of
+        the run a trigger started (None for the others). An unknown schedule
+        raises `fusee.NotFound` (answered 404), a bad argument ValueError (400).
         """
         ...
 
@@ -543,11 +547,14 @@ async def _schedule_act(request: Request) -> Response:
     name = request.path_params["name"]
     verb = request.path_params["verb"]
     if verb not in SCHEDULE_VERBS:
-        return _error(404, f"no schedule action {verb!r}; there are pause, resume and trigger")
-    # No arguments, but JSON all the same: a foreign page's form cannot post it.
-    await _body(request)
+        return _error(
+            404,
+            f"no schedule action {verb!r}; there are create, delete, pause, resume and trigger",
+        )
+    # JSON even without arguments: a foreign page's form cannot post it.
+    body = await _body(request)
     try:
-        run_id = await actions.schedule(name, verb)
+        run_id = await actions.schedule(name, verb, body if verb == "create" else None)
     except ValueError as e:
         return _error(400, str(e))
     except NotFound as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -442,10 +442,12 @@ class Recorder:
             raise fusee.AlreadyExists("run 'taken' exists")
         self.calls.append(("fork", id, new_id, at, input))
 
-    async def schedule(self, name: str, action: str) -> str | None:
+    async def schedule(
+        self, name: str, action: str, fields: Mapping[str, Any] | None = None
+    ) -> str | None:
         if name == "nobody":
             raise fusee.NotFound(f"no schedule {name!r}")
-        self.calls.append(("schedule", name, action))
+        self.calls.append(("schedule", name, action, *([dict(fields)] if fields else [])))
         return f"{name}/now" if action == "trigger" else None
 
 
@@ -579,10 +581,15 @@ def test_schedule_actions_reach_the_actions_object(data: Path) -> None:
         assert c.post("/api/schedules/nightly/explode", json={}).status_code == 404
         assert c.post("/api/schedules/nightly/pause", data={"x": "1"}).status_code == 400
         assert c.get("/api/schedules/nightly/pause").status_code == 405
+        made = c.post("/api/schedules/often/create", json={"workflow": "greet", "every": "1h"})
+        assert made.status_code == 200
+        assert c.post("/api/schedules/often/delete", json={}).status_code == 200
     assert actions.calls == [
         ("schedule", "nightly", "pause"),
         ("schedule", "nightly", "resume"),
         ("schedule", "nightly", "trigger"),
+        ("schedule", "often", "create", {"workflow": "greet", "every": "1h"}),
+        ("schedule", "often", "delete"),
     ]
 
 
