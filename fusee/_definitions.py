@@ -410,7 +410,8 @@ class WorkflowDef(Generic[I_contra, R_co]):
     """A workflow: its name and its ``async def`` function.
 
     Make one with `fusee.workflow`. Its input and result are encoded with
-    the codec and decoded to the function's annotated types.
+    the codec and decoded to the function's annotated types. ``versioning``
+    says which engine version its runs run on (`VERSIONINGS`).
 
     Example:
         >>> @workflow("greet")
@@ -427,6 +428,7 @@ class WorkflowDef(Generic[I_contra, R_co]):
     takes_input: bool
     decode_input: Callable[[bytes], I_contra] = field(repr=False)
     decode_result: Callable[[bytes], R_co] = field(repr=False)
+    versioning: Versioning = "pinned"
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} ({self.fn.__module__}.{self.fn.__qualname__})>"
@@ -441,6 +443,18 @@ class WorkflowDef(Generic[I_contra, R_co]):
 
 
 WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
+
+Versioning = Literal["pinned", "auto"]
+
+VERSIONINGS: typing.Final = ("pinned", "auto")
+"""Which engine version a workflow's runs run on (``@fusee.workflow(name, versioning=...)``):
+
+- ``pinned`` (the default): the version they started on, to their end; an
+  engine of another version leaves them to a worker of theirs;
+- ``auto``: the engine's that loads them next, so a deploy moves them to the
+  new code at their next load (the code must replay their journals: guard
+  changes with ``ctx.patched``).
+"""
 
 
 def hints_of(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -475,7 +489,13 @@ def hints_of(fn: Callable[..., Any]) -> dict[str, Any]:
     return out
 
 
-def _make_workflow(fn: WorkflowFn, name: str | None) -> WorkflowDef[Any, Any]:
+def _versioning(versioning: object) -> Versioning:
+    if versioning not in VERSIONINGS:
+        raise ValueError(f"versioning must be 'pinned' or 'auto', not {versioning!r}")
+    return versioning
+
+
+def _make_workflow(fn: WorkflowFn, name: str | None, versioning: Versioning = "pinned") -> WorkflowDef[Any, Any]:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(
             f"@fusee.workflow needs an `async def` function, got {fn!r}; "
@@ -498,6 +518,7 @@ def _make_workflow(fn: WorkflowFn, name: str | None) -> WorkflowDef[Any, Any]:
         takes_input=len(params) == 2,
         decode_input=decoder_for(input_type),
         decode_result=decoder_for(result_type),
+        versioning=versioning,
     )
 
 
@@ -517,10 +538,14 @@ def workflow(name: Callable[[Any, I], Coroutine[Any, Any, R]], /) -> WorkflowDef
 @overload
 def workflow(name: Callable[[Any], Coroutine[Any, Any, R]], /) -> WorkflowDef[None, R]: ...
 @overload
-def workflow(name: str | None = None, /) -> WorkflowDecorator: ...
+def workflow(
+    name: str | None = None, /, *, versioning: Versioning = "pinned"
+) -> WorkflowDecorator: ...
 
 
-def workflow(name: str | WorkflowFn | None = None, /) -> WorkflowDef[Any, Any] | WorkflowDecorator:
+def workflow(
+    name: str | WorkflowFn | None = None, /, *, versioning: Versioning = "pinned"
+) -> WorkflowDef[Any, Any] | WorkflowDecorator:
     """Makes an ``async def f(ctx, input)`` function a workflow.
 
     Use as ``@fusee.workflow("name")``, or bare ``@fusee.workflow`` to name
@@ -528,6 +553,9 @@ def workflow(name: str | WorkflowFn | None = None, /) -> WorkflowDef[Any, Any] |
 
     Args:
         name: The workflow's type name, as recorded in journals.
+        versioning: ``"pinned"`` (default): each run runs to its end on the
+            engine version it started on; ``"auto"``: a run moves to the
+            version of the engine that loads it next (`VERSIONINGS`).
 
     Returns:
         A `WorkflowDef` to pass to ``Engine.open(workflows=[...])`` and
@@ -540,12 +568,13 @@ def workflow(name: str | WorkflowFn | None = None, /) -> WorkflowDef[Any, Any] |
         >>> checkout.name
         'checkout'
     """
+    how = _versioning(versioning)
     if callable(name):
-        return _make_workflow(name, None)
+        return _make_workflow(name, None, how)
     if name is not None:
         _check_name("workflow", name)
 
     def decorate(fn: WorkflowFn) -> WorkflowDef[Any, Any]:
-        return _make_workflow(fn, name)
+        return _make_workflow(fn, name, how)
 
     return decorate

@@ -122,6 +122,9 @@ class TestEngine:
             spans go to (an SDK provider with an in-memory exporter, say),
             as in `fusee.Engine.open`; default: the global one.
         meter_provider: The same for metrics.
+        version: Its engines' version, as `fusee.Engine.open`'s (None:
+            derived from the workflows' source). A second `TestEngine` on the
+            same store with another version is a deploy.
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -147,10 +150,12 @@ class TestEngine:
         on_pause: Literal["raise", "wait"] = "raise",
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        version: str | None = None,
     ) -> None:
         if on_pause not in ("raise", "wait"):
             raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
         self.on_pause = on_pause
+        self._version = version
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self.workflows = list(workflows)
@@ -224,6 +229,7 @@ class TestEngine:
             schedules=self.schedules_given,
             tracer_provider=self._tracer_provider,
             meter_provider=self._meter_provider,
+            version=self._version,
         )
         self._engine = engine
         await engine.recover()

@@ -43,6 +43,7 @@ from fusee.engine._remote import Remote
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._schedules import Scheduler, check_schedules
+from fusee.engine._versions import check_version, derived_version, version_number
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
 from fusee.engine._streams import Streams
@@ -137,6 +138,7 @@ class Engine:
         tracer_provider: Any = None,
         meter_provider: Any = None,
         write_timeout: Any = "5s",
+        version: str | None = None,
     ) -> None:
         self.store = store
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
@@ -144,6 +146,13 @@ class Engine:
             if wf.name in self.workflows and self.workflows[wf.name] is not wf:
                 raise ValueError(f"two workflows named '{wf.name}' were given to one engine")
             self.workflows[wf.name] = wf
+        # The version its runs start on and run on (fusee.engine._versions).
+        self.version = (
+            check_version(version)
+            if version is not None
+            else derived_version(self.workflows.values())
+        )
+        self.version_number = version_number(self.version)
         if type(shards) is not int or shards < 1:
             raise ValueError(f"shards must be an int >= 1, got {shards!r}")
         self.park_after_ms = duration_ms(park_after)
@@ -236,6 +245,7 @@ class Engine:
         meter_provider: Any = None,
         write_timeout: Any = "5s",
         accept_loss: bool = False,
+        version: str | None = None,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -274,6 +284,11 @@ class Engine:
                 mark (its write-ahead log lost acknowledged records, which
                 the open otherwise refuses with `fusee.StoreError`): the
                 loss is logged at WARNING and recorded in the store.
+            version: The engine's version (a release name, a git commit):
+                every run records the one it started on, and a run of a
+                ``versioning="pinned"`` workflow runs on its version only
+                (see ``docs/deploys``). None: derived from the workflows'
+                source (`fusee.engine._versions.derived_version`).
 
         Example:
             >>> async def main() -> None:
@@ -308,6 +323,7 @@ class Engine:
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             write_timeout=write_timeout,
+            version=version,
         )
         try:
             await engine.recover()
@@ -354,17 +370,31 @@ class Engine:
             rows = await self.store.unfinished()
         else:
             rows = await self.store.unfinished(shards=shards)  # type: ignore[call-arg]
+        elsewhere: dict[str, int] = {}
         for row in rows:
             if self.runs.loaded(row.id) is not None or self.runs.is_loading(row.id):
                 continue
             if row.status == RunStatus.QUEUED:
                 continue  # no code yet: `Queues.recover` admits it
+            wf = self.workflows.get(row.workflow)
+            if row.version not in ("", self.version) and wf is not None and wf.versioning != "auto":
+                # Pinned to the version it started on: a worker of that version runs it.
+                elsewhere[row.version] = elsewhere.get(row.version, 0) + 1
+                continue
             if row.status == RunStatus.SUSPENDED:
                 self.runs.arm_wake(row)
             else:
                 # Loaded by recovery: its outbox (sends, children) is
                 # delivered again, as the crash may have lost it.
                 self.spawn(self.runs.wake(row.id, row, recovering=True))
+        for version, count in sorted(elsewhere.items()):
+            log.warning(
+                "%d unfinished run(s) started on version %r, pinned to it, are left to a worker "
+                "of that version; this engine runs version %r (`fusee versions` lists them)",
+                count,
+                version,
+                self.version,
+            )
         # A run that ended in continue-as-new starts its next run once its
         # `Done` is durable, in a later write: a row still "continued" at
         # open lost that write in a crash, so its next run starts now.
@@ -884,6 +914,7 @@ class Engine:
             run=run,
             id=id,
             wtype=wf.name,
+            version=self.version_number,
             started_ms=self.clock.now_ms(),
             policy=policy,
             parent=parent,

@@ -567,11 +567,20 @@ class Queues:
         engine = self._engine
         now = engine.clock.now_ms()
         run, id = item.run, item.id
-        start = Start(run=run, id=id, wtype=item.workflow, started_ms=now, input=item.input)
+        start = Start(
+            run=run,
+            id=id,
+            wtype=item.workflow,
+            version=engine.version_number,
+            started_ms=now,
+            input=item.input,
+        )
         engine.committer.append(id, run, encode(start))
         done = Done(run, Status.CANCELLED, now, _codec.encode(reason))
         lsn = engine.committer.append(id, run, encode(done))
-        engine.committer.put_row(RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now))
+        engine.committer.put_row(
+            RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now, version=engine.version)
+        )
         await engine.committer.durable(lsn)
         engine.result_ready(id)
         parent, policy, _ = _origin(item.origin)

@@ -88,6 +88,9 @@ class RunInfo:
     paused_steps: tuple[str, ...]
     error: str | None = None
     """Why the run cannot go on (its code diverged from its journal), if so."""
+    version: str | None = None
+    """The version of the engine it started on (`fusee.Engine.open`'s ``version``; None
+    for a run started before versions were recorded, or still queued)."""
 
 
 class RunOperations(Protocol):
@@ -404,6 +407,7 @@ def info_of(row: RunRow, state: RunState | None, error: BaseException | None) ->
         attributes=dict(row.attributes),
         paused_steps=paused,
         error=str(error) if error is not None else None,
+        version=row.version or None,
     )
 
 

@@ -112,7 +112,8 @@ class PostgresQueues:
                 " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET"
                 " shard = EXCLUDED.shard, run = EXCLUDED.run, workflow = EXCLUDED.workflow,"
                 " status = EXCLUDED.status, started_ms = EXCLUDED.started_ms,"
-                " finished_ms = NULL, wake_ms = NULL, attributes = NULL, parent = EXCLUDED.parent",
+                " finished_ms = NULL, wake_ms = NULL, attributes = NULL, parent = EXCLUDED.parent,"
+                " version = ''",
                 row.id,
                 shard_of(row.id, self._shards),
                 row.run,

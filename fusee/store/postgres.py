@@ -10,7 +10,7 @@ store creates it, and upgrades an older format, on open)::
             PRIMARY KEY (shard, lsn))             -- a second guard against two writers
         index (id, run, lsn)                      -- load(), by run then LSN
     runs(id TEXT PRIMARY KEY, shard, run, workflow, status, started_ms,
-         finished_ms, wake_ms, attributes BYTEA, parent)
+         finished_ms, wake_ms, attributes BYTEA, parent, version)
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id),
         (shard) of unfinished runs                -- recovery of the shards a worker holds
     shard_leases(shard INT PRIMARY KEY, owner TEXT, epoch BIGINT, lease_until TIMESTAMPTZ)
@@ -561,6 +561,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
                 r.wake_ms,
                 blob,
                 r.parent,
+                r.version,
             )
             for r, blob in zip(runs, packed, strict=True)
         ]
@@ -913,11 +914,12 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
                 lambda conn: conn.execute(self._sql.release, owner, wanted), "writing to"
             )
 
-    async def join(self, owner: str, lease_s: float) -> int:
+    async def join(self, owner: str, lease_s: float, version: str = "") -> int:
         """Counts ``owner`` live for ``lease_s`` more seconds; returns how many workers are live.
 
         Workers call it with each renewal: the count is what a fair share
-        of the shards is reckoned from.
+        of the shards is reckoned from. ``version`` is the worker's engine
+        version (`workers` lists it).
 
         Example:
             >>> import asyncio
@@ -928,9 +930,24 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules):
         _check_lease(owner, lease_s)
         self._check_writable()
         live = await self._query(
-            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s)), "writing to"
+            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s), version),
+            "writing to",
         )
         return int(live)
+
+    async def workers(self) -> builtins.list[tuple[str, str]]:
+        """The live workers, by name, each with its engine version ("" if it gave none).
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").workers())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        found = await self._query(
+            lambda conn: conn.fetch(self._sql.live_workers), "reading workers from"
+        )
+        return [(str(r[0]), str(r[1])) for r in found]
 
     async def leave(self, owner: str) -> None:
         """Stops counting ``owner`` as a live worker (it stops).

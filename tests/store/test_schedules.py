@@ -102,6 +102,8 @@ async def test_a_format_2_sqlite_store_gains_the_schedules_table_on_open(tmp_pat
     await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_schema.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE schedules")
+    # Format 4 added the runs' version column.
+    conn.execute("ALTER TABLE runs DROP COLUMN version")
     conn.execute("PRAGMA user_version = 2")
     conn.close()
     store = SqliteStore(tmp_path, durability="none")

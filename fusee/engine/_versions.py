@@ -1,0 +1,94 @@
+"""Engine versions: which code a run started on, so that a deploy does not replay it on other code.
+
+An engine has a version: the one ``Engine.open(..., version=)`` gives (a
+release name, a git commit), or one derived from its workflows' code
+(`derived_version`: a hash of each workflow function's source). Every run
+records the version it started on: its `fusee.record.Start` carries
+`version_number` of it (the journal's ``version``, a 32-bit number), and its
+row the version's name (``describe().version``).
+
+A run of a ``versioning="pinned"`` workflow (the default) runs on its
+version only, as Temporal's pinned workflows and DBOS's application versions
+do: an engine of another version neither recovers it nor loads it for a
+message; a worker of its version does (on Postgres, where workers of several
+versions share a store during a rolling deploy). A run of a
+``versioning="auto"`` workflow moves to the version of the engine that
+loads it next, which replays its journal: the code's changes go behind
+``ctx.patched``. A run started before fusee recorded versions (its `Start`
+says `UNVERSIONED`) runs on any version.
+
+The rule: the version a run started on is data in its journal; the engine
+compares it, never the code's shape, to decide whether it may run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import marshal
+import re
+import zlib
+from collections.abc import Iterable
+from typing import Any, Final
+
+__all__ = ["UNVERSIONED", "check_version", "derived_version", "version_number"]
+
+UNVERSIONED: Final = 1
+"""The ``Start.version`` of a run started before versions were recorded: any engine runs it."""
+
+_VERSION: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+@/-]{0,99}")
+
+
+def check_version(version: object) -> str:
+    """``version`` if it can name an engine version: 1 to 100 characters, no spaces.
+
+    Raises:
+        ValueError: It cannot.
+
+    Example:
+        >>> check_version("2026.03.1")
+        '2026.03.1'
+    """
+    if not isinstance(version, str) or not _VERSION.fullmatch(version):
+        raise ValueError(
+            f"an engine version is 1 to 100 letters, digits and ._:+@/- (a release, a git "
+            f"commit), starting with a letter or digit; got {version!r}"
+        )
+    return version
+
+
+def _code(fn: Any) -> bytes:
+    try:
+        return inspect.getsource(fn).encode()
+    except (OSError, TypeError):
+        # No source (a REPL, a frozen app): its bytecode stands in for it.
+        code = getattr(fn, "__code__", None)
+        return marshal.dumps(code) if code is not None else repr(fn).encode()
+
+
+def derived_version(workflows: Iterable[Any]) -> str:
+    """The version of an engine given none: a hash of its workflows' names and source.
+
+    It changes when a workflow function's text changes, not when code it
+    calls does: give ``Engine.open(..., version=)`` a release name to cover
+    that too.
+
+    Example:
+        >>> len(derived_version([]))
+        12
+    """
+    digest = hashlib.sha256()
+    for wf in sorted(workflows, key=lambda wf: str(wf.name)):
+        digest.update(str(wf.name).encode() + b"\0" + _code(wf.fn) + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def version_number(version: str) -> int:
+    """The number a `Start` records for ``version`` (never `UNVERSIONED`).
+
+    Example:
+        >>> version_number("v1") == version_number("v1") != version_number("v2")
+        True
+    """
+    n = zlib.crc32(version.encode())
+    return n if n > UNVERSIONED else n + 2
