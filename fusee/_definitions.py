@@ -495,7 +495,9 @@ def _versioning(versioning: object) -> Versioning:
     return versioning
 
 
-def _make_workflow(fn: WorkflowFn, name: str | None, versioning: Versioning = "pinned") -> WorkflowDef[Any, Any]:
+def _make_workflow(
+    fn: WorkflowFn, name: str | None, versioning: Versioning = "pinned"
+) -> WorkflowDef[Any, Any]:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(
             f"@fusee.workflow needs an `async def` function, got {fn!r}; "

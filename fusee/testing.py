@@ -52,6 +52,7 @@ from fusee.engine._engine import Engine
 from fusee.engine._hooks import Hooks
 from fusee.engine._run import IdPolicy, Run, RunInfo
 from fusee.engine._schedules import check_schedules
+from fusee.engine._versions import check_version
 from fusee.errors import (
     Cancelled,
     FuseeError,
@@ -155,7 +156,7 @@ class TestEngine:
         if on_pause not in ("raise", "wait"):
             raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
         self.on_pause = on_pause
-        self._version = version
+        self._version = check_version(version) if version is not None else None
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self.workflows = list(workflows)

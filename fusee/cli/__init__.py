@@ -14,6 +14,7 @@
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee check                                           what is damaged in a store
     fusee queues [--keys]                                 queued and running runs per queue
+    fusee versions                                        unfinished runs and workers per version
     fusee ui [--port 8700] [--token T]                    a web page of the runs
     fusee disk-check [DIR]                                the flush latency of a disk
 
@@ -59,6 +60,7 @@ from fusee.cli._replay import replay_command
 from fusee.cli._schedules import ACTIONS, schedule_arguments, schedules_command
 from fusee.cli._show import show_command
 from fusee.cli._ui import ui_command
+from fusee.cli._versions import versions_command
 from fusee.cli._worker import worker_command
 from fusee.engine import IdPolicy
 from fusee.errors import FuseeError
@@ -313,6 +315,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--keys", action="store_true", help="the figures per key too")
     p.set_defaults(handler=queues_command)
+
+    p = command(
+        "versions",
+        "unfinished runs and workers per engine version",
+        "Print, for each engine version (Engine.open's version=), its unfinished runs and "
+        "the live workers that run it, and warn of a version with unfinished runs and no "
+        "worker: its pinned runs wait until a worker of that version runs. On SQLite it "
+        "asks the serving engine its version through the store's inbox.",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how long to wait for the serving engine's answer (default 5)",
+    )
+    p.set_defaults(handler=versions_command)
 
     p = command(
         "ui",

@@ -43,12 +43,12 @@ from fusee.engine._remote import Remote
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._schedules import Scheduler, check_schedules
-from fusee.engine._versions import check_version, derived_version, version_number
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
 from fusee.engine._streams import Streams
 from fusee.engine._telemetry import Telemetry
 from fusee.engine._timers import Timers
+from fusee.engine._versions import check_version, derived_version, version_number
 from fusee.engine._watchdog import Watchdog
 from fusee.errors import (
     AlreadyExists,
@@ -307,6 +307,8 @@ class Engine:
             )
         workflows, schedules = list(workflows), list(schedules)
         check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
+        if version is not None:
+            check_version(version)
         store = open_store(path, durability=durability, accept_loss=accept_loss)
         await store.open()
         engine = cls(

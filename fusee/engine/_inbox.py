@@ -447,6 +447,9 @@ class Inbox:
         if kind == "stop":
             self.stop_requested.set()
             return {"message": "worker stopping"}
+        if kind == "version":
+            # Which version serves the store (`fusee versions` on SQLite, one engine).
+            return {"message": f"version {engine.version!r}", "version": engine.version}
         raise ValueError(f"command kind {kind!r} is not one this engine applies")
 
     async def _delivered(self, id: str, dedup: int) -> bool:

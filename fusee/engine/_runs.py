@@ -136,9 +136,7 @@ class Runs:
         A pinned workflow's run runs on its version only; an ``auto`` one's,
         and one started before versions were recorded, on any.
         """
-        return (
-            version in (UNVERSIONED, self._engine.version_number) or wf.versioning == "auto"
-        )
+        return version in (UNVERSIONED, self._engine.version_number) or wf.versioning == "auto"
 
     def put_row(self, state: RunState) -> None:
         """Queues ``state``'s row with the next group commit."""

@@ -28,10 +28,18 @@ import inspect
 import marshal
 import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["UNVERSIONED", "check_version", "derived_version", "version_number"]
+__all__ = [
+    "UNVERSIONED",
+    "VersionLine",
+    "check_version",
+    "derived_version",
+    "version_lines",
+    "version_number",
+]
 
 UNVERSIONED: Final = 1
 """The ``Start.version`` of a run started before versions were recorded: any engine runs it."""
@@ -92,3 +100,74 @@ def version_number(version: str) -> int:
     """
     n = zlib.crc32(version.encode())
     return n if n > UNVERSIONED else n + 2
+
+
+@dataclass(frozen=True, slots=True)
+class VersionLine:
+    """One version of a store's runs (`version_lines`): what ``fusee versions`` prints.
+
+    Attributes:
+        version: The engine version ("" for runs with none: started before
+            versions were recorded, or queued and not yet started).
+        runs: Its unfinished runs.
+        workers: The live workers that run it.
+        warning: Why its runs may not go on (runs, and no worker of it), or None.
+
+    Example:
+        >>> VersionLine("v1", 2, ("w-1",), None).runs
+        2
+    """
+
+    version: str
+    runs: int
+    workers: tuple[str, ...]
+    warning: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The line as ``fusee versions --json`` and the UI's API give it.
+
+        Example:
+            >>> VersionLine("v1", 0, (), None).as_json()["version"]
+            'v1'
+        """
+        return {
+            "version": self.version or None,
+            "runs": self.runs,
+            "workers": list(self.workers),
+            "warning": self.warning,
+        }
+
+
+def version_lines(
+    unfinished: Iterable[Any], workers: Mapping[str, str] | None
+) -> list[VersionLine]:
+    """The unfinished runs per version, with the live workers (name -> version) of each.
+
+    ``workers`` is None when who serves the store is unknown: then no
+    version is warned about. A version with unfinished runs and no worker
+    is: its pinned runs wait until a worker of it runs.
+
+    Example:
+        >>> from fusee.store import RunRow
+        >>> rows = [RunRow("a", 1, "wf", "running", 0, version="v1")]
+        >>> [line.warning is not None for line in version_lines(rows, {"w-2": "v2"})]
+        [True, False]
+    """
+    counts: dict[str, int] = {}
+    for row in unfinished:
+        counts[row.version] = counts.get(row.version, 0) + 1
+    serving: dict[str, list[str]] = {}
+    for name, version in (workers or {}).items():
+        serving.setdefault(version, []).append(name)
+        counts.setdefault(version, 0)
+    lines: list[VersionLine] = []
+    for version in sorted(counts):
+        who = tuple(sorted(serving.get(version, ())))
+        warning = None
+        if workers is not None and version and counts[version] and not who:
+            warning = (
+                f"{counts[version]} unfinished run(s) started on version {version!r} and no "
+                "worker runs it: its pinned runs wait until a worker of that version runs"
+            )
+        lines.append(VersionLine(version, counts[version], who, warning))
+    return lines

@@ -56,6 +56,7 @@ COMMAND_KINDS: Final = frozenset(
         "fork",
         "schedule",
         "stop",
+        "version",
     }
 )
 """Every value `Command.kind` may take."""

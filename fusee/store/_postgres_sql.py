@@ -286,7 +286,9 @@ class _Sql:
 
 
 def _row(values: Any) -> RunRow:
-    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version = values
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version = (
+        values
+    )
     return RunRow(
         id,
         run,

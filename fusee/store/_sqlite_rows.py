@@ -149,7 +149,9 @@ def _load(
 
 def _row(values: _SqlRow, path: Path) -> RunRow:
     """The `RunRow` of a ``runs`` row; raises `CorruptRecord` naming the run if it is damaged."""
-    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version = values
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version = (
+        values
+    )
     problem = _row_problem(values)
     if problem is None:
         try:

@@ -12,6 +12,7 @@ from typing import Any
 
 from fusee._definitions import signal as signal_def
 from fusee.client import Client
+from fusee.engine._remote import answer_fields
 
 __all__ = ["ClientActions"]
 
@@ -86,6 +87,19 @@ class ClientActions:
                 f"a schedule takes create, delete, pause, resume or trigger, not {action!r}"
             )
         return None
+
+    async def serving_version(self, timeout_s: float = 2.0) -> str | None:
+        """The version of the engine serving the store, asked through its inbox (None: no answer).
+
+        The command left unanswered (no engine serves the store) is answered by
+        the next engine that does, and forgotten.
+        """
+        client = await self._connected()
+        command = await client.post("version", "-", {})
+        answer = await client.wait_answer(command.id, timeout_s=timeout_s)
+        if answer is None:
+            return None
+        return str(answer_fields(answer)["version"])
 
     async def close(self) -> None:
         """Closes the client (the server stops)."""

@@ -43,6 +43,7 @@ from fusee._queue import stats_json
 from fusee._schedule import spec_text
 from fusee.engine._queues import queue_stats
 from fusee.engine._run import KEEP_INPUT
+from fusee.engine._versions import version_lines
 from fusee.errors import FuseeError, NotFound, PayloadError
 from fusee.store import RUN_STATUSES, RunRow, ScheduleRow, Store, load_journal, open_store
 from fusee.store._redact import shown_target
@@ -537,6 +538,22 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
     }
 
 
+async def _versions(request: Request) -> Response:
+    store = _store(request)
+    rows = await store.unfinished()
+    workers: dict[str, str] | None = None
+    listed = getattr(store, "workers", None)
+    if listed is not None:
+        workers = dict(await listed())
+    else:
+        # One engine serves an SQLite store: the page asks it (if it acts on runs).
+        ask = getattr(request.app.state.actions, "serving_version", None)
+        version = await ask() if ask is not None else None
+        if version is not None:
+            workers = {"the serving engine": version}
+    return JSONResponse([line.as_json() for line in version_lines(rows, workers)])
+
+
 async def _schedules(request: Request) -> Response:
     rows = await _store(request).schedules()
     return JSONResponse([schedule_json(r) for r in rows])
@@ -809,6 +826,7 @@ def build_app(
         )
     routes.append(Route("/api/queues", _handles_bad_requests(_queues)))
     routes.append(Route("/api/schedules", _handles_bad_requests(_schedules)))
+    routes.append(Route("/api/versions", _handles_bad_requests(_versions)))
     if actions is not None:
         routes.append(
             Route(

@@ -562,6 +562,15 @@ def in_an_hour(data: Path) -> int:
     return ticked[0]
 
 
+def test_the_versions_route_counts_unfinished_runs_per_version(tmp_path: Path) -> None:
+    data = make_store(tmp_path)
+    start_waiting(data, "old-1", version="v-old")
+    with TestClient(create_app(str(data)), base_url="http://127.0.0.1") as c:
+        lines = {line["version"]: line for line in c.get("/api/versions").json()}
+    # No actions, so no way to ask the serving engine: who serves is unknown, no warning.
+    assert lines["v-old"] == {"version": "v-old", "runs": 1, "workers": [], "warning": None}
+
+
 def test_an_empty_store_has_no_schedules(client: TestClient) -> None:
     assert client.get("/api/schedules").json() == []
 

@@ -487,3 +487,16 @@ def test_a_finished_run_offers_no_signal_form(page: Page, field: Path) -> None:
             expect(page.locator("#signal")).to_be_hidden()
             expect(page.locator("#cancel")).to_be_hidden()
             expect(page.locator("#fork-section")).to_be_visible()
+
+
+def test_the_runs_page_warns_of_a_version_with_runs_and_no_worker(
+    page: Page, tmp_path: Path
+) -> None:
+    data = make_store(tmp_path / "data")
+    start_waiting(data, "order-old", version="v-old")
+    with acting(data) as base:
+        page.goto(f"{base}/")
+        expect(page.locator("#version-warnings .version-warning")).to_have_text(
+            "version v-old: 1 unfinished run(s) started on version 'v-old' and no worker runs "
+            "it: its pinned runs wait until a worker of that version runs"
+        )

@@ -174,7 +174,11 @@ async function runsPage(main, info) {
     tbody);
   const pager = el("nav", { class: "pager" });
   const count = el("span", { class: "muted", id: "count" });
-  main.replaceChildren(el("h1", { text: "Runs" }), form, el("div", { class: "table-wrap" }, table), el("div", { class: "under" }, count, pager));
+  const warnings = el("div", { id: "version-warnings" });
+  main.replaceChildren(el("h1", { text: "Runs" }), warnings, form, el("div", { class: "table-wrap" }, table), el("div", { class: "under" }, count, pager));
+  // A version with unfinished runs and no worker: its pinned runs wait.
+  api("/api/versions").then((lines) => warnings.replaceChildren(...lines.filter((l) => l.warning)
+    .map((l) => el("div", { class: "error-box version-warning", text: `version ${l.version}: ${l.warning}` }))), () => {});
 
   const q = apiQuery(params);
   q.set("limit", params.get("limit") || "50");
