@@ -293,6 +293,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--all", action="store_true", help="replay finished runs too (and count their problems)"
     )
+    p.add_argument(
+        "--version",
+        metavar="V",
+        help="the version the code deploys as (Engine.open's version=; default: derived from "
+        "the workflows' source): unfinished runs pinned to another are skipped",
+    )
     p.set_defaults(handler=replay_command)
 
     p = command(

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import marshal
 import re
+import types
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -71,7 +71,20 @@ def _code(fn: Any) -> bytes:
     except (OSError, TypeError):
         # No source (a REPL, a frozen app): its bytecode stands in for it.
         code = getattr(fn, "__code__", None)
-        return marshal.dumps(code) if code is not None else repr(fn).encode()
+        return _bytecode(code) if isinstance(code, types.CodeType) else fn.__qualname__.encode()
+
+
+def _bytecode(code: types.CodeType) -> bytes:
+    # Not marshal: its output depends on reference counts.
+    parts = [code.co_code, repr(code.co_names).encode(), repr(code.co_varnames).encode()]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            parts.append(_bytecode(const))
+        elif isinstance(const, frozenset):
+            parts.append(repr(sorted(map(repr, const))).encode())
+        else:
+            parts.append(repr(const).encode())
+    return b"\0".join(parts)
 
 
 def derived_version(workflows: Iterable[Any]) -> str:
