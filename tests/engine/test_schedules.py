@@ -500,3 +500,28 @@ async def test_backfill_starts_each_past_tick_once_across_crashes(host: Host) ->
             await t.schedules.backfill("bf", utc(0), utc(5))
         with pytest.raises(ValueError, match="before its start"):
             await t.schedules.backfill("bf", utc(-1), utc(-2))
+
+
+async def test_a_run_time_schedule_made_on_one_postgres_worker_is_ticked_once_by_both(
+    postgres_cluster: Cluster,
+) -> None:
+    first = postgres_cluster.new_store()
+    second = PostgresStore(postgres_cluster.dsn, schema=first.schema, durability="none")
+    async with (
+        TestEngine([tick_at], first) as a,
+        TestEngine([tick_at], second) as b,
+    ):
+        await a.schedules.create("both", tick_at, every="1m", input="z")
+        for _ in range(2):
+            await a.advance("1m")
+            await b.advance("1m")
+        # b found it in its once-a-minute look and ticks it too; a claim lets one through.
+        assert "both" in b.engine.schedules.names
+        await a.schedules.delete("both")
+        for _ in range(3):
+            await a.advance("1m")
+            await b.advance("1m")
+        assert "both" not in b.engine.schedules.names
+        ids = await run_ids(a)
+        assert ids == ids_at("both", 1, 2)
+        await assert_started_once(first, ids)
