@@ -292,6 +292,11 @@ async def test_a_sync_client_lists_pauses_resumes_and_triggers_schedules(tmp_pat
                 run = sync.schedules.trigger("hourly")
                 with pytest.raises(fusee.NotFound, match="no schedule 'nope'"):
                     sync.schedules.pause("nope")
+                sync.schedules.create("daily", "chime", cron="0 9 * * *")
+                end = datetime.datetime.now(datetime.UTC)
+                [back] = sync.schedules.backfill("daily", end - datetime.timedelta(days=1), end)
+                assert back.result() == "chimed"
+                sync.schedules.delete("daily")
                 return paused, run.id.split("-")[0], run.result()
 
         assert await asyncio.to_thread(script) == ([True, False], "hourly", "chimed")
