@@ -143,9 +143,14 @@ class Scheduler:
         A schedule new to the store ticks from now on (no tick before it was
         first opened runs); a changed one keeps its state and ticks on its new
         definition; a stored one the code no longer has is marked removed. An
-        engine opened with no schedules leaves the stored ones as they are.
+        engine opened with no schedules leaves the stored ones as they are, and
+        looks for the ones made at run time in the background.
         """
         engine = self._engine
+        if not self._in_code:
+            # Nothing of its own to reconcile: opening waits for no read.
+            engine.spawn(self._adopt_new(first=True))
+            return
         for s in self._schedules.values():
             if s.queue_name is not None:
                 engine.queues.resolve(s.queue_name, False)
@@ -171,31 +176,28 @@ class Scheduler:
                 self._last_runs[row.last_run] = name
         for name, s in self._schedules.items():
             claimed = stored.get(name)
-            if (
-                claimed is not None
-                and claimed.done_tick_ms < claimed.last_tick_ms
-                and not claimed.paused
-            ):
-                # Claimed, then the worker stopped before it was done: start it now.
-                tick = claimed.last_tick_ms
-                id = run_id(name, tick)
-                await self._start(s, id, tick)
-                changes = {"done_tick_ms": tick, "last_run": id, "ticked_ms": tick}
-                await engine.store.set_schedule(name, changes)
-        if self._in_code:
-            # An engine without schedules in code (a worker of other modules, a
-            # script) leaves the stored ones of code as they are.
-            for name, row in stored.items():
-                if name not in self._schedules and not row.removed and not row.dynamic:
-                    await engine.store.put_schedule(
-                        ScheduleRow(name, row.workflow, row.spec, removed=True)
-                    )
+            if claimed is not None:
+                await self._finish_claimed(s, claimed)
+        for name, row in stored.items():
+            if name not in self._schedules and not row.removed and not row.dynamic:
+                await engine.store.put_schedule(
+                    ScheduleRow(name, row.workflow, row.spec, removed=True)
+                )
         for s in self._schedules.values():
             # Due ticks (missed while no worker ran) are looked at at once;
             # the tick then arms the timer of the next.
             engine.spawn(self._fire(s))
         if is_shared(engine.store):
             self._arm_adopting()
+
+    async def _finish_claimed(self, s: Schedule, row: ScheduleRow) -> None:
+        """Starts the tick ``row`` claimed if its worker stopped before starting it."""
+        if row.done_tick_ms < row.last_tick_ms and not row.paused:
+            tick = row.last_tick_ms
+            id = run_id(s.name, tick)
+            await self._start(s, id, tick)
+            changes = {"done_tick_ms": tick, "last_run": id, "ticked_ms": tick}
+            await self._engine.store.set_schedule(s.name, changes)
 
     def _adopt(self, row: ScheduleRow) -> Schedule | None:
         """Takes run-time schedule ``row`` on, if this engine runs its workflow; returns it."""
@@ -227,13 +229,15 @@ class Scheduler:
         # "" is no schedule's name: the timer of the look for new ones.
         self._timers[""] = self._engine.clock.call_at(self._engine.clock.now_ms() + _ADOPT_MS, due)
 
-    async def _adopt_new(self) -> None:
+    async def _adopt_new(self, first: bool = False) -> None:
+        engine = self._engine
         try:
-            await self._adopt_rows(await self._engine.store.schedules())
+            await self._adopt_rows(await engine.store.schedules())
         except FuseeError as e:
-            if not self._engine.closed:
+            if not engine.closed:
                 log.error("schedules: looking for new ones failed; tried again later: %s", e)
-        if not self._engine.closed:
+        # One engine writes a store that is not shared: it made them all.
+        if not engine.closed and (is_shared(engine.store) or not first):
             self._arm_adopting()
 
     async def _adopt_rows(self, rows: Iterable[ScheduleRow]) -> None:
@@ -241,6 +245,8 @@ class Scheduler:
             if row.name not in self._schedules and not self._stopped:
                 s = self._adopt(row)
                 if s is not None:
+                    async with self._lock(s.name):
+                        await self._finish_claimed(s, row)
                     self._engine.spawn(self._fire(s))
 
     def stop(self) -> None:
@@ -448,9 +454,8 @@ class Scheduler:
         Raises:
             fusee.NotFound: This engine was not opened with that schedule.
         """
-        s = self._schedules.get(name)
+        s = await self._here(name)
         if s is None:
-            await self._known(name)
             raise NotFound(
                 f"schedule '{name}' is not one this engine was opened with "
                 f"({', '.join(self.names) or 'none'}); trigger it where it is"
@@ -660,9 +665,8 @@ class Scheduler:
                 f"a backfill covers past ticks; its end ({end}) is after now "
                 "(later ticks start on schedule)"
             )
-        s = self._schedules.get(name)
+        s = await self._here(name)
         if s is None:
-            await self._known(name)
             raise NotFound(
                 f"schedule '{name}' does not tick on this engine "
                 f"({', '.join(self.names) or 'none'}); backfill it on a worker that runs "
@@ -738,6 +742,18 @@ class Scheduler:
     async def list(self) -> list[ScheduleRow]:
         """Every schedule row of the store (removed ones too), by name."""
         return await self._engine.store.schedules()
+
+    async def _here(self, name: str) -> Schedule | None:
+        """Schedule ``name`` if this engine ticks it, adopting a run-time one not adopted yet.
+
+        Raises:
+            fusee.NotFound: The store has no schedule of that name.
+        """
+        s = self._schedules.get(name)
+        if s is None:
+            await self._adopt_rows([await self._known(name)])
+            s = self._schedules.get(name)
+        return s
 
     async def _known(self, name: str) -> ScheduleRow:
         row = await self._row(name)
