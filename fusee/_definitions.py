@@ -410,7 +410,8 @@ class WorkflowDef(Generic[I_contra, R_co]):
     """A workflow: its name and its ``async def`` function.
 
     Make one with `fusee.workflow`. Its input and result are encoded with
-    the codec and decoded to the function's annotated types.
+    the codec and decoded to the function's annotated types. ``versioning``
+    says which engine version its runs run on (`VERSIONINGS`).
 
     Example:
         >>> @workflow("greet")
@@ -429,6 +430,7 @@ class WorkflowDef(Generic[I_contra, R_co]):
     decode_result: Callable[[bytes], R_co] = field(repr=False)
     on_error: str | None = None
     """What a bug in its code does to a run: ``"fail"``, ``"pause"`` (None: the engine's choice)."""
+    versioning: Versioning = "pinned"
 
     def __repr__(self) -> str:
         return f"<workflow {self.name!r} ({self.fn.__module__}.{self.fn.__qualname__})>"
@@ -443,6 +445,18 @@ class WorkflowDef(Generic[I_contra, R_co]):
 
 
 WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
+
+Versioning = Literal["pinned", "auto"]
+
+VERSIONINGS: typing.Final = ("pinned", "auto")
+"""Which engine version a workflow's runs run on (``@fusee.workflow(name, versioning=...)``):
+
+- ``pinned`` (the default): the version they started on, to their end; an
+  engine of another version leaves them to a worker of theirs;
+- ``auto``: the engine's that loads them next, so a deploy moves them to the
+  new code at their next load (the code must replay their journals: guard
+  changes with ``ctx.patched``).
+"""
 
 
 def hints_of(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -490,8 +504,17 @@ def check_on_error(on_error: object, where: str) -> None:
         )
 
 
+def _versioning(versioning: object) -> Versioning:
+    if versioning not in VERSIONINGS:
+        raise ValueError(f"versioning must be 'pinned' or 'auto', not {versioning!r}")
+    return versioning
+
+
 def _make_workflow(
-    fn: WorkflowFn, name: str | None, on_error: str | None = None
+    fn: WorkflowFn,
+    name: str | None,
+    on_error: str | None = None,
+    versioning: Versioning = "pinned",
 ) -> WorkflowDef[Any, Any]:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(
@@ -516,6 +539,7 @@ def _make_workflow(
         decode_input=decoder_for(input_type),
         decode_result=decoder_for(result_type),
         on_error=on_error,
+        versioning=versioning,
     )
 
 
@@ -535,11 +559,21 @@ def workflow(name: Callable[[Any, I], Coroutine[Any, Any, R]], /) -> WorkflowDef
 @overload
 def workflow(name: Callable[[Any], Coroutine[Any, Any, R]], /) -> WorkflowDef[None, R]: ...
 @overload
-def workflow(name: str | None = None, /, *, on_error: str | None = None) -> WorkflowDecorator: ...
+def workflow(
+    name: str | None = None,
+    /,
+    *,
+    on_error: str | None = None,
+    versioning: Versioning = "pinned",
+) -> WorkflowDecorator: ...
 
 
 def workflow(
-    name: str | WorkflowFn | None = None, /, *, on_error: str | None = None
+    name: str | WorkflowFn | None = None,
+    /,
+    *,
+    on_error: str | None = None,
+    versioning: Versioning = "pinned",
 ) -> WorkflowDef[Any, Any] | WorkflowDecorator:
     """Makes an ``async def f(ctx, input)`` function a workflow.
 
@@ -554,6 +588,9 @@ def workflow(
             ``paused`` with the traceback until ``run.resume()`` replays it
             on the code deployed since. None: the engine's choice
             (``Engine.open(on_error=)``, "fail" by default).
+        versioning: ``"pinned"`` (default): each run runs to its end on the
+            engine version it started on; ``"auto"``: a run moves to the
+            version of the engine that loads it next (`VERSIONINGS`).
 
     Returns:
         A `WorkflowDef` to pass to ``Engine.open(workflows=[...])`` and
@@ -572,12 +609,13 @@ def workflow(
         'pause'
     """
     check_on_error(on_error, "@fusee.workflow's")
+    how = _versioning(versioning)
     if callable(name):
-        return _make_workflow(name, None, on_error)
+        return _make_workflow(name, None, on_error, how)
     if name is not None:
         _check_name("workflow", name)
 
     def decorate(fn: WorkflowFn) -> WorkflowDef[Any, Any]:
-        return _make_workflow(fn, name, on_error)
+        return _make_workflow(fn, name, on_error, how)
 
     return decorate

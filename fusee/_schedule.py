@@ -39,8 +39,8 @@ __all__ = [
     "OVERLAPS",
     "Overlap",
     "Schedule",
-    "last_tick",
     "manual_run_id",
+    "parse_spec",
     "run_id",
     "spec_text",
 ]
@@ -84,36 +84,39 @@ def spec_text(spec: str) -> str:
     return _SPEC_MS.sub(lambda m: format_ms(int(m.group(1))), spec)
 
 
-def last_tick(spec: str, last_tick_ms: int) -> int | None:
-    """A schedule row's last tick (``last_tick_ms``) if it is one: None before the first.
+def parse_spec(spec: str) -> dict[str, Any]:
+    """A stored `Schedule.spec` read back: the keyword arguments of the `Schedule` it came from.
 
-    A row starts with the time its schedule was first opened as its last
-    tick (so that no tick before it runs): that time is no tick of the
-    schedule's ``spec`` (the stored `Schedule.spec`) but by chance. A spec
-    this module does not read keeps every time.
+    Raises:
+        ValueError: Text `Schedule.spec` does not write.
 
     Example:
-        >>> last_tick("every 60000ms; overlap skip; catch_up 0ms", 120_000)
-        120000
-        >>> last_tick("every 60000ms; overlap skip; catch_up 0ms", 120_001) is None
-        True
+        >>> parse_spec("cron 0 2 * * * Europe/Paris; overlap skip; catch_up 0ms")
+        {'cron': '0 2 * * *', 'tz': 'Europe/Paris', 'overlap': 'skip', 'catch_up': 0.0}
+        >>> parse_spec("every 60000ms; overlap allow; catch_up 3600000ms; queue emails")
+        {'every': 60.0, 'overlap': 'allow', 'catch_up': 3600.0, 'queue': 'emails'}
     """
-    if not last_tick_ms:
-        return None
-    what = spec.split(";", 1)[0].strip()
+    what, *rest = (part.strip() for part in spec.split(";"))
+    out: dict[str, Any] = {}
     every = re.fullmatch(r"every ([0-9]+)ms", what)
-    cron, sep, tz = what.removeprefix("cron ").rpartition(" ")
+    cron = re.fullmatch(r"cron (.+) (\S+)", what)
     if every is not None:
-        period = int(every.group(1))
-        ticked = period > 0 and last_tick_ms % period == 0
-    elif what.startswith("cron ") and sep:
-        try:
-            ticked = _next_cron(cron, zoneinfo.ZoneInfo(tz), last_tick_ms - 1) == last_tick_ms
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError, cronsim.CronSimError):
-            ticked = True
+        out["every"] = int(every.group(1)) / 1000
+    elif cron is not None:
+        out["cron"], out["tz"] = cron.group(1), cron.group(2)
     else:
-        ticked = True
-    return last_tick_ms if ticked else None
+        raise ValueError(f"{spec!r} is not a schedule's spec")
+    for part in rest:
+        key, _, value = part.partition(" ")
+        if key == "overlap":
+            out["overlap"] = value
+        elif key == "catch_up" and (ms := re.fullmatch(r"([0-9]+)ms", value)):
+            out["catch_up"] = int(ms.group(1)) / 1000
+        elif key == "queue" and value:
+            out["queue"] = value
+        else:
+            raise ValueError(f"{spec!r} is not a schedule's spec (at {part!r})")
+    return out
 
 
 def run_id(name: str, tick_ms: int) -> str:
@@ -156,6 +159,8 @@ class Schedule:
         catch_up: After downtime, the ticks missed within this long before
             now are started, in order; older ones are skipped. ``"0s"`` (the
             default) starts none but a tick that fires up to ten seconds late.
+        queue: A `fusee.Queue` of the engine (or its name): each run starts
+            on it, ``queued`` until the queue admits it.
 
     Raises:
         ValueError: Neither or both of ``cron`` and ``every``, a cron
@@ -181,10 +186,12 @@ class Schedule:
     input: Any = None
     overlap: Overlap = "skip"
     catch_up: Any = "0s"
+    queue: Any = None
     every_ms: int = field(init=False, repr=False, compare=False)
     catch_up_ms: int = field(init=False, repr=False, compare=False)
     input_data: bytes = field(init=False, repr=False, compare=False)
     zone: datetime.tzinfo = field(init=False, repr=False, compare=False)
+    queue_name: str | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -229,6 +236,13 @@ class Schedule:
                 f"not {self.overlap!r}"
             )
         object.__setattr__(self, "catch_up_ms", duration_ms(self.catch_up))
+        queue = getattr(self.queue, "name", self.queue)
+        if queue is not None and (not isinstance(queue, str) or not queue or ";" in queue):
+            raise ValueError(
+                f"Schedule {self.name!r}: queue must be a fusee.Queue or a queue's name, "
+                f"not {self.queue!r}"
+            )
+        object.__setattr__(self, "queue_name", queue)
         data = checked(
             self.input,
             self.workflow.decode_input,
@@ -243,7 +257,8 @@ class Schedule:
         what = (
             f"cron {self.cron} {self.tz}" if self.cron is not None else f"every {self.every_ms}ms"
         )
-        return f"{what}; overlap {self.overlap}; catch_up {self.catch_up_ms}ms"
+        on = f"; queue {self.queue_name}" if self.queue_name else ""
+        return f"{what}; overlap {self.overlap}; catch_up {self.catch_up_ms}ms{on}"
 
     def next_tick(self, after_ms: int) -> int:
         """The first tick strictly after ``after_ms`` (Unix milliseconds).

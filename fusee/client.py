@@ -18,7 +18,7 @@ import datetime
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, cast
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
@@ -274,7 +274,8 @@ class Client(BulkActions):
 
     @property
     def schedules(self) -> ClientSchedules:
-        """The store's schedules: list them; pause, resume or trigger one on the serving worker.
+        """The store's schedules: list them; create, update, delete, backfill, pause, resume or
+        trigger one on the serving worker.
 
         Example:
             >>> async def main(client: Client) -> None:
@@ -350,6 +351,25 @@ class Client(BulkActions):
         await self._remote.start_now(id)
 
 
+_SCHEDULE_ARGS: Final = ("cron", "every", "tz", "input", "overlap", "catch_up", "queue")
+
+
+def _schedule_fields(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """A schedule's arguments as a command carries them: input encoded, durations in ms."""
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if key not in _SCHEDULE_ARGS:
+            raise TypeError(f"a schedule takes {', '.join(_SCHEDULE_ARGS)}, not {key!r}")
+        if key == "input":
+            value = _codec.encode(value, name=f"the input of schedule '{name}'")
+        elif key in ("every", "catch_up") and value is not None:
+            value = duration_ms(value)
+        elif key == "queue" and isinstance(value, Queue):
+            value = value.name
+        out[key] = value
+    return out
+
+
 class ClientSchedules:
     """`Client.schedules`: the engine's ``engine.schedules`` calls, as commands to the worker.
 
@@ -363,6 +383,99 @@ class ClientSchedules:
 
     def __init__(self, client: Client) -> None:
         self._client = client
+
+    async def create(
+        self,
+        name: str,
+        workflow: WorkflowDef[Any, Any] | str,
+        *,
+        cron: str | None = None,
+        every: Any = None,
+        tz: str = "UTC",
+        input: Any = None,
+        overlap: str = "skip",
+        catch_up: Any = "0s",
+        queue: Queue | str | None = None,
+    ) -> None:
+        """Makes schedule ``name`` on the serving worker: it ticks from now on, until `delete`.
+
+        Its arguments are `fusee.Schedule`'s (``engine.schedules.create``).
+
+        Raises:
+            fusee.AlreadyExists: A schedule of that name exists.
+            fusee.UnknownWorkflow: The worker does not serve that workflow.
+            ValueError: An argument `fusee.Schedule` refuses.
+
+        Example:
+            >>> async def main(client: Client) -> None:
+            ...     await client.schedules.create("hourly", "report", every="1h", input={"n": 1})
+        """
+        wf_name = workflow if isinstance(workflow, str) else workflow.name
+        fields = _schedule_fields(
+            name,
+            dict(
+                cron=cron,
+                every=every,
+                tz=tz,
+                input=input,
+                overlap=overlap,
+                catch_up=catch_up,
+                queue=queue,
+            ),
+        )
+        await self._client._remote.call(
+            "schedule", name, {"action": "create", "workflow": wf_name, **fields}
+        )
+
+    async def update(self, name: str, **changes: Any) -> None:
+        """Changes schedule ``name`` (made at run time): the arguments given, the others kept.
+
+        Takes ``cron``, ``every``, ``tz``, ``input``, ``overlap``,
+        ``catch_up`` and ``queue``, as ``engine.schedules.update``.
+
+        Raises:
+            fusee.NotFound: No schedule of that name.
+            ValueError: It is defined in code, or an argument is refused.
+
+        Example:
+            >>> async def main(client: Client) -> None:
+            ...     await client.schedules.update("hourly", every="2h")
+        """
+        fields = _schedule_fields(name, changes)
+        await self._client._remote.call("schedule", name, {"action": "update", **fields})
+
+    async def delete(self, name: str) -> None:
+        """Deletes schedule ``name`` (made at run time): it ticks no more; its runs go on.
+
+        Example:
+            >>> async def main(client: Client) -> None:
+            ...     await client.schedules.delete("hourly")
+        """
+        await self._client._remote.call("schedule", name, {"action": "delete"})
+
+    async def backfill(
+        self, name: str, start: datetime.datetime, end: datetime.datetime
+    ) -> builtins.list[Run[Any]]:
+        """Starts the runs of schedule ``name``'s ticks from ``start`` to ``end``, each once.
+
+        As ``engine.schedules.backfill``: a tick whose run started already is
+        not started again. Returns the ticks' run handles, in order.
+
+        Example:
+            >>> import datetime
+            >>> async def main(client: Client) -> None:
+            ...     end = datetime.datetime.now(datetime.UTC)
+            ...     await client.schedules.backfill("hourly", end - datetime.timedelta(days=1), end)
+        """
+        bounds = {}
+        for key, when in (("start_ms", start), ("end_ms", end)):
+            if not isinstance(when, datetime.datetime) or when.tzinfo is None:
+                raise ValueError(
+                    f"a backfill's {key[:-3]} must be a datetime with a time zone, not {when!r}"
+                )
+            bounds[key] = int(when.timestamp() * 1000)
+        fields = await self._client._remote.call("schedule", name, {"action": "backfill", **bounds})
+        return [Run(self._client, str(id)) for id in fields["run_ids"]]
 
     async def pause(self, name: str) -> None:
         """Pauses schedule ``name`` (its ticks are skipped until `resume`)."""
@@ -658,6 +771,30 @@ class SyncSchedules:
     def __init__(self, portal: BlockingPortal, schedules: ClientSchedules) -> None:
         self._portal = portal
         self._schedules = schedules
+
+    def create(self, name: str, workflow: WorkflowDef[Any, Any] | str, **args: Any) -> None:
+        """Makes schedule ``name`` (`ClientSchedules.create`), blocking.
+
+        Example:
+            >>> def main(client: SyncClient) -> None:
+            ...     client.schedules.create("hourly", "report", every="1h")
+        """
+        _blocking(self._portal, lambda: self._schedules.create(name, workflow, **args))
+
+    def update(self, name: str, **changes: Any) -> None:
+        """Changes schedule ``name`` (`ClientSchedules.update`), blocking."""
+        _blocking(self._portal, lambda: self._schedules.update(name, **changes))
+
+    def delete(self, name: str) -> None:
+        """Deletes schedule ``name`` (`ClientSchedules.delete`), blocking."""
+        _blocking(self._portal, lambda: self._schedules.delete(name))
+
+    def backfill(
+        self, name: str, start: datetime.datetime, end: datetime.datetime
+    ) -> builtins.list[SyncRun[Any]]:
+        """Starts the runs of the ticks from ``start`` to ``end`` (`ClientSchedules.backfill`)."""
+        runs = _blocking(self._portal, lambda: self._schedules.backfill(name, start, end))
+        return [SyncRun(self._portal, run) for run in runs]
 
     def pause(self, name: str) -> None:
         """Pauses schedule ``name`` (its ticks are skipped until `resume`)."""

@@ -83,6 +83,9 @@ _RECORDED: Final = _Recorded()
 class WorkflowInfo:
     """Who the running workflow is (``ctx.info``).
 
+    ``scheduled_at`` is the tick of the `fusee.Schedule` that started the
+    run (a backfill's too), None for a run started otherwise.
+
     Example:
         >>> WorkflowInfo("order-1", 3, "checkout", datetime.datetime(2026, 1, 1)).id
         'order-1'
@@ -92,6 +95,7 @@ class WorkflowInfo:
     run: int
     workflow: str
     started_at: datetime.datetime
+    scheduled_at: datetime.datetime | None = None
 
 
 class Waitable(Protocol[T_co]):
@@ -150,18 +154,20 @@ class Ctx:
 
     @property
     def info(self) -> WorkflowInfo:
-        """The run's id, run number, workflow name and start time.
+        """The run's id, run number, workflow name, start time and schedule tick.
 
         Example:
             >>> async def f(ctx: Ctx) -> str:
             ...     return ctx.info.id
         """
         s = self._rt.start_record
+        tick = s.meta.scheduled_ms if s.meta is not None else 0
         return WorkflowInfo(
             s.id,
             s.run,
             s.wtype,
             datetime.datetime.fromtimestamp(s.started_ms / 1000, datetime.UTC),
+            datetime.datetime.fromtimestamp(tick / 1000, datetime.UTC) if tick else None,
         )
 
     def journal_size(self) -> int:

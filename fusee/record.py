@@ -251,13 +251,15 @@ class UpdateRequest:
 
 @dataclass(frozen=True, slots=True)
 class Meta:
-    """Start metadata: the W3C ``traceparent`` the run was started under, and what
-    a run continued as new carries from the runs before it.
+    """Start metadata: the W3C ``traceparent`` the run was started under, what
+    a run continued as new carries from the runs before it, and the tick of
+    the schedule that started it (Unix ms; 0: none).
 
     ``carried`` (empty for a first run) holds the dedup ids of the signals and
     the ids and outcomes of the updates the earlier runs took, bounded (see
     ``fusee.engine._carry``), so that a message resent after a continue-as-new
-    still counts once. A `Meta` written before it existed decodes with it empty.
+    still counts once. A `Meta` written before a field existed decodes with it
+    empty.
 
     Example:
         >>> Meta(trace=None).trace is None, Meta().carried
@@ -266,6 +268,7 @@ class Meta:
 
     trace: bytes | None = None
     carried: bytes = b""
+    scheduled_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -803,7 +806,8 @@ _WIRE: Final = Wire(
     crc32=_crc32,
     version=FORMAT_VERSION,
     tag_crcs=_TAG_CRCS,
-    # `Meta.carried` came after `Meta.trace`: journals written before it hold one field.
+    # `Meta.carried` and `Meta.scheduled_ms` came after `Meta.trace`: journals
+    # written before them hold one or two fields.
     oldest_fields={Meta: 1},
 )
 

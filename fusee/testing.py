@@ -63,6 +63,7 @@ from fusee.errors import (
     WatchdogError,
 )
 from fusee.record import PAUSED, Attempt, Resume, Start, Step, decode
+from fusee.remote._versions import check_version
 from fusee.store import Entry, RunRow, Store
 from fusee.store._queues import QueueItem
 from fusee.store.memory import MemoryStore
@@ -138,6 +139,9 @@ class TestEngine:
         offload_over: As in `fusee.Engine.open`.
         max_payload: As in `fusee.Engine.open` (``"4MiB"``).
         warn_records: As in `fusee.Engine.open`.
+        version: Its engines' version, as `fusee.Engine.open`'s (None:
+            derived from the workflows' source). A second `TestEngine` on the
+            same store with another version is a deploy.
 
     Example:
         >>> async def test(t: TestEngine) -> None:
@@ -170,11 +174,13 @@ class TestEngine:
         offload_over: Any = DEFAULT_OFFLOAD_OVER,
         max_payload: Any = DEFAULT_MAX_PAYLOAD,
         warn_records: int | None = DEFAULT_WARN_RECORDS,
+        version: str | None = None,
     ) -> None:
         if on_pause not in ("raise", "wait"):
             raise ValueError(f'on_pause must be "raise" or "wait", not {on_pause!r}')
         self.on_pause = on_pause
         self.on_error = on_error
+        self._version = check_version(version) if version is not None else None
         self._tracer_provider = tracer_provider
         self._retention = retention
         self._payloads: dict[str, Any] = {
@@ -259,6 +265,7 @@ class TestEngine:
             retention=self._retention,
             **self._payloads,
             on_error=self.on_error,
+            version=self._version,
         )
         self._engine = engine
         await engine.recover()

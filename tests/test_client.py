@@ -296,6 +296,30 @@ async def test_starts_made_at_once_start_each_run_once_and_fail_only_their_own_c
     assert await client.get("taken").result() == "first"
 
 
+async def test_a_client_creates_backfills_updates_and_deletes_a_schedule_on_the_worker(
+    client: fusee.Client,
+) -> None:
+    await client.schedules.create("echoes", wfs.echo, every="1h", input="hi")
+    [row] = await client.schedules.list()
+    assert (row.workflow, row.dynamic, row.as_json()["origin"]) == ("echo", True, "runtime")
+    hour = datetime.timedelta(hours=1)
+    end = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=1)
+    runs = await client.schedules.backfill("echoes", end - 3 * hour, end)
+    assert [await run.result() for run in runs] == ["hi", "hi", "hi"]
+    again = await client.schedules.backfill("echoes", end - 3 * hour, end)
+    assert [run.id for run in again] == [run.id for run in runs]
+    await client.schedules.update("echoes", every="2h", input="ho")
+    older = await client.schedules.backfill("echoes", end - 9 * hour, end - 7 * hour)
+    assert [await run.result() for run in older] == ["ho"]
+    with pytest.raises(fusee.AlreadyExists, match="schedule 'echoes' exists"):
+        await client.schedules.create("echoes", "echo", every="1h", input="hi")
+    with pytest.raises(fusee.PayloadError):
+        await client.schedules.create("numbers", wfs.tally, every="1h", input="not a number")
+    await client.schedules.delete("echoes")
+    assert await client.schedules.list() == []
+    assert len([i async for i in client.list(workflow="echo")]) == 4
+
+
 async def test_a_fork_posted_by_a_client_copies_the_steps_before_its_position(
     client: fusee.Client,
 ) -> None:
@@ -475,6 +499,11 @@ async def test_a_sync_client_lists_pauses_resumes_and_triggers_schedules(tmp_pat
                 run = sync.schedules.trigger("hourly")
                 with pytest.raises(fusee.NotFound, match="no schedule 'nope'"):
                     sync.schedules.pause("nope")
+                sync.schedules.create("daily", "chime", cron="0 9 * * *")
+                end = datetime.datetime.now(datetime.UTC)
+                [back] = sync.schedules.backfill("daily", end - datetime.timedelta(days=1), end)
+                assert back.result() == "chimed"
+                sync.schedules.delete("daily")
                 return paused, run.id.split("-")[0], run.result()
 
         assert await asyncio.to_thread(script) == ([True, False], "hourly", "chimed")

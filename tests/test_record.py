@@ -97,7 +97,7 @@ def values_of(cls: type[Any], **fields: st.SearchStrategy[Any]) -> st.SearchStra
 
 parents = values_of(Parent, id=text, run=u64, seq=u64)
 update_requests = values_of(UpdateRequest, name=text, id=text, payload=blob)
-metas = values_of(Meta, trace=optional_blob, carried=blob)
+metas = values_of(Meta, trace=optional_blob, carried=blob, scheduled_ms=u64)
 step_times = values_of(StepTime, started_ms=u64, elapsed_us=u64)
 wait_outcomes = values_of(
     WaitOutcome,
@@ -396,7 +396,7 @@ def test_nested_values_travel_as_positional_arrays() -> None:
         ("root", 3, 9),
         ("bump", "u-1", b"\x03"),
         b"\xc0",
-        (b"00-abc-def-01", b"\x92\x90\x90"),
+        (b"00-abc-def-01", b"\x92\x90\x90", 0),
     )
     assert wire_fields(step)[6] == (1000, 250)
     assert wire_fields(Waited(1, 3, WaitOutcome.TIMED_OUT))[2] == (1, 0)
@@ -609,9 +609,9 @@ def replaced(fields: tuple[Any, ...], i: int, value: Any) -> tuple[Any, ...]:
         pytest.param(
             Kind.START, replaced(START_FIELDS, 11, ("trace",)), "expected bytes", id="bad-meta"
         ),
-        pytest.param(Kind.START, replaced(START_FIELDS, 11, ()), "Meta as 2", id="empty-meta"),
+        pytest.param(Kind.START, replaced(START_FIELDS, 11, ()), "Meta as 3", id="empty-meta"),
         pytest.param(
-            Kind.START, replaced(START_FIELDS, 11, (None, b"", b"")), "Meta as 2", id="long-meta"
+            Kind.START, replaced(START_FIELDS, 11, (None, b"", 0, b"")), "Meta as 3", id="long-meta"
         ),
         pytest.param(Kind.WAITED, (1, 3, (3, 0)), "wait outcome kind 3", id="outcome-kind"),
         pytest.param(Kind.WAITED, (1, 3, None), "WaitOutcome as 2", id="nil-outcome"),
@@ -836,6 +836,14 @@ def test_a_meta_written_before_it_carried_anything_decodes_with_nothing_carried(
     start = decode(old)
     assert isinstance(start, Start)
     assert start.meta == Meta(b"00-abc-def-01", b"")
+
+
+def test_a_meta_written_before_it_had_a_schedule_tick_decodes_with_none() -> None:
+    # The form journals written before `Meta.scheduled_ms` existed hold.
+    old = frame_fields(Kind.START, replaced(START_FIELDS, 11, (b"00-abc-def-01", b"c")))
+    start = decode(old)
+    assert isinstance(start, Start)
+    assert start.meta == Meta(b"00-abc-def-01", b"c", 0)
 
 
 def test_records_match_positionally() -> None:

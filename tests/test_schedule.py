@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import fusee
-from fusee._schedule import last_tick, manual_run_id, run_id, spec_text
+from fusee._schedule import manual_run_id, parse_spec, run_id, spec_text
 
 
 @fusee.workflow("job")
@@ -78,27 +78,28 @@ def test_the_spec_changes_with_what_the_schedule_ticks_on() -> None:
 
 
 @pytest.mark.parametrize(
-    ("schedule", "stored_ms", "shown"),
+    "schedule",
     [
-        pytest.param(dict(every="1h"), ms(2026, 1, 1, 3), True, id="every-on-its-tick"),
-        pytest.param(dict(every="1h"), ms(2026, 1, 1, 3) + 30_000, False, id="every-off-it"),
+        pytest.param(dict(every="90s"), id="every"),
+        pytest.param(dict(cron="0 2 * * 1-5", tz="Europe/Paris"), id="cron-in-a-zone"),
         pytest.param(
-            dict(cron="0 2 * * *", tz="Europe/Paris"),
-            ms(2026, 1, 1, 1),
-            True,
-            id="cron-on-its-tick",
-        ),
-        pytest.param(
-            dict(cron="0 2 * * *", tz="Europe/Paris"), ms(2026, 1, 1, 2), False, id="cron-off-it"
+            dict(every="1h", overlap="buffer_one", catch_up="3h", queue="reports"),
+            id="on-a-queue",
         ),
     ],
 )
-def test_a_rows_last_tick_is_shown_only_when_it_is_a_tick(
-    schedule: dict[str, Any], stored_ms: int, shown: bool
-) -> None:
-    spec = fusee.Schedule("s", job, input=1, **schedule).spec
-    assert last_tick(spec, stored_ms) == (stored_ms if shown else None)
-    assert last_tick(spec, 0) is None
+def test_a_stored_spec_reads_back_as_the_schedule_it_came_from(schedule: dict[str, Any]) -> None:
+    made = fusee.Schedule("s", job, input=1, **schedule)
+    again = fusee.Schedule("s", job, input=1, **parse_spec(made.spec))
+    assert again.spec == made.spec
+    assert again.ticks(0, 10 * 86_400_000) == made.ticks(0, 10 * 86_400_000)
+
+
+def test_a_spec_parse_refuses_text_no_schedule_writes() -> None:
+    with pytest.raises(ValueError, match="is not a schedule's spec"):
+        parse_spec("hourly; overlap skip")
+    with pytest.raises(ValueError, match="at 'color red'"):
+        parse_spec("every 1000ms; color red")
 
 
 def test_a_spec_reads_with_its_durations_as_written() -> None:

@@ -11,11 +11,12 @@
     fusee cancel|resume --status S --workflow W [--dry-run]  act on every run that matches
     fusee prune --older-than 30d [--dry-run]              delete the runs that ended long ago
     fusee fork ID NEW_ID --at N [--input JSON]            a new run from a run's journal before N
-    fusee schedules [list|pause|resume|trigger NAME]      a store's schedules
+    fusee schedules [list|create|update|delete|backfill|pause|resume|trigger NAME]
     fusee worker MODULE... [--store URL]                  serve a module's workflows
     fusee replay MODULE... [--all]                        replay unfinished runs against the code
     fusee check                                           what is damaged in a store
     fusee queues [--keys]                                 queued and running runs per queue
+    fusee versions                                        unfinished runs and workers per version
     fusee ui [--port 8700] [--token T]                    a web page of the runs
     fusee disk-check [DIR]                                the flush latency of a disk
 
@@ -59,9 +60,10 @@ from fusee.cli._output import CliError, Output
 from fusee.cli._prune import prune_command
 from fusee.cli._queues import queues_command
 from fusee.cli._replay import replay_command
-from fusee.cli._schedules import ACTIONS, schedules_command
+from fusee.cli._schedules import ACTIONS, schedule_arguments, schedules_command
 from fusee.cli._show import show_command
 from fusee.cli._ui import ui_command
+from fusee.cli._versions import versions_command
 from fusee.cli._worker import worker_command
 from fusee.engine import IdPolicy
 from fusee.errors import FuseeError
@@ -268,12 +270,14 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command(
         "schedules",
-        "list a store's schedules; pause, resume or trigger one",
-        "List the store's schedules (read-only), or pause, resume or trigger (start a run "
-        f"now) the schedule NAME. {act}",
+        "list a store's schedules; create, update, delete, backfill, pause, resume or trigger one",
+        "List the store's schedules (read-only), or create, update or delete the schedule "
+        "NAME at run time, start the runs of its past ticks (backfill --from TIME --to TIME), "
+        f"pause, resume or trigger (start a run now) it. {act}",
     )
     p.add_argument("action", nargs="?", choices=ACTIONS, default="list", help="default list")
     p.add_argument("name", nargs="?", metavar="NAME", help="the schedule's name")
+    schedule_arguments(p)
     acting(p)
     p.set_defaults(handler=schedules_command)
 
@@ -324,6 +328,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--all", action="store_true", help="replay finished runs too (and count their problems)"
     )
+    p.add_argument(
+        "--version",
+        metavar="V",
+        help="the version the code deploys as (Engine.open's version=; default: derived from "
+        "the workflows' source): unfinished runs pinned to another are skipped",
+    )
     p.set_defaults(handler=replay_command)
 
     p = command(
@@ -346,6 +356,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--keys", action="store_true", help="the figures per key too")
     p.set_defaults(handler=queues_command)
+
+    p = command(
+        "versions",
+        "unfinished runs and workers per engine version",
+        "Print, for each engine version (Engine.open's version=), its unfinished runs and "
+        "the live workers that run it, and warn of a version with unfinished runs and no "
+        "worker: its pinned runs wait until a worker of that version runs. On SQLite it "
+        "asks the serving engine its version through the store's inbox.",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="how long to wait for the serving engine's answer (default 5)",
+    )
+    p.set_defaults(handler=versions_command)
 
     p = command(
         "ui",

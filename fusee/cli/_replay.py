@@ -2,6 +2,12 @@
 
 The rule: replay runs no step and writes nothing: each journal is fed to a
 driver with a host that records nothing (`fusee._driver.ReplayHost`).
+
+An unfinished run pinned to another version than the code's (``--version``,
+or the one derived from the modules' workflows, as ``Engine.open`` derives
+it) is skipped: the new code never runs it (`fusee.remote._versions`). The
+runs of ``versioning="auto"`` workflows, which the new code takes over, are
+the ones its replay must pass.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from fusee.cli._output import Output
 from fusee.cli._reading import FINISHED, get_row, reading, store_shown
 from fusee.errors import DeterminismError, FuseeError
 from fusee.record import decode
+from fusee.remote._versions import check_version, derived_version
 from fusee.store import RunRow
 
 # Runs that never replay again: their journal ends with Done.
@@ -54,6 +61,11 @@ async def replay_command(args: argparse.Namespace, out: Output) -> int:
         wf.name: wf for wf in workflows_of(modules, " and ".join(repr(m) for m in args.modules))
     }
     where = store_shown(args)
+    version = (
+        check_version(args.version)
+        if args.version is not None
+        else derived_version(workflows.values())
+    )
     results: list[dict[str, Any]] = []
     async with reading(args, strict=True) as store:
         if args.id:
@@ -77,6 +89,16 @@ async def replay_command(args: argparse.Namespace, out: Output) -> int:
                 # A finished run needs no code; an unfinished one cannot go on without it.
                 item["outcome"] = "skipped" if row.status in _ENDED else "unknown workflow"
                 item["message"] = f"workflow {row.workflow!r} is not in {', '.join(args.modules)}"
+            elif (
+                wf.versioning == "pinned"
+                and row.version not in ("", version)
+                and row.status not in _ENDED
+            ):
+                item["outcome"] = "skipped"
+                item["message"] = (
+                    f"pinned to version {row.version!r}: it runs to its end on that version, "
+                    f"not on this code ({version!r})"
+                )
             else:
                 got = _replay_one(wf, await store.load(row.id, row.run))
                 if isinstance(got, DeterminismError):

@@ -84,6 +84,7 @@ from fusee.record import (
 )
 from fusee.remote import CompletionToken, Remote
 from fusee.remote._journal import decode_journal, end_record, end_value, no_run
+from fusee.remote._versions import check_version, derived_version, version_number
 from fusee.store import RunRow, Store, open_store
 
 if TYPE_CHECKING:
@@ -162,6 +163,7 @@ class Engine(BulkActions):
         max_payload: Any = DEFAULT_MAX_PAYLOAD,
         warn_records: int | None = DEFAULT_WARN_RECORDS,
         on_error: str = "fail",
+        version: str | None = None,
     ) -> None:
         check_on_error(on_error, "Engine's")
         # What a bug in a workflow's code does when its workflow does not say.
@@ -180,6 +182,13 @@ class Engine(BulkActions):
             if wf.name in self.workflows and self.workflows[wf.name] is not wf:
                 raise ValueError(f"two workflows named '{wf.name}' were given to one engine")
             self.workflows[wf.name] = wf
+        # The version its runs start on and run on (fusee.remote._versions).
+        self.version = (
+            check_version(version)
+            if version is not None
+            else derived_version(self.workflows.values())
+        )
+        self.version_number = version_number(self.version)
         if type(shards) is not int or shards < 1:
             raise ValueError(f"shards must be an int >= 1, got {shards!r}")
         self.park_after_ms = duration_ms(park_after)
@@ -292,6 +301,7 @@ class Engine(BulkActions):
         max_payload: Any = DEFAULT_MAX_PAYLOAD,
         warn_records: int | None = DEFAULT_WARN_RECORDS,
         on_error: str = "fail",
+        version: str | None = None,
     ) -> Engine:
         """Opens an engine on ``target`` and recovers its unfinished runs.
 
@@ -354,6 +364,11 @@ class Engine(BulkActions):
                 when the workflow does not say (``@fusee.workflow(on_error=)``):
                 ``"fail"`` (default) or ``"pause"`` (it waits, with its
                 traceback, for a fix and ``run.resume()``).
+            version: The engine's version (a release name, a git commit):
+                every run records the one it started on, and a run of a
+                ``versioning="pinned"`` workflow runs on its version only
+                (see ``docs/deploys``). None: derived from the workflows'
+                source (`fusee.remote._versions.derived_version`).
 
         Example:
             >>> async def main() -> None:
@@ -374,6 +389,8 @@ class Engine(BulkActions):
         workflows, schedules = list(workflows), list(schedules)
         check_schedules(workflows, schedules)  # before the store opens: a bad list opens nothing
         retention_ms(retention)  # likewise
+        if version is not None:
+            check_version(version)
         store = open_store(path, durability=durability, accept_loss=accept_loss)
         await store.open()
         engine = cls(
@@ -397,6 +414,7 @@ class Engine(BulkActions):
             max_payload=max_payload,
             warn_records=warn_records,
             on_error=on_error,
+            version=version,
         )
         try:
             await engine.recover()
@@ -444,17 +462,31 @@ class Engine(BulkActions):
             rows = await self.store.unfinished()
         else:
             rows = await self.store.unfinished(shards=shards)  # type: ignore[call-arg]
+        elsewhere: dict[str, int] = {}
         for row in rows:
             if self.runs.loaded(row.id) is not None or self.runs.is_loading(row.id):
                 continue
             if row.status == RunStatus.QUEUED:
                 continue  # no code yet: `Queues.recover` admits it
+            wf = self.workflows.get(row.workflow)
+            if row.version not in ("", self.version) and wf is not None and wf.versioning != "auto":
+                # Pinned to the version it started on: a worker of that version runs it.
+                elsewhere[row.version] = elsewhere.get(row.version, 0) + 1
+                continue
             if row.status == RunStatus.SUSPENDED:
                 self.runs.arm_wake(row)
             else:
                 # Loaded by recovery: its outbox (sends, children) is
                 # delivered again, as the crash may have lost it.
                 self.spawn(self.runs.wake(row.id, row, recovering=True))
+        for version, count in sorted(elsewhere.items()):
+            log.warning(
+                "%d unfinished run(s) started on version %r, pinned to it, are left to a worker "
+                "of that version; this engine runs version %r (`fusee versions` lists them)",
+                count,
+                version,
+                self.version,
+            )
         # A run that ended in continue-as-new starts its next run once its
         # `Done` is durable, in a later write: a row still "continued" at
         # open lost that write in a crash, so its next run starts now.
@@ -898,6 +930,58 @@ class Engine(BulkActions):
         await self.remote.call("start", id, fields)
         return Run(self, id)
 
+    async def start_tick(
+        self, wf: WorkflowDef[Any, Any], id: str, data: bytes, *, queue: str | None, tick_ms: int
+    ) -> None:
+        """Starts run ``id`` of a schedule's tick ``tick_ms`` (`IdPolicy.REJECT`), on ``queue``.
+
+        Its `Start` carries the tick (``ctx.info.scheduled_at``), wherever
+        it starts: here, queued, or on the worker that owns its shard.
+
+        Raises:
+            fusee.AlreadyExists: The tick's run started already.
+            fusee.UnknownQueue: The engine was not given ``queue``.
+        """
+        self.check_open()
+        fields: dict[str, Any] = {
+            "workflow": wf.name,
+            "input": data,
+            "id_policy": IdPolicy.REJECT.value,
+            "scheduled_ms": tick_ms,
+        }
+        trace = self.telemetry.caller_trace()
+        if queue is not None:
+            q = self.queues.resolve(queue, False)
+            if self.owns(id):
+                try:
+                    await self.queues.start(
+                        wf,
+                        id,
+                        data,
+                        queue=q,
+                        key=None,
+                        priority=0,
+                        id_policy=IdPolicy.REJECT,
+                        debounce=None,
+                        trace=trace,
+                        scheduled_ms=tick_ms,
+                    )
+                    return
+                except StaleLease:
+                    if not forwards(self):
+                        raise
+            fields.update(queue=q.name, key=None, priority=0, debounce_ms=None)
+        elif self.owns(id):
+            try:
+                await self._start_here(wf, id, data, IdPolicy.REJECT, scheduled_ms=tick_ms)
+                return
+            except StaleLease:
+                if not forwards(self):
+                    raise
+        if trace is not None:
+            fields["trace"] = trace
+        await self.remote.call("start", id, fields)
+
     async def _start_here(
         self,
         wf: WorkflowDef[Any, Any],
@@ -905,6 +989,7 @@ class Engine(BulkActions):
         data: bytes,
         id_policy: IdPolicy,
         deadline_ms: int = 0,
+        scheduled_ms: int = 0,
     ) -> Run[Any]:
         starting = self._starting.get(id)
         if starting is not None:
@@ -944,6 +1029,7 @@ class Engine(BulkActions):
                 run=row.run + 1 if row is not None else 1,
                 trace=self.telemetry.caller_trace(),
                 deadline_ms=deadline_ms,
+                meta=Meta(scheduled_ms=scheduled_ms) if scheduled_ms else None,
             )
             await self.committer.durable(lsn)
             _settle_all(waiters, None)
@@ -997,6 +1083,7 @@ class Engine(BulkActions):
             run=run,
             id=id,
             wtype=wf.name,
+            version=self.version_number,
             started_ms=self.clock.now_ms(),
             deadline_ms=deadline_ms,
             policy=policy,
@@ -1517,7 +1604,7 @@ def _start_meta(trace: bytes | None, meta: Meta | None) -> Meta | None:
         return Meta(trace) if trace is not None else None
     if trace is None or meta.trace is not None:
         return meta
-    return Meta(trace, meta.carried)
+    return dataclasses.replace(meta, trace=trace)
 
 
 def _settle_all(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:

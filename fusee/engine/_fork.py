@@ -172,6 +172,8 @@ async def fork(engine: Engine, id: str, new_id: str, at: int | str, input: bytes
         raise AlreadyExists(f"run '{new_id}' is being started; fork to an id no run has")
     now = engine.clock.now_ms()
     copy = fork_records(records, new_id, n, input=data, started_ms=now)
+    # The fork is a new run of this engine's code: its version.
+    copy[0] = dataclasses.replace(copy[0], version=engine.version_number)  # type: ignore[arg-type]
     engine._starting[new_id] = []
     try:
         # No await from the first append to the row: the writer takes them
@@ -179,7 +181,7 @@ async def fork(engine: Engine, id: str, new_id: str, at: int | str, input: bytes
         lsn = 0
         for rec in copy:
             lsn = engine.committer.append(new_id, 1, encode(rec))
-        new_row = RunRow(new_id, 1, wf.name, RunStatus.RUNNING, now)
+        new_row = RunRow(new_id, 1, wf.name, RunStatus.RUNNING, now, version=engine.version)
         engine.committer.put_row(new_row)
         await engine.committer.durable(lsn)
         await engine.committer.flush()

@@ -262,6 +262,21 @@ class Inbox:
             completion = ChildCompleted(Status(int(p["status"])), bytes(p["payload"]))
             await engine.runs.deliver(id, int(p["run"]), int(p["seq"]), completion, settle=True)
             return {"message": f"delivered a child's end to run {id!r}"}
+        if kind == "start" and p.get("scheduled_ms"):
+            wf = engine.workflow(str(p["workflow"]))
+            queue = p.get("queue")
+            try:
+                await engine.start_tick(
+                    wf,
+                    id,
+                    bytes(p["input"]),
+                    queue=None if queue is None else str(queue),
+                    tick_ms=int(p["scheduled_ms"]),
+                )
+            except AlreadyExists:
+                if command.attempt <= 1 or not await self._started_by_us(id, wf.name):
+                    raise
+            return {"message": f"started run {id!r} ({wf.name}) of a schedule's tick"}
         if kind == "start":
             wf = engine.workflow(str(p["workflow"]))
             value = wf.decode_input(bytes(p["input"]))
@@ -349,10 +364,13 @@ class Inbox:
                     raise
             return {"message": f"run {id!r} forked as {new_id!r}"}
         if kind == "schedule":
-            return await engine.schedules.apply(id, str(p["action"]))
+            return await engine.schedules.apply(id, str(p["action"]), p)
         if kind == "stop":
             self.stop_requested.set()
             return {"message": "worker stopping"}
+        if kind == "version":
+            # Which version serves the store (`fusee versions` on SQLite, one engine).
+            return {"message": f"version {engine.version!r}", "version": engine.version}
         raise ValueError(f"command kind {kind!r} is not one this engine applies")
 
     async def _delivered(self, id: str, dedup: int) -> bool:

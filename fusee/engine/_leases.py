@@ -66,7 +66,7 @@ class LeasedStore(Protocol):
 
     async def release_shards(self, owner: str, shards: Iterable[int]) -> None: ...
 
-    async def join(self, owner: str, lease_s: float) -> int: ...
+    async def join(self, owner: str, lease_s: float, version: str = "") -> int: ...
 
     async def leave(self, owner: str) -> None: ...
 
@@ -192,7 +192,7 @@ class Leases:
             lost = [s for s, epoch in asked.items() if kept.get(s) != epoch and s in self.held]
             if lost:
                 engine.lost_shards(lost)
-        live = await store.join(self.owner, self.lease_s)
+        live = await store.join(self.owner, self.lease_s, self._engine.version)
         fair = -(-self.count // max(live, 1))
         self._over = self._over + 1 if len(self.held) > fair else 0
         if len(self.held) < fair:

@@ -41,7 +41,7 @@ from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._run import IdPolicy
 from fusee.errors import AlreadyExists, UnknownQueue
 from fusee.machine import ChildCompleted
-from fusee.record import DETACHED, Child, Done, Parent, Signal, Start, Status, encode
+from fusee.record import DETACHED, Child, Done, Meta, Parent, Signal, Start, Status, encode
 from fusee.remote._readers import queue_stats
 from fusee.store import RunRow
 from fusee.store._queues import ItemBook, QueueItem
@@ -189,12 +189,14 @@ class Queues:
         trace: bytes | None = None,
         deadline_ms: int = 0,
         not_before_ms: int = 0,
+        scheduled_ms: int = 0,
     ) -> None:
         """Queues run ``id`` (or, debounced, replaces the queued one's input); returns once durable.
 
         ``trace`` is the caller's ``traceparent``: its `Start` carries it once
         admitted, as it carries ``deadline_ms`` (0: none). It is not admitted
-        before ``not_before_ms`` (a delayed start).
+        before ``not_before_ms`` (a delayed start). ``scheduled_ms``
+        is the schedule tick that started it (0: none).
 
         Raises:
             fusee.AlreadyExists: The id is taken (see `fusee.IdPolicy`).
@@ -239,7 +241,7 @@ class Queues:
             key,
             priority,
             not_before_ms=max(now + debounce_ms, not_before_ms),
-            origin=_origin_of(None, 0, trace, deadline_ms),
+            origin=_origin_of(None, 0, trace, deadline_ms, scheduled_ms),
         )
         # A delayed run's row says when it starts (`describe().wake_at`).
         wake_ms = not_before_ms if not_before_ms > now else None
@@ -448,6 +450,7 @@ class Queues:
                 continue  # a repeat of a signal it has (one dedup id counts once)
             seen.add(dedup)
             signals.append(Signal(item.run, name, dedup, payload, by))
+        scheduled_ms = _scheduled_of(item.origin)
         engine.create_run(
             wf,
             item.id,
@@ -458,6 +461,7 @@ class Queues:
             signals=signals,
             trace=trace,
             deadline_ms=deadline_ms,
+            meta=Meta(scheduled_ms=scheduled_ms) if scheduled_ms else None,
         )
 
     async def signal_queued(
@@ -604,11 +608,20 @@ class Queues:
         engine = self._engine
         now = engine.clock.now_ms()
         run, id = item.run, item.id
-        start = Start(run=run, id=id, wtype=item.workflow, started_ms=now, input=item.input)
+        start = Start(
+            run=run,
+            id=id,
+            wtype=item.workflow,
+            version=engine.version_number,
+            started_ms=now,
+            input=item.input,
+        )
         engine.committer.append(id, run, encode(start))
         done = Done(run, Status.CANCELLED, now, _codec.encode(reason))
         lsn = engine.committer.append(id, run, encode(done))
-        engine.committer.put_row(RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now))
+        engine.committer.put_row(
+            RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now, version=engine.version)
+        )
         await engine.committer.durable(lsn)
         engine.result_ready(id)
         parent, policy, _, _ = _origin(item.origin)
@@ -680,19 +693,34 @@ class Queues:
 
 
 def _origin_of(
-    parent: Parent | None, flags: int, trace: bytes | None, deadline_ms: int = 0
+    parent: Parent | None,
+    flags: int,
+    trace: bytes | None,
+    deadline_ms: int = 0,
+    scheduled_ms: int = 0,
 ) -> bytes:
     """A queue item's origin: a child's parent link and policy flags, the trace it starts
-    in, and its deadline (0: none).
+    in, its deadline and the schedule tick that started it (0: none).
 
     Example:
         >>> _origin(_origin_of(None, 0, b"00-ab-cd-01"))
         (None, 0, b'00-ab-cd-01', 0)
+        >>> _scheduled_of(_origin_of(None, 0, None, 0, 60_000))
+        60000
     """
-    if parent is None and trace is None and not deadline_ms:
+    if parent is None and trace is None and not deadline_ms and not scheduled_ms:
         return b""
     link = [parent.id, parent.run, parent.seq] if parent is not None else [None, 0, 0]
-    return _codec.encode([*link, flags, trace, deadline_ms])
+    tick = [scheduled_ms] if scheduled_ms else []
+    return _codec.encode([*link, flags, trace, deadline_ms, *tick])
+
+
+def _scheduled_of(origin: bytes) -> int:
+    """The schedule tick `_origin_of` packed (0: none; an item of an earlier fusee holds none)."""
+    if not origin:
+        return 0
+    fields = _codec.decode(origin)
+    return int(fields[6]) if len(fields) > 6 else 0
 
 
 def _origin(origin: bytes) -> tuple[Parent | None, int, bytes | None, int]:

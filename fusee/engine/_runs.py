@@ -55,13 +55,14 @@ from fusee.record import (
     Waited,
 )
 from fusee.remote._journal import decode_journal, no_run
+from fusee.remote._versions import UNVERSIONED
 from fusee.store import RunRow
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
     from fusee.engine._engine import Engine
 
-__all__ = ["Runs", "unknown_workflow"]
+__all__ = ["Runs", "pinned_elsewhere", "unknown_workflow"]
 
 
 class Runs:
@@ -126,7 +127,16 @@ class Runs:
             wake_ms,
             state.attributes,
             parent.id if parent is not None else None,
+            self._engine.version,
         )
+
+    def may_run(self, wf: WorkflowDef[Any, Any], version: int) -> bool:
+        """Whether this engine runs a run of ``wf`` started on version ``version`` (its number).
+
+        A pinned workflow's run runs on its version only; an ``auto`` one's,
+        and one started before versions were recorded, on any.
+        """
+        return version in (UNVERSIONED, self._engine.version_number) or wf.versioning == "auto"
 
     def put_row(self, state: RunState) -> None:
         """Queues ``state``'s row with the next group commit."""
@@ -231,6 +241,9 @@ class Runs:
             # message loaded it): that run is the one, never a second copy.
             return started
         records = through_end(decode_journal(id, row.run, entries))
+        first = records[0]
+        if isinstance(first, Start) and not self.may_run(wf, first.version):
+            raise UnknownWorkflow(pinned_elsewhere(id, wf.name, row.version, engine.version))
         engine.record_watch.loaded(id, row.run, len(entries))
         engine.timers.disarm(id, -1)
         state = self.make_state(wf, records, entries[-1][0])
@@ -493,6 +506,21 @@ def through_end(records: list[Record]) -> list[Record]:
     if start == 0 and end == len(records):
         return records
     return records[start:end]
+
+
+def pinned_elsewhere(id: str, workflow: str, version: str, here: str) -> str:
+    """Why an engine does not run run ``id``: it is pinned to another version.
+
+    Example:
+        >>> pinned_elsewhere("o-1", "checkout", "v1", "v2").split(";")[0]
+        "run 'o-1' started on version 'v1' and runs on it only (workflow 'checkout' is pinned)"
+    """
+    return (
+        f"run {id!r} started on version {version!r} and runs on it only (workflow "
+        f"{workflow!r} is pinned); this engine runs version {here!r}: a worker of version "
+        f"{version!r} serves it (`fusee versions` lists them), or mark the workflow "
+        '@fusee.workflow(..., versioning="auto") to move its runs to new code'
+    )
 
 
 def unknown_workflow(name: str, workflows: Any) -> str:

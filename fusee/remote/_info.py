@@ -53,6 +53,9 @@ class RunInfo:
     ``paused`` by a bug, ``on_error="pause"``) the traceback of what its code raised."""
     wake_at: datetime.datetime | None = None
     """When a delayed run starts (``start(..., delay=)``), while it is ``queued``."""
+    version: str | None = None
+    """The version of the engine it started on (`fusee.Engine.open`'s ``version``; None
+    for a run started before versions were recorded, or still queued)."""
 
 
 def check_id(id: object, what: str) -> None:
@@ -126,6 +129,7 @@ def row_info(
         paused_steps=paused_steps,
         error=str(error) if error is not None else None,
         wake_at=_time(row.wake_ms) if row.status == RunStatus.QUEUED else None,
+        version=row.version or None,
     )
 
 

@@ -59,6 +59,7 @@ COMMAND_KINDS: Final = frozenset(
         "prune",
         "schedule",
         "stop",
+        "version",
     }
 )
 """Every value `Command.kind` may take."""
@@ -117,6 +118,8 @@ class RunRow:
         attributes: Search attributes, plain msgpack-able data. Kept
             read-only: a mapping passed in is copied behind a read-only view.
         parent: The parent's workflow id, for a child run.
+        version: The version of the engine the run started on (``describe().version``;
+            "" for a run started before versions were recorded, or not yet started).
 
     Example:
         >>> row = RunRow("order-1", 1, "checkout", "running", 1_700_000_000_000,
@@ -134,6 +137,7 @@ class RunRow:
     wake_ms: int | None = None
     attributes: Mapping[str, Any] = field(default_factory=_no_attributes)
     parent: str | None = None
+    version: str = ""
 
     def __post_init__(self) -> None:
         # Rows are shared between the store and its callers (a MemoryStore

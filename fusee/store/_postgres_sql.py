@@ -17,16 +17,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from fusee.store._base import UNFINISHED_STATUSES, RunRow, _unpack_attributes
-from fusee.store._postgres_schedules import schedules_sql
+from fusee.store._postgres_schedules import schedules_format_4_sql, schedules_sql
 
-FORMAT: Final = 3
+FORMAT: Final = 4
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 _ROW_COLUMNS: Final = (
-    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
+    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version"
 )
 
 
@@ -71,6 +71,8 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         *_workers_sql(s),
         *queues_sql(s),
         *schedules_sql(s),
+        *schedules_format_4_sql(s),
+        *_runs_format_4_sql(s),
     )
 
 
@@ -120,14 +122,28 @@ def queues_sql(s: str) -> tuple[str, ...]:
 
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
 # schema): format 2 adds the commands inbox, format 3 the workers, each
-# command's shard, the queue tables and the schedules.
+# command's shard, the queue tables and the schedules, format 4 the schedules
+# made at run time and their last tick, and the version of each run and worker.
 def _format_3_sql(s: str) -> tuple[str, ...]:
     return (*_workers_sql(s), *queues_sql(s), *schedules_sql(s))
+
+
+def _runs_format_4_sql(s: str) -> tuple[str, ...]:
+    # The version of the engine each run started on; the version each worker runs.
+    return (
+        f"ALTER TABLE {s}.runs ADD COLUMN IF NOT EXISTS version TEXT NOT NULL DEFAULT ''",
+        f"ALTER TABLE {s}.workers ADD COLUMN IF NOT EXISTS version TEXT NOT NULL DEFAULT ''",
+    )
+
+
+def _format_4_sql(s: str) -> tuple[str, ...]:
+    return (*schedules_format_4_sql(s), *_runs_format_4_sql(s))
 
 
 _MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {
     1: _commands_sql,
     2: _format_3_sql,
+    3: _format_4_sql,
 }
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
@@ -158,14 +174,14 @@ class _Sql:
         )
         self.upsert_rows = (
             f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, finished_ms,"
-            " wake_ms, attributes, parent) SELECT * FROM unnest($1::text[], $2::int[],"
+            " wake_ms, attributes, parent, version) SELECT * FROM unnest($1::text[], $2::int[],"
             " $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],"
-            " $9::bytea[], $10::text[])"
+            " $9::bytea[], $10::text[], $11::text[])"
             " ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard, run = EXCLUDED.run,"
             " workflow = EXCLUDED.workflow, status = EXCLUDED.status,"
             " started_ms = EXCLUDED.started_ms, finished_ms = EXCLUDED.finished_ms,"
             " wake_ms = EXCLUDED.wake_ms, attributes = EXCLUDED.attributes,"
-            " parent = EXCLUDED.parent"
+            " parent = EXCLUDED.parent, version = EXCLUDED.version"
         )
         # FOR SHARE, not an UPDATE: it holds off a takeover (which updates the
         # row) until this transaction ends, as an UPDATE would, without
@@ -198,11 +214,16 @@ class _Sql:
         # A worker counts as live while its row's lease runs; it renews it
         # with its shards' leases, and deletes it when it stops.
         self.join = (
-            f"WITH me AS (INSERT INTO {q}.workers VALUES ($1, now() + make_interval(secs => $2))"
-            " ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until)"
+            f"WITH me AS (INSERT INTO {q}.workers (owner, lease_until, version)"
+            " VALUES ($1, now() + make_interval(secs => $2), $3)"
+            " ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until,"
+            " version = EXCLUDED.version)"
             f" SELECT count(*) + 1 FROM {q}.workers WHERE owner <> $1 AND lease_until >= now()"
         )
         self.leave = f"DELETE FROM {q}.workers WHERE owner = $1"
+        self.live_workers = (
+            f"SELECT owner, version FROM {q}.workers WHERE lease_until >= now() ORDER BY owner"
+        )
         self.max_lsn = (
             "SELECT coalesce(max(m), 0) FROM unnest($1::int[]) AS s,"
             f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s) AS x"
@@ -275,7 +296,9 @@ class _Sql:
 
 
 def _row(values: Any) -> RunRow:
-    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version = (
+        values
+    )
     return RunRow(
         id,
         run,
@@ -286,4 +309,5 @@ def _row(values: Any) -> RunRow:
         wake_ms,
         _unpack_attributes(attributes),
         parent,
+        version,
     )

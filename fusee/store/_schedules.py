@@ -2,10 +2,11 @@
 
 A row holds what the code says (workflow, spec, removed) and what the
 ticker decided (paused, the last tick claimed and done, a buffered tick,
-the last run started). The stores add three methods to `Store`:
-``schedules``, ``put_schedule`` (the definition) and ``set_schedule`` (named
-state fields), and ``claim_tick``, the compare-and-set that lets one worker
-of many take a tick.
+the last run started). The stores add these methods to `Store`:
+``schedules``, ``put_schedule`` (the definition), ``set_schedule`` (named
+state fields), ``delete_schedule`` (a schedule made at run time, deleted),
+and ``claim_tick``, the compare-and-set that lets one worker of many take a
+tick.
 
 The rule: a tick is claimed (``claim_tick``) before its run starts, and a
 claim only moves forward, so two workers never both take one tick.
@@ -14,9 +15,12 @@ claim only moves forward, so two workers never both take one tick.
 from __future__ import annotations
 
 import builtins
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final, Protocol, runtime_checkable
+
+from fusee._schedule import spec_text
 
 __all__ = [
     "SCHEDULE_COLUMNS",
@@ -46,6 +50,11 @@ class ScheduleRow:
         buffered_ms: A tick waiting for the previous run to end (``buffer_one``; 0: none).
         last_run: The id of the last run it started ("" if none).
         next_ms: When it ticks next, as the last worker to arm it computed it.
+        input: A schedule made at run time: its runs' input, encoded (b"" for
+            one in code, whose code holds it).
+        dynamic: Made at run time (``engine.schedules.create``), not in code:
+            no engine's code removes it; it lives until deleted.
+        ticked_ms: The last tick that started a run (Unix ms; 0: no tick yet).
 
     Example:
         >>> ScheduleRow("nightly", "report", "cron 0 2 * * * UTC").paused
@@ -62,12 +71,51 @@ class ScheduleRow:
     buffered_ms: int = 0
     last_run: str = ""
     next_ms: int = 0
+    input: bytes = b""
+    dynamic: bool = False
+    ticked_ms: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        """The row as people and scripts read it (``fusee schedules --json``, the UI's API).
+
+        Its spec's durations read as written (``every 1h``), its times are
+        ISO 8601 in UTC (null: none yet), its state one of ``active``,
+        ``paused`` and ``removed``; ``origin`` says whether code or a run-time
+        call (``engine.schedules.create``) made it.
+
+        Example:
+            >>> ScheduleRow("nightly", "report", "every 60000ms").as_json()["last_tick_at"] is None
+            True
+        """
+        what = self.spec.split(";")
+        queue = next((p.strip()[6:] for p in what if p.strip().startswith("queue ")), None)
+        return {
+            "name": self.name,
+            "workflow": self.workflow,
+            "state": "removed" if self.removed else ("paused" if self.paused else "active"),
+            "origin": "runtime" if self.dynamic else "code",
+            "spec": spec_text(self.spec),
+            "queue": queue,
+            "last_tick_at": _iso(self.ticked_ms),
+            "next_tick_at": None if self.removed else _iso(self.next_ms),
+            "buffered_tick_at": _iso(self.buffered_ms),
+            "last_run": self.last_run or None,
+        }
+
+
+def _iso(ms: int) -> str | None:
+    # 0 stands for "none yet" in a row.
+    if not ms:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat()
 
 
 SCHEDULE_COLUMNS: Final = tuple(f.name for f in fields(ScheduleRow))
 """The row's fields, in order: the columns of the stores' ``schedules`` tables."""
 
-STATE_FIELDS: Final = frozenset({"paused", "done_tick_ms", "buffered_ms", "last_run", "next_ms"})
+STATE_FIELDS: Final = frozenset(
+    {"paused", "done_tick_ms", "buffered_ms", "last_run", "next_ms", "ticked_ms"}
+)
 """The fields ``set_schedule`` changes (``last_tick_ms`` moves only by ``claim_tick``)."""
 
 
@@ -82,8 +130,8 @@ def check_state(changes: Mapping[str, Any]) -> None:
         >>> try:
         ...     check_state({"spec": "every 1s"})
         ... except ValueError as e:
-        ...     print(e)
-        set_schedule sets paused, done_tick_ms, buffered_ms, last_run or next_ms, not 'spec'
+        ...     print(str(e)[-32:])
+        next_ms or ticked_ms, not 'spec'
     """
     for key in changes:
         if key not in STATE_FIELDS:
@@ -102,7 +150,14 @@ class ScheduleStore(Protocol):
         ...
 
     async def put_schedule(self, row: ScheduleRow) -> None:
-        """Stores ``row`` if its name is new; else sets its workflow, spec and removed only."""
+        """Stores ``row`` if its name is new; else sets its definition only.
+
+        Its definition: workflow, spec, removed, input and dynamic.
+        """
+        ...
+
+    async def delete_schedule(self, name: str) -> None:
+        """Deletes schedule ``name``'s row (an unknown name is ignored)."""
         ...
 
     async def set_schedule(self, name: str, changes: Mapping[str, Any]) -> None:
@@ -147,8 +202,18 @@ class MemorySchedules:
         table[row.name] = (
             row
             if old is None
-            else replace(old, workflow=row.workflow, spec=row.spec, removed=row.removed)
+            else replace(
+                old,
+                workflow=row.workflow,
+                spec=row.spec,
+                removed=row.removed,
+                input=row.input,
+                dynamic=row.dynamic,
+            )
         )
+
+    async def delete_schedule(self, name: str) -> None:
+        self._schedule_table().pop(name, None)
 
     async def set_schedule(self, name: str, changes: Mapping[str, Any]) -> None:
         check_state(changes)

@@ -168,7 +168,7 @@ class SqliteQueues:
                 ),
             )
             conn.execute(
-                _UPSERT_ROWS + " (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _UPSERT_ROWS + " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     row.id,
                     row.run,
@@ -179,6 +179,7 @@ class SqliteQueues:
                     row.wake_ms,
                     None,
                     row.parent,
+                    row.version,
                 ),
             )
             seq = cur.lastrowid

@@ -149,7 +149,9 @@ def _load(
 
 def _row(values: _SqlRow, path: Path) -> RunRow:
     """The `RunRow` of a ``runs`` row; raises `CorruptRecord` naming the run if it is damaged."""
-    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version = (
+        values
+    )
     problem = _row_problem(values)
     if problem is None:
         try:
@@ -163,6 +165,7 @@ def _row(values: _SqlRow, path: Path) -> RunRow:
                 wake_ms,
                 _unpack_attributes(attributes),
                 parent,
+                version,
             )
         except (msgpack.UnpackException, ValueError, TypeError) as e:
             why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
@@ -185,6 +188,7 @@ _COLUMN_TYPES: Final = (
     ("wake_ms", int, True),
     ("attributes", bytes, True),
     ("parent", str, True),
+    ("version", str, False),
 )
 
 

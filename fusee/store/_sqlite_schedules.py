@@ -14,7 +14,7 @@ from typing import Any, Final, TypeVar
 
 from fusee.store._schedules import SCHEDULE_COLUMNS, ScheduleRow, check_state
 
-__all__ = ["SCHEDULES_SCHEMA", "SqliteSchedules"]
+__all__ = ["SCHEDULES_FORMAT_4", "SCHEDULES_SCHEMA", "SqliteSchedules"]
 
 _T = TypeVar("_T")
 
@@ -26,14 +26,22 @@ SCHEDULES_SCHEMA: Final = (
     " buffered_ms INTEGER NOT NULL DEFAULT 0, last_run TEXT NOT NULL DEFAULT '',"
     " next_ms INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID",
 )
-"""The ``schedules`` table (format 3)."""
+"""The ``schedules`` table (format 3; `SCHEDULES_FORMAT_4` adds to it)."""
+
+SCHEDULES_FORMAT_4: Final = (
+    "ALTER TABLE schedules ADD COLUMN input BLOB NOT NULL DEFAULT x''",
+    "ALTER TABLE schedules ADD COLUMN dynamic INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE schedules ADD COLUMN ticked_ms INTEGER NOT NULL DEFAULT 0",
+)
+"""Format 4: schedules made at run time (their input) and their real last tick."""
 
 _COLUMNS: Final = ", ".join(SCHEDULE_COLUMNS)
 _PLACES: Final = ", ".join("?" for _ in SCHEDULE_COLUMNS)
 
 
 def _row(values: tuple[Any, ...]) -> ScheduleRow:
-    name, workflow, spec, paused, removed, last, done, buffered, last_run, next_ms = values
+    name, workflow, spec, paused, removed, last, done, buffered, last_run, next_ms = values[:10]
+    input, dynamic, ticked = values[10:]
     return ScheduleRow(
         name,
         workflow,
@@ -45,6 +53,9 @@ def _row(values: tuple[Any, ...]) -> ScheduleRow:
         int(buffered),
         str(last_run),
         int(next_ms),
+        bytes(input),
+        bool(dynamic),
+        int(ticked),
     )
 
 
@@ -91,13 +102,17 @@ class SqliteSchedules:
             row.buffered_ms,
             row.last_run,
             row.next_ms,
+            row.input,
+            int(row.dynamic),
+            row.ticked_ms,
         )
         await self._write_inbox(
             (
                 (
                     f"INSERT INTO schedules ({_COLUMNS}) VALUES ({_PLACES})"
                     " ON CONFLICT (name) DO UPDATE SET workflow = excluded.workflow,"
-                    " spec = excluded.spec, removed = excluded.removed",
+                    " spec = excluded.spec, removed = excluded.removed,"
+                    " input = excluded.input, dynamic = excluded.dynamic",
                     values,
                 ),
             )
@@ -111,6 +126,9 @@ class SqliteSchedules:
         sets = ", ".join(f"{key} = ?" for key in changes)
         values = tuple(int(v) if isinstance(v, bool) else v for v in changes.values())
         await self._write_inbox(((f"UPDATE schedules SET {sets} WHERE name = ?", (*values, name)),))
+
+    async def delete_schedule(self, name: str) -> None:
+        await self._write_inbox((("DELETE FROM schedules WHERE name = ?", (name,)),))
 
     async def claim_tick(self, name: str, tick_ms: int) -> bool:
         def read(conn: sqlite3.Connection) -> int | None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from fusee.store._sqlite_schedules import SCHEDULES_SCHEMA
+from fusee.store._sqlite_schedules import SCHEDULES_FORMAT_4, SCHEDULES_SCHEMA
 
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
 
-FORMAT: Final = 3
+FORMAT: Final = 4
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 APPLICATION_ID: Final = 0x66757365
@@ -45,6 +45,9 @@ _QUEUES_SCHEMA: Final = (
     " WHERE state != 'done'",
 )
 
+# Format 4: the version of the engine each run started on.
+_RUNS_FORMAT_4: Final = ("ALTER TABLE runs ADD COLUMN version TEXT NOT NULL DEFAULT ''",)
+
 _SCHEMA: Final = (
     "CREATE TABLE journal (lsn INTEGER PRIMARY KEY, id TEXT NOT NULL,"
     " run INTEGER NOT NULL, data BLOB NOT NULL)",
@@ -60,15 +63,19 @@ _SCHEMA: Final = (
     *_COMMANDS_SCHEMA,
     *_QUEUES_SCHEMA,
     *SCHEDULES_SCHEMA,
+    *SCHEDULES_FORMAT_4,
+    *_RUNS_FORMAT_4,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {FORMAT}",
 )
 
 # Statements that upgrade format N to N + 1, keyed by N: format 2 adds the
-# commands inbox, format 3 the queue items and the schedules.
+# commands inbox, format 3 the queue items and the schedules, format 4 the
+# schedules made at run time and their last tick, and each run's version.
 _MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {
     1: _COMMANDS_SCHEMA,
     2: (*_QUEUES_SCHEMA, *SCHEDULES_SCHEMA),
+    3: (*SCHEDULES_FORMAT_4, *_RUNS_FORMAT_4),
 }
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
@@ -77,7 +84,7 @@ _INSERT_COMMAND: Final = (
 )
 
 _ROW_COLUMNS: Final = (
-    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent"
+    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version"
 )
 # Statements `_insert_all` completes with one "(?, ...)" per row.
 _INSERT_ENTRIES: Final = "INSERT INTO journal (lsn, id, run, data) VALUES"

@@ -199,6 +199,7 @@ class MemoryStore(MemoryQueues, MemorySchedules, MemoryDeletes):
                     row.wake_ms,
                     _unpack_attributes(blob),
                     row.parent,
+                    row.version,
                 )
             self._rows[row.id] = row
         if items or forget:

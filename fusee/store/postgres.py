@@ -1,6 +1,6 @@
 """The Postgres store: journals and run rows in a PostgreSQL schema, on asyncpg.
 
-Schema, format 3, in one schema of the database (``fusee`` by default; the
+Schema, format 4, in one schema of the database (``fusee`` by default; the
 store creates it, and upgrades an older format, on open)::
 
     meta(key TEXT PRIMARY KEY, value BIGINT)
@@ -10,7 +10,7 @@ store creates it, and upgrades an older format, on open)::
             PRIMARY KEY (shard, lsn))             -- a second guard against two writers
         index (id, run, lsn)                      -- load(), by run then LSN
     runs(id TEXT PRIMARY KEY, shard, run, workflow, status, started_ms,
-         finished_ms, wake_ms, attributes BYTEA, parent)
+         finished_ms, wake_ms, attributes BYTEA, parent, version)
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id),
         (shard) of unfinished runs                -- recovery of the shards a worker holds
     shard_leases(shard INT PRIMARY KEY, owner TEXT, epoch BIGINT, lease_until TIMESTAMPTZ)
@@ -22,7 +22,8 @@ store creates it, and upgrades an older format, on open)::
                 priority, not_before_ms, state, admitted_ms, origin BYTEA)
         unique index (id) of items not done       -- queued starts (format 3)
     schedules(name TEXT PRIMARY KEY, workflow, spec, paused, removed, last_tick_ms,
-              done_tick_ms, buffered_ms, last_run, next_ms)  -- schedules (format 3)
+              done_tick_ms, buffered_ms, last_run, next_ms,
+              input, dynamic, ticked_ms)          -- schedules (format 3; 4 adds the last three)
 
 A posted command sends a ``NOTIFY`` on the store's channel (`PostgresStore.channel`)
 in its own transaction; the serving engine ``LISTEN``s on a connection of its
@@ -566,6 +567,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
                 r.wake_ms,
                 blob,
                 r.parent,
+                r.version,
             )
             for r, blob in zip(runs, packed, strict=True)
         ]
@@ -940,11 +942,12 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
                 lambda conn: conn.execute(self._sql.release, owner, wanted), "writing to"
             )
 
-    async def join(self, owner: str, lease_s: float) -> int:
+    async def join(self, owner: str, lease_s: float, version: str = "") -> int:
         """Counts ``owner`` live for ``lease_s`` more seconds; returns how many workers are live.
 
         Workers call it with each renewal: the count is what a fair share
-        of the shards is reckoned from.
+        of the shards is reckoned from. ``version`` is the worker's engine
+        version (`workers` lists it).
 
         Example:
             >>> import asyncio
@@ -955,9 +958,24 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         _check_lease(owner, lease_s)
         self._check_writable()
         live = await self._query(
-            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s)), "writing to"
+            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s), version),
+            "writing to",
         )
         return int(live)
+
+    async def workers(self) -> builtins.list[tuple[str, str]]:
+        """The live workers, by name, each with its engine version ("" if it gave none).
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").workers())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        found = await self._query(
+            lambda conn: conn.fetch(self._sql.live_workers), "reading workers from"
+        )
+        return [(str(r[0]), str(r[1])) for r in found]
 
     async def leave(self, owner: str) -> None:
         """Stops counting ``owner`` as a live worker (it stops).

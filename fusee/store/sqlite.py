@@ -1,12 +1,12 @@
 """The SQLite store: the embedded default, one WAL-mode file ``fusee.db`` per directory.
 
-Schema, format 3 (the format is ``PRAGMA user_version``; ``PRAGMA
+Schema, format 4 (the format is ``PRAGMA user_version``; ``PRAGMA
 application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
 
     journal(lsn INTEGER PRIMARY KEY, id TEXT, run INTEGER, data BLOB)
         index (id, run, lsn)                      -- load(), by run then LSN
     runs(id TEXT PRIMARY KEY, run, workflow, status, started_ms, finished_ms,
-         wake_ms, attributes BLOB, parent)        -- one row per id: its latest run
+         wake_ms, attributes BLOB, parent, version)  -- one row per id: its latest run
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id)
     meta(key TEXT PRIMARY KEY, value INTEGER)
         'run_reserved': run numbers up to it may have been handed out
@@ -17,7 +17,8 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
                 input BLOB, key, priority, not_before_ms, state, admitted_ms, origin BLOB)
         unique index (id) of items not done       -- queued starts (format 3)
     schedules(name TEXT PRIMARY KEY, workflow, spec, paused, removed, last_tick_ms,
-              done_tick_ms, buffered_ms, last_run, next_ms)  -- schedules (format 3)
+              done_tick_ms, buffered_ms, last_run, next_ms,
+              input, dynamic, ticked_ms)          -- schedules (format 3; 4 adds the last three)
 
 ``attributes`` is a msgpack map, NULL when empty. Run numbers are reserved in
 blocks (`next_run` writes once per block, riding along with appends), and
@@ -474,6 +475,7 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules, SqliteDeletes):
                 r.wake_ms,
                 blob,
                 r.parent,
+                r.version,
             )
             for r, blob in zip(runs, packed, strict=True)
         ]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from fusee._definitions import signal as signal_def
 from fusee.client import Client
 from fusee.engine import BulkResult
+from fusee.remote import answer_fields
 
 if TYPE_CHECKING:
     from fusee.codecs import PayloadCodec
@@ -63,16 +64,33 @@ class ClientActions:
         client = await self._connected()
         await client.get(id).fork(new_id, at=at, input=input)
 
-    async def schedule(self, name: str, action: str) -> str | None:
+    async def schedule(
+        self, name: str, action: str, fields: Mapping[str, Any] | None = None
+    ) -> str | None:
         client = await self._connected()
-        if action == "pause":
+        if action == "create":
+            args = dict(fields or {})
+            workflow = args.pop("workflow", None)
+            if not isinstance(workflow, str) or not workflow:
+                raise ValueError('a schedule needs its workflow: {"workflow": ..., "every": ...}')
+            # Empty fields of a form are arguments not given.
+            args = {k: v for k, v in args.items() if v is not None and v != ""}
+            try:
+                await client.schedules.create(name, workflow, **args)
+            except TypeError as e:
+                raise ValueError(str(e)) from None
+        elif action == "delete":
+            await client.schedules.delete(name)
+        elif action == "pause":
             await client.schedules.pause(name)
         elif action == "resume":
             await client.schedules.resume(name)
         elif action == "trigger":
             return (await client.schedules.trigger(name)).id
         else:
-            raise ValueError(f"a schedule takes pause, resume or trigger, not {action!r}")
+            raise ValueError(
+                f"a schedule takes create, delete, pause, resume or trigger, not {action!r}"
+            )
         return None
 
     async def bulk(
@@ -84,6 +102,19 @@ class ClientActions:
         if verb == "resume":
             return await client.resume_many(**filters, dry_run=dry_run)
         raise ValueError(f"a bulk action is cancel or resume, not {verb!r}")
+
+    async def serving_version(self, timeout_s: float = 2.0) -> str | None:
+        """The version of the engine serving the store, asked through its inbox (None: no answer).
+
+        The command left unanswered (no engine serves the store) is answered by
+        the next engine that does, and forgotten.
+        """
+        client = await self._connected()
+        command = await client.post("version", "-", {})
+        answer = await client.wait_answer(command.id, timeout_s=timeout_s)
+        if answer is None:
+            return None
+        return str(answer_fields(answer)["version"])
 
     async def close(self) -> None:
         """Closes the client (the server stops)."""

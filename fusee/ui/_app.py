@@ -41,10 +41,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee._payloads import DEFAULT_WARN_RECORDS, too_many_records
 from fusee._queue import stats_json
-from fusee._schedule import last_tick, spec_text
+from fusee._schedule import spec_text
 from fusee.engine import BulkResult
 from fusee.errors import FuseeError, NotFound, PayloadError
 from fusee.remote import KEEP_INPUT, queue_stats
+from fusee.remote._versions import version_lines
 from fusee.store import RUN_STATUSES, RunRow, ScheduleRow, Store, load_journal, open_store
 from fusee.store._redact import shown_target
 from fusee.ui._timeline import Timeline, iso, row_json
@@ -63,7 +64,7 @@ SCAN_BATCHES: Final = 10
 """A page of top-level runs reads this many store pages at most, past the children."""
 ACTIONS: Final = ("signal", "cancel", "resume", "fork", "schedule", "bulk")
 """What an app with `Actions` may do (``GET /api/info``'s ``actions``)."""
-SCHEDULE_VERBS: Final = ("pause", "resume", "trigger")
+SCHEDULE_VERBS: Final = ("create", "delete", "pause", "resume", "trigger")
 BULK_VERBS: Final = ("cancel", "resume")
 # A run's tree of children is read this deep and this wide, at most.
 TREE_DEPTH: Final = 3
@@ -104,11 +105,15 @@ class Actions(Protocol):
         """
         ...
 
-    async def schedule(self, name: str, action: str) -> str | None:
-        """Pauses, resumes or triggers (``action``) schedule ``name``.
+    async def schedule(
+        self, name: str, action: str, fields: Mapping[str, Any] | None = None
+    ) -> str | None:
+        """Creates, deletes, pauses, resumes or triggers (``action``) schedule ``name``.
 
-        Returns the id of the run a trigger started (None for the others).
-        An unknown schedule raises `fusee.NotFound` (answered 404).
+        ``fields`` are a create's: ``workflow`` and `fusee.Schedule`'s
+        arguments (``cron`` or ``every``, ``input``, ...). Returns the id of
+        the run a trigger started (None for the others). An unknown schedule
+        raises `fusee.NotFound` (answered 404), a bad argument ValueError (400).
         """
         ...
 
@@ -536,13 +541,14 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
         >>> schedule_json(ScheduleRow("nightly", "report", "every 60000ms"))["spec"]
         'every 1m'
     """
-    tick_ms = last_tick(row.spec, row.last_tick_ms)
+    tick_ms = row.ticked_ms or None
     return {
         "name": row.name,
         "workflow": row.workflow,
         "spec": spec_text(row.spec),
         "paused": row.paused,
         "removed": row.removed,
+        "dynamic": row.dynamic,
         "last_run": row.last_run or None,
         # 0 stands for "none yet" in the row.
         "last_tick_at": iso(tick_ms),
@@ -552,6 +558,22 @@ def schedule_json(row: ScheduleRow) -> dict[str, Any]:
         "next_ms": row.next_ms or None,
         "buffered_ms": row.buffered_ms or None,
     }
+
+
+async def _versions(request: Request) -> Response:
+    store = _store(request)
+    rows = await store.unfinished()
+    workers: dict[str, str] | None = None
+    listed = getattr(store, "workers", None)
+    if listed is not None:
+        workers = dict(await listed())
+    else:
+        # One engine serves an SQLite store: the page asks it (if it acts on runs).
+        ask = getattr(request.app.state.actions, "serving_version", None)
+        version = await ask() if ask is not None else None
+        if version is not None:
+            workers = {"the serving engine": version}
+    return JSONResponse([line.as_json() for line in version_lines(rows, workers)])
 
 
 async def _schedules(request: Request) -> Response:
@@ -564,11 +586,14 @@ async def _schedule_act(request: Request) -> Response:
     name = request.path_params["name"]
     verb = request.path_params["verb"]
     if verb not in SCHEDULE_VERBS:
-        return _error(404, f"no schedule action {verb!r}; there are pause, resume and trigger")
-    # No arguments, but JSON all the same: a foreign page's form cannot post it.
-    await _body(request)
+        return _error(
+            404,
+            f"no schedule action {verb!r}; there are create, delete, pause, resume and trigger",
+        )
+    # JSON even without arguments: a foreign page's form cannot post it.
+    body = await _body(request)
     try:
-        run_id = await actions.schedule(name, verb)
+        run_id = await actions.schedule(name, verb, body if verb == "create" else None)
     except ValueError as e:
         return _error(400, str(e))
     except NotFound as e:
@@ -872,6 +897,7 @@ def build_app(
         )
     routes.append(Route("/api/queues", _handles_bad_requests(_queues)))
     routes.append(Route("/api/schedules", _handles_bad_requests(_schedules)))
+    routes.append(Route("/api/versions", _handles_bad_requests(_versions)))
     if actions is not None:
         routes.append(
             Route(

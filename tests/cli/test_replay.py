@@ -12,6 +12,7 @@ import cli_workflows as wfs
 import fusee
 from fusee.cli._modules import import_module
 from fusee.record import Record, Timer, Wait, decode
+from fusee.remote._versions import derived_version
 
 from .conftest import MODULE, cli, engine_on
 
@@ -25,10 +26,11 @@ async def order(ctx: fusee.Ctx, n: int) -> int:
     return a
 """
 
+# The new code takes the old code's runs over (versioning="auto"): its replay must pass.
 V2 = """
 import fusee
 
-@fusee.workflow("order")
+@fusee.workflow("order", versioning="auto")
 async def order(ctx: fusee.Ctx, n: int) -> int:
     a = await ctx.step("reserve", lambda: n)
     b = await ctx.step("charge", lambda: n)
@@ -107,7 +109,11 @@ async def order(ctx: fusee.Ctx, n: int) -> int:
 """
 
 # After the wait, another step: a finished run diverges, a waiting one does not.
-WAIT_V2 = WAIT_V1.replace('"ship"', '"charge"')
+WAIT_V2 = WAIT_V1.replace('"ship"', '"charge"').replace(
+    '@fusee.workflow("order")', '@fusee.workflow("order", versioning="auto")'
+)
+# The same change to a pinned workflow: its runs stay on the version they started on.
+WAIT_PINNED_V2 = WAIT_V1.replace('"ship"', '"charge"')
 
 
 def _finished_and_waiting(tmp_path: Path) -> tuple[Path, Path]:
@@ -158,6 +164,25 @@ def test_replay_all_replays_finished_runs_and_shows_each_status(tmp_path: Path) 
     assert open_line.split()[0] == "ok"
     assert "running" in open_line or "suspended" in open_line
     assert "2 run(s) replayed: 1 problem(s)" in out
+
+
+def test_replay_skips_a_run_pinned_to_another_version_unless_the_code_deploys_as_it(
+    tmp_path: Path,
+) -> None:
+    data, _ = _finished_and_waiting(tmp_path)
+    pinned = tmp_path / "wait_pinned_v2.py"
+    pinned.write_text(WAIT_PINNED_V2)
+    code, out, _ = cli("replay", str(pinned), "--data", str(data), "--json")
+    assert code == 0, out
+    (run,) = json.loads(out)["runs"]
+    assert (run["id"], run["outcome"]) == ("o-open", "skipped")
+    assert run["message"].startswith("pinned to version ")
+    started_on = derived_version([_load(tmp_path / "wait_v1.py").order])
+    code, out, _ = cli(
+        "replay", str(pinned), "--data", str(data), "--json", "--version", started_on
+    )
+    assert code == 0, out
+    assert [(r["id"], r["outcome"]) for r in json.loads(out)["runs"]] == [("o-open", "ok")]
 
 
 def _load(path: Path) -> Any:

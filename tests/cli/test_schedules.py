@@ -44,7 +44,19 @@ async def test_schedules_lists_pauses_resumes_and_triggers(tmp_path: Path) -> No
         assert (code, out.strip()) == (0, "schedule 'nightly' paused"), err
         code, out, _ = await acli("schedules", "list", "--data", data, "--json")
         [row] = json.loads(out)
-        assert (row["name"], row["workflow"], row["paused"]) == ("nightly", "nightly_job", True)
+        assert row == {
+            "name": "nightly",
+            "workflow": "nightly_job",
+            "state": "paused",
+            "origin": "code",
+            "spec": "cron 0 2 * * * Europe/Paris; overlap skip; catch_up 0s",
+            "queue": None,
+            "last_tick_at": None,
+            "next_tick_at": row["next_tick_at"],
+            "buffered_tick_at": None,
+            "last_run": None,
+        }
+        assert row["next_tick_at"].endswith("01:00:00+00:00")
 
         code, out, err = await acli("schedules", "resume", "nightly", "--data", data)
         assert (code, out.strip()) == (0, "schedule 'nightly' resumed"), err
@@ -62,6 +74,58 @@ async def test_schedules_lists_pauses_resumes_and_triggers(tmp_path: Path) -> No
         code, _, err = await acli("schedules", "pause", "nope", "--data", data)
         assert code == 1
         assert "no schedule 'nope'" in one_line_error(err)
+
+
+@fusee.workflow("greet")
+async def greet(ctx: fusee.Ctx, name: str) -> str:
+    return f"hello {name}"
+
+
+@pytest.mark.asyncio
+async def test_schedules_are_created_updated_backfilled_and_deleted_at_run_time(
+    tmp_path: Path,
+) -> None:
+    data = str(tmp_path)
+    async with await fusee.Engine.open(data, workflows=[greet], durability="none") as engine:
+        code, out, err = await acli(
+            "schedules", "create", "hi", "--workflow", "greet", "--every", "1h",
+            "--input", '"ana"', "--data", data,
+        )  # fmt: skip
+        assert (code, out.strip()) == (0, "schedule 'hi' created"), err
+        code, out, err = await acli(
+            "schedules", "update", "hi", "--cron", "0 * * * *", "--input", '"bo"', "--data", data
+        )
+        assert (code, out.strip()) == (0, "schedule 'hi' updated"), err
+        code, out, _ = await acli("schedules", "--data", data, "--json")
+        [row] = json.loads(out)
+        assert (row["origin"], row["spec"]) == (
+            "runtime",
+            "cron 0 * * * * UTC; overlap skip; catch_up 0s",
+        )
+        code, out, err = await acli(
+            "schedules", "backfill", "hi", "--from", "2026-01-01T00:00:00+00:00",
+            "--to", "2026-01-01T02:30:00+00:00", "--data", data,
+        )  # fmt: skip
+        assert (code, out.strip()) == (0, "schedule 'hi' backfilled 3 tick(s)"), err
+        ids = sorted([i.id async for i in engine.list()])
+        assert ids == [run_id("hi", 1_767_225_600_000 + h * 3_600_000) for h in range(3)]
+        assert await engine.get(ids[0]).result() == "hello bo"
+        code, out, err = await acli("schedules", "delete", "hi", "--data", data)
+        assert (code, out.strip()) == (0, "schedule 'hi' deleted"), err
+
+        code, _, err = await acli("schedules", "create", "x", "--every", "1h", "--data", data)
+        assert "needs --workflow NAME" in one_line_error(err)
+        code, _, err = await acli("schedules", "update", "x", "--data", data)
+        assert "needs what to change" in one_line_error(err)
+        code, _, err = await acli(
+            "schedules", "backfill", "x", "--from", "soon", "--to", "later", "--data", data
+        )
+        assert "is not an ISO 8601 time" in one_line_error(err)
+        code, _, err = await acli(
+            "schedules", "create", "x", "--workflow", "greet", "--cron", "daily", "--data", data
+        )
+        assert code == 1
+        assert "is not a cron expression" in one_line_error(err)
 
 
 WORKER_MODULE = """
@@ -85,7 +149,7 @@ def test_a_worker_ticks_the_schedules_its_modules_define(tmp_path: Path) -> None
         assert "schedules yearly" in out.getvalue()
         code, listed, _ = cli("schedules", "--data", str(data), "--json")
         [row] = json.loads(listed)
-        assert (row["name"], row["workflow"], row["removed"]) == ("yearly", "yearly_job", False)
+        assert (row["name"], row["workflow"], row["state"]) == ("yearly", "yearly_job", "active")
         code, answer, err = cli("schedules", "trigger", "yearly", "--data", str(data), "--json")
         assert code == 0, err
         assert json.loads(answer)["ok"]

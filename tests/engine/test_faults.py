@@ -136,17 +136,18 @@ async def test_a_signal_to_a_finished_run_is_refused_and_not_recorded(host: Host
 
 @pytest.mark.expect_engine_errors("UnknownWorkflow: workflow 'checkout' is not registered")
 async def test_a_run_of_a_workflow_this_engine_lacks_raises_unknown_workflow(host: Host) -> None:
-    async with host(workflows=[checkout, other]) as t:
+    # One version throughout: what is missing here is the workflow, not its version.
+    async with host(workflows=[checkout, other], version="v1") as t:
         await t.start(checkout, "c-1", Order("o", 1))
         await t.settle()
         store = t.store
-    async with host(workflows=[other], store=store) as t2:
+    async with host(workflows=[other], store=store, version="v1") as t2:
         with pytest.raises(fusee.UnknownWorkflow, match="'checkout' is not registered"):
             await t2.get("c-1").result()
         with pytest.raises(fusee.UnknownWorkflow):
             await t2.get("c-1").signal(go, 1)
         assert await t2.execute(other, "o-1", 1) == 2  # the rest works
-    async with host(workflows=[checkout], store=store) as t3:
+    async with host(workflows=[checkout], store=store, version="v1") as t3:
         await t3.get("c-1").signal(go, 1)
         assert await t3.get("c-1").result() == 2
 

@@ -384,3 +384,144 @@ async def test_an_engine_refuses_a_schedule_of_a_workflow_it_does_not_run(host: 
         host(workflows=[tick_job], schedules=[s, s])
     with pytest.raises(ValueError, match="which is not one"):
         await fusee.Engine.open("memory", workflows=[long_job], schedules=[s])
+
+
+# --- schedules made at run time ---------------------------------------------------------------
+
+
+@fusee.workflow("tick_at")
+async def tick_at(ctx: fusee.Ctx, label: str) -> str:
+    """Says which tick started it: ``ctx.info.scheduled_at``, journaled with its start."""
+    at = ctx.info.scheduled_at
+    return await ctx.step("say", lambda: f"{label}@{at.isoformat() if at else None}")
+
+
+def at(minute: int) -> str:
+    when = datetime.datetime.fromtimestamp((T0 + minute * MIN) / 1000, datetime.UTC)
+    return when.isoformat()
+
+
+async def results(t: TestEngine, ids: list[str]) -> list[Any]:
+    return [await t.get(id).result() for id in ids]
+
+
+async def test_a_schedule_made_at_run_time_ticks_across_crashes_and_its_runs_know_their_tick(
+    host: Host,
+) -> None:
+    async with host(workflows=[tick_at]) as t:
+        row = await t.schedules.create("rt", tick_at, every="1m", input="a")
+        assert (row.dynamic, row.ticked_ms) == (True, 0)
+        await t.advance("2m")
+        await t.crash()
+        await t.advance("2m")
+        await t.crash()
+        await t.settle()
+        assert await run_ids(t) == ids_at("rt", 1, 2, 3, 4)
+        assert await results(t, ids_at("rt", 1, 4)) == [f"a@{at(1)}", f"a@{at(4)}"]
+        await assert_started_once(t.store, ids_at("rt", 1, 2, 3, 4))
+        (row,) = await t.schedules.list()
+        view = row.as_json()
+        assert (view["origin"], view["state"], view["last_tick_at"]) == ("runtime", "active", at(4))
+        assert view["last_run"] == ids_at("rt", 4)[0]
+        assert view["spec"] == "every 1m; overlap skip; catch_up 0s"
+        with pytest.raises(fusee.AlreadyExists, match="schedule 'rt' exists"):
+            await t.schedules.create("rt", tick_at, every="1h", input="b")
+
+
+async def test_a_run_time_schedule_is_updated_then_deleted_and_each_holds_after_a_crash(
+    host: Host,
+) -> None:
+    async with host(workflows=[tick_at]) as t:
+        await t.schedules.create("up", tick_at, cron="*/2 * * * *", input="a")
+        await t.advance("2m")
+        await t.schedules.update("up", every="3m", input="b")
+        await t.crash()
+        await t.advance("4m")  # minutes 3 and 6
+        assert await run_ids(t) == ids_at("up", 2, 3, 6)
+        assert await results(t, ids_at("up", 2, 6)) == [f"a@{at(2)}", f"b@{at(6)}"]
+        (row,) = await t.schedules.list()
+        assert row.spec == "every 180000ms; overlap skip; catch_up 0ms"
+        await t.schedules.delete("up")
+        await t.crash()
+        await t.advance("6m")
+        assert await run_ids(t) == ids_at("up", 2, 3, 6)
+        assert await t.schedules.list() == []
+        with pytest.raises(fusee.NotFound, match="no schedule 'up'"):
+            await t.schedules.delete("up")
+
+
+async def test_a_schedule_in_code_is_changed_in_code_only(host: Host) -> None:
+    s = fusee.Schedule("code", tick_job, every="1m")
+    async with host(workflows=[tick_job], schedules=[s]) as t:
+        with pytest.raises(ValueError, match="'code' is defined in code"):
+            await t.schedules.update("code", every="2m")
+        with pytest.raises(ValueError, match="'code' is defined in code"):
+            await t.schedules.delete("code")
+        with pytest.raises(fusee.AlreadyExists, match="made in code"):
+            await t.schedules.create("code", tick_job, every="1h")
+        with pytest.raises(ValueError, match="is not a cron expression"):
+            await t.schedules.create("bad", tick_job, cron="every day")
+        with pytest.raises(fusee.UnknownWorkflow):
+            await t.schedules.create("other", "nope", every="1m")
+        assert [r.name for r in await t.schedules.list()] == ["code"]
+
+
+async def test_a_schedule_on_a_queue_starts_its_runs_queued_with_their_tick(host: Host) -> None:
+    one = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[long_job, tick_at], queues=[one]) as t:
+        await t.schedules.create("q", long_job, every="1m", queue=one)
+        await t.schedules.create("q2", tick_at, every="2m", input="c", queue="one")
+        await t.advance("2m")
+        await t.crash()
+        first, second = ids_at("q", 1)[0], ids_at("q2", 2)[0]
+        assert await statuses(t) == {first: "suspended", second: "queued"}
+        await t.get(first).signal(go, 1)
+        assert await t.get(second).result() == f"c@{at(2)}"
+        with pytest.raises(fusee.UnknownQueue):
+            await t.schedules.create("q3", long_job, every="1m", queue="nope")
+
+
+async def test_backfill_starts_each_past_tick_once_across_crashes(host: Host) -> None:
+    def utc(minute: int) -> datetime.datetime:
+        return datetime.datetime.fromtimestamp((T0 + minute * MIN) / 1000, datetime.UTC)
+
+    async with host(workflows=[tick_at], start_ms=T0 - 10 * MIN) as t:
+        await t.schedules.create("bf", tick_at, every="1m", input="x", overlap="allow")
+        await t.advance("12m")  # minutes -9 to 2
+        runs = await t.schedules.backfill("bf", utc(-13), utc(-8))
+        assert [r.id for r in runs] == ids_at("bf", -13, -12, -11, -10, -9, -8)
+        await t.crash()
+        again = await t.schedules.backfill("bf", utc(-13), utc(-12))
+        assert [r.id for r in again] == ids_at("bf", -13, -12)
+        assert await results(t, ids_at("bf", -13, -8)) == [f"x@{at(-13)}", f"x@{at(-8)}"]
+        assert await run_ids(t) == ids_at("bf", *range(-13, 3))
+        await assert_started_once(t.store, ids_at("bf", *range(-13, 3)))
+        with pytest.raises(ValueError, match="after now"):
+            await t.schedules.backfill("bf", utc(0), utc(5))
+        with pytest.raises(ValueError, match="before its start"):
+            await t.schedules.backfill("bf", utc(-1), utc(-2))
+
+
+async def test_a_run_time_schedule_made_on_one_postgres_worker_is_ticked_once_by_both(
+    postgres_cluster: Cluster,
+) -> None:
+    first = postgres_cluster.new_store()
+    second = PostgresStore(postgres_cluster.dsn, schema=first.schema, durability="none")
+    async with (
+        TestEngine([tick_at], first) as a,
+        TestEngine([tick_at], second) as b,
+    ):
+        await a.schedules.create("both", tick_at, every="1m", input="z")
+        for _ in range(2):
+            await a.advance("1m")
+            await b.advance("1m")
+        # b found it in its once-a-minute look and ticks it too; a claim lets one through.
+        assert "both" in b.engine.schedules.names
+        await a.schedules.delete("both")
+        for _ in range(3):
+            await a.advance("1m")
+            await b.advance("1m")
+        assert "both" not in b.engine.schedules.names
+        ids = await run_ids(a)
+        assert ids == ids_at("both", 1, 2)
+        await assert_started_once(first, ids)

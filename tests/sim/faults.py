@@ -255,3 +255,6 @@ class FaultyStore:
 
     async def claim_tick(self, name: str, tick_ms: int) -> bool:
         return await self.inner.claim_tick(name, tick_ms)
+
+    async def delete_schedule(self, name: str) -> None:
+        await self.inner.delete_schedule(name)

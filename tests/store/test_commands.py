@@ -246,6 +246,8 @@ async def test_a_format_1_sqlite_store_gains_the_inbox_when_an_engine_opens_it(
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE commands")
     conn.execute("DROP TABLE schedules")
+    # Format 4 added the runs' version column.
+    conn.execute("ALTER TABLE runs DROP COLUMN version")
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     client = SqliteStore(tmp_path, client=True)
@@ -260,7 +262,7 @@ async def test_a_format_1_sqlite_store_gains_the_inbox_when_an_engine_opens_it(
     finally:
         await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 4
     conn.close()
 
 

@@ -41,7 +41,22 @@ async def test_putting_a_known_schedule_changes_its_definition_only(store: Store
     await store.set_schedule("a", {"paused": True, "buffered_ms": 3})
     await store.put_schedule(ScheduleRow("a", "wf2", "every 2000ms", removed=True))
     assert await store.schedules() == [
-        ScheduleRow("a", "wf2", "every 2000ms", True, True, 7, 0, 3, "", 0)
+        ScheduleRow("a", "wf2", "every 2000ms", True, True, 7, 0, 3, "", 0, b"", False, 0)
+    ]
+
+
+async def test_a_run_time_schedule_keeps_its_input_and_last_tick_and_can_be_deleted(
+    opener: Opener, store: Store
+) -> None:
+    await store.put_schedule(ScheduleRow("a", "wf", "every 1000ms", input=b"\x01", dynamic=True))
+    await store.put_schedule(ScheduleRow("b", "wf", "every 1000ms"))
+    await store.set_schedule("a", {"ticked_ms": 4000})
+    await store.put_schedule(ScheduleRow("a", "wf", "every 2000ms", input=b"\x02", dynamic=True))
+    await store.delete_schedule("b")
+    await store.delete_schedule("nobody")
+    store = await opener.reopen(store)
+    assert await store.schedules() == [
+        ScheduleRow("a", "wf", "every 2000ms", input=b"\x02", dynamic=True, ticked_ms=4000)
     ]
 
 
@@ -87,6 +102,8 @@ async def test_a_format_2_sqlite_store_gains_the_schedules_table_on_open(tmp_pat
     await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_schema.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE schedules")
+    # Format 4 added the runs' version column.
+    conn.execute("ALTER TABLE runs DROP COLUMN version")
     conn.execute("PRAGMA user_version = 2")
     conn.close()
     store = SqliteStore(tmp_path, durability="none")
@@ -97,7 +114,7 @@ async def test_a_format_2_sqlite_store_gains_the_schedules_table_on_open(tmp_pat
     finally:
         await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_schema.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.FORMAT == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.FORMAT == 4
     conn.close()
 
 

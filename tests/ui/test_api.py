@@ -443,10 +443,12 @@ class Recorder:
             raise fusee.AlreadyExists("run 'taken' exists")
         self.calls.append(("fork", id, new_id, at, input))
 
-    async def schedule(self, name: str, action: str) -> str | None:
+    async def schedule(
+        self, name: str, action: str, fields: Mapping[str, Any] | None = None
+    ) -> str | None:
         if name == "nobody":
             raise fusee.NotFound(f"no schedule {name!r}")
-        self.calls.append(("schedule", name, action))
+        self.calls.append(("schedule", name, action, *([dict(fields)] if fields else [])))
         return f"{name}/now" if action == "trigger" else None
 
     async def bulk(
@@ -617,6 +619,15 @@ def in_an_hour(data: Path) -> int:
     return ticked[0]
 
 
+def test_the_versions_route_counts_unfinished_runs_per_version(tmp_path: Path) -> None:
+    data = make_store(tmp_path)
+    start_waiting(data, "old-1", version="v-old")
+    with TestClient(create_app(str(data)), base_url="http://127.0.0.1") as c:
+        lines = {line["version"]: line for line in c.get("/api/versions").json()}
+    # No actions, so no way to ask the serving engine: who serves is unknown, no warning.
+    assert lines["v-old"] == {"version": "v-old", "runs": 1, "workers": [], "warning": None}
+
+
 def test_an_empty_store_has_no_schedules(client: TestClient) -> None:
     assert client.get("/api/schedules").json() == []
 
@@ -636,10 +647,15 @@ def test_schedule_actions_reach_the_actions_object(data: Path) -> None:
         assert c.post("/api/schedules/nightly/explode", json={}).status_code == 404
         assert c.post("/api/schedules/nightly/pause", data={"x": "1"}).status_code == 400
         assert c.get("/api/schedules/nightly/pause").status_code == 405
+        made = c.post("/api/schedules/often/create", json={"workflow": "greet", "every": "1h"})
+        assert made.status_code == 200
+        assert c.post("/api/schedules/often/delete", json={}).status_code == 200
     assert actions.calls == [
         ("schedule", "nightly", "pause"),
         ("schedule", "nightly", "resume"),
         ("schedule", "nightly", "trigger"),
+        ("schedule", "often", "create", {"workflow": "greet", "every": "1h"}),
+        ("schedule", "often", "delete"),
     ]
 
 

@@ -429,6 +429,34 @@ def test_the_schedules_view_lists_pauses_and_triggers_schedules(page: Page, tmp_
     assert (tmp_path / "schedules.png").stat().st_size > 10_000
 
 
+def test_a_schedule_is_created_from_the_schedules_view_and_deleted(
+    page: Page, tmp_path: Path
+) -> None:
+    data = make_store(tmp_path / "data")
+    with acting(data) as base:
+        page.goto(f"{base}/schedules")
+        expect(page.locator("#schedules-count")).to_have_text("this store has no schedules")
+        page.fill("#schedule-name", "often")
+        page.fill("#schedule-workflow", "greet")
+        page.fill("#schedule-cron", "every day")
+        page.fill("#schedule-input", '"cy"')
+        page.click("#schedule-submit")
+        expect(page.locator("#schedule-message")).to_contain_text("is not a cron expression")
+        page.fill("#schedule-cron", "")
+        page.fill("#schedule-every", "1h")
+        page.click("#schedule-submit")
+        often = page.locator('tr[data-name="often"]')
+        expect(often.locator(".spec")).to_have_text("every 1h; overlap skip; catch_up 0s")
+        expect(page.locator("#schedule-name")).to_have_value("")
+        often.locator("button.trigger").click()
+        page.locator("#schedule-message a").click()
+        expect(page.locator("#outcome")).to_contain_text("hello cy")
+        page.go_back()
+        page.locator('tr[data-name="often"] button.delete').click()
+        expect(page.locator("#schedule-message")).to_have_text("schedule often: deleted")
+        expect(page.locator("#schedules tbody tr")).to_have_count(0)
+
+
 @pytest.fixture(scope="module")
 def field(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store of runs that ended or stopped midway: cancelled, updated, one step in flight."""
@@ -528,3 +556,16 @@ def test_the_run_page_shows_a_long_journal_warning_and_hidden_payloads(
         expect(page.locator("#timeline .op-name")).to_have_text(["charge"])
         expect(page.locator("body")).to_contain_text("unreadable payload")
         expect(page.locator("#journal-warning")).to_have_count(0)
+
+
+def test_the_runs_page_warns_of_a_version_with_runs_and_no_worker(
+    page: Page, tmp_path: Path
+) -> None:
+    data = make_store(tmp_path / "data")
+    start_waiting(data, "order-old", version="v-old")
+    with acting(data) as base:
+        page.goto(f"{base}/")
+        expect(page.locator("#version-warnings .version-warning")).to_have_text(
+            "version v-old: 1 unfinished run(s) started on version 'v-old' and no worker runs "
+            "it: its pinned runs wait until a worker of that version runs"
+        )

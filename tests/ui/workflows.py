@@ -150,8 +150,10 @@ def add_greets(data: Path, *ids: str) -> None:
     in_thread(_more, data, list(ids))
 
 
-async def _start_waiting(data: Path, id: str) -> None:
-    async with await fusee.Engine.open(data, workflows=WORKFLOWS, durability="none") as engine:
+async def _start_waiting(data: Path, id: str, version: str | None = None) -> None:
+    async with await fusee.Engine.open(
+        data, workflows=WORKFLOWS, durability="none", version=version
+    ) as engine:
         await engine.start(gated, id, Order(id, 7))
         while not await _waits(engine, id):
             await asyncio.sleep(0.01)
@@ -273,9 +275,12 @@ def in_thread(fn: Any, *args: Any) -> None:
     assert not errors, errors
 
 
-def start_waiting(data: Path, id: str) -> None:
-    """Starts a `gated` run ``id`` and stops its engine once the run waits for `go`."""
-    in_thread(_start_waiting, data, id)
+def start_waiting(data: Path, id: str, version: str | None = None) -> None:
+    """Starts a `gated` run ``id`` and stops its engine once the run waits for `go`.
+
+    ``version``: its engine's (default: derived from `WORKFLOWS`, as the tests' other engines').
+    """
+    in_thread(_start_waiting, data, id, version)
 
 
 def release(data: Path, id: str) -> None:

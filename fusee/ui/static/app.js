@@ -217,7 +217,11 @@ async function runsPage(main, info) {
   const pager = el("nav", { class: "pager" });
   const count = el("span", { class: "muted", id: "count" });
   const bulk = (info.actions || []).includes("bulk") ? bulkBar(params) : null;
-  main.replaceChildren(el("h1", { text: "Runs" }), form, ...(bulk ? [bulk] : []), el("div", { class: "table-wrap" }, table), el("div", { class: "under" }, count, pager));
+  const warnings = el("div", { id: "version-warnings" });
+  main.replaceChildren(el("h1", { text: "Runs" }), warnings, form, ...(bulk ? [bulk] : []), el("div", { class: "table-wrap" }, table), el("div", { class: "under" }, count, pager));
+  // A version with unfinished runs and no worker: its pinned runs wait.
+  api("/api/versions").then((lines) => warnings.replaceChildren(...lines.filter((l) => l.warning)
+    .map((l) => el("div", { class: "error-box version-warning", text: `version ${l.version}: ${l.warning}` }))), () => {});
 
   const q = apiQuery(params);
   q.set("limit", params.get("limit") || "50");
@@ -730,24 +734,26 @@ async function schedulesPage(main, info) {
   const message = el("p", { class: "form-message", id: "schedule-message", role: "status" });
   const count = el("p", { class: "muted", id: "schedules-count" });
   const heads = ["name", "workflow", "ticks", "state", ...(can ? [""] : []), "last tick", "next tick", "last run"];
-  main.replaceChildren(el("h1", { text: "Schedules" }),
-    el("p", { class: "muted small", text: "The store's schedules (see the Schedule a worker opens with). It reloads every 2 s." }),
-    message,
-    el("div", { class: "table-wrap" }, el("table", { class: "schedules", id: "schedules" },
-      el("thead", {}, el("tr", {}, heads.map((h) => el("th", { text: h })))), tbody)),
-    count);
   let load;
-  const act = async (name, verb) => {
+  const act = async (name, verb, body = {}) => {
     message.textContent = `${verb}…`;
     try {
-      const answer = await post(`/api/schedules/${encodeURIComponent(name)}/${verb}`, {});
-      message.replaceChildren(`schedule ${name}: ${verb === "trigger" ? "started " : `${verb}d`}`,
+      const answer = await post(`/api/schedules/${encodeURIComponent(name)}/${verb}`, body);
+      message.replaceChildren(`schedule ${name}: ${verb === "trigger" ? "started " : verb === "delete" ? "deleted" : `${verb}d`}`,
         answer.run_id ? runLink(answer.run_id) : "");
     } catch (err) {
       message.textContent = err.message;
+      return false;
     }
     await load();
+    return true;
   };
+  main.replaceChildren(el("h1", { text: "Schedules" }),
+    el("p", { class: "muted small", text: "The store's schedules: those of the code a worker opens with, and those made at run time (here, by the Client or `fusee schedules create`). It reloads every 2 s." }),
+    message,
+    el("div", { class: "table-wrap" }, el("table", { class: "schedules", id: "schedules" },
+      el("thead", {}, el("tr", {}, heads.map((h) => el("th", { text: h })))), tbody)),
+    count, ...(can ? [scheduleForm(act)] : []));
   load = async () => {
     let rows;
     try {
@@ -762,7 +768,8 @@ async function schedulesPage(main, info) {
       const buttons = can && !s.removed ? el("td", { class: "schedule-actions" },
         s.paused ? el("button", { type: "button", class: "resume", onclick: () => act(s.name, "resume"), text: "Resume" })
           : el("button", { type: "button", class: "pause", onclick: () => act(s.name, "pause"), text: "Pause" }),
-        " ", el("button", { type: "button", class: "trigger", onclick: () => act(s.name, "trigger"), text: "Trigger now" })) : (can ? el("td") : null);
+        " ", el("button", { type: "button", class: "trigger", onclick: () => act(s.name, "trigger"), text: "Trigger now" }),
+        ...(s.dynamic ? [" ", el("button", { type: "button", class: "delete danger", onclick: () => act(s.name, "delete"), text: "Delete" })] : [])) : (can ? el("td") : null);
       return el("tr", { "data-name": s.name },
         el("td", {}, el("strong", { text: s.name })), el("td", { text: s.workflow }), el("td", { class: "spec", text: s.spec }),
         el("td", {}, badge(state)), buttons, el("td", { class: "last-tick", text: fmtTime(s.last_tick_ms) }), el("td", { class: "next-tick", text: fmtTime(s.next_ms) }),
@@ -772,6 +779,31 @@ async function schedulesPage(main, info) {
   };
   await load();
   poller.every(2000, load);
+}
+
+// The form that creates a schedule at run time: a cron expression or an
+// interval, and the JSON input of its runs.
+function scheduleForm(act) {
+  const form = el("form", { class: "action-form", id: "schedule-create", onsubmit: async (e) => {
+    e.preventDefault();
+    const data = new FormData(form);
+    const text = (k) => String(data.get(k) || "").trim();
+    const body = { workflow: text("workflow") };
+    for (const k of ["cron", "every", "tz", "queue"]) if (text(k)) body[k] = text(k);
+    if (text("input")) {
+      try { body.input = JSON.parse(text("input")); } catch (err) { document.getElementById("schedule-message").textContent = `the input is not JSON: ${err.message}`; return; }
+    }
+    if (await act(text("name"), "create", body)) form.reset();
+  } },
+  el("label", {}, "name ", el("input", { name: "name", id: "schedule-name", required: true, size: "14" })),
+  el("label", {}, "workflow ", el("input", { name: "workflow", id: "schedule-workflow", required: true, size: "14" })),
+  el("label", {}, "cron ", el("input", { name: "cron", id: "schedule-cron", placeholder: "0 2 * * *", size: "12" })),
+  el("label", {}, "or every ", el("input", { name: "every", id: "schedule-every", placeholder: "15m", size: "6" })),
+  el("label", {}, "time zone ", el("input", { name: "tz", id: "schedule-tz", placeholder: "UTC", size: "12" })),
+  el("label", {}, "input ", el("input", { name: "input", id: "schedule-input", placeholder: "JSON", size: "14" })),
+  el("label", {}, "queue ", el("input", { name: "queue", id: "schedule-queue", size: "8" })),
+  el("button", { type: "submit", id: "schedule-submit", text: "Create" }));
+  return el("section", { id: "schedule-create-section" }, el("h2", { text: "New schedule" }), form);
 }
 
 // --- routing ---------------------------------------------------------------------------
