@@ -220,7 +220,7 @@ async def test_patched_takes_the_new_branch_for_new_runs_only() -> None:
         await ctx.sleep("wait", "1h")
         return "old"
 
-    @fusee.workflow("versioned", versioning="auto")  # takes the old code's runs over
+    @fusee.workflow("versioned")
     async def new(ctx: fusee.Ctx) -> str:
         branch = "new" if ctx.patched("fix") else "old"
         await ctx.step("a", lambda: 1)

@@ -120,8 +120,7 @@ async def _diverge(
 ) -> DeterminismError:
     """Runs ``old`` until it sleeps, then recovers the run under ``new``'s code."""
     old_wf = fusee.workflow("wf")(old)
-    # The new code takes the old runs over (what this checks is its replay).
-    new_wf = fusee.workflow("wf", versioning="auto")(new)
+    new_wf = fusee.workflow("wf")(new)
     async with TestEngine(workflows=[old_wf]) as t:
         await t.start(old_wf, "d-1")
         await t.settle()
@@ -292,7 +291,7 @@ async def test_a_diverged_run_changes_nothing_recorded() -> None:
         return "done"
 
     old_wf = fusee.workflow("wf")(old)
-    new_wf = fusee.workflow("wf", versioning="auto")(new)
+    new_wf = fusee.workflow("wf")(new)
     async with TestEngine(workflows=[old_wf]) as t:
         await t.start(old_wf, "d-1")
         await t.settle()

@@ -189,6 +189,12 @@ class Engine(BulkActions):
             else derived_version(self.workflows.values())
         )
         self.version_number = version_number(self.version)
+        # Whether a pinned run of another version waits for a worker of its
+        # own: only under a version given to it (a release, a commit). A
+        # derived version changes with every edit of a workflow: under one,
+        # runs move to the code the engine has, under the patching rules, as
+        # they did before versions were recorded.
+        self.pins = version is not None
         if type(shards) is not int or shards < 1:
             raise ValueError(f"shards must be an int >= 1, got {shards!r}")
         self.park_after_ms = duration_ms(park_after)
@@ -368,7 +374,8 @@ class Engine(BulkActions):
                 every run records the one it started on, and a run of a
                 ``versioning="pinned"`` workflow runs on its version only
                 (see ``docs/deploys``). None: derived from the workflows'
-                source (`fusee.remote._versions.derived_version`).
+                source (`fusee.remote._versions.derived_version`), recorded
+                but pinning nothing: every run goes on with this code.
 
         Example:
             >>> async def main() -> None:
@@ -469,7 +476,12 @@ class Engine(BulkActions):
             if row.status == RunStatus.QUEUED:
                 continue  # no code yet: `Queues.recover` admits it
             wf = self.workflows.get(row.workflow)
-            if row.version not in ("", self.version) and wf is not None and wf.versioning != "auto":
+            if (
+                self.pins
+                and row.version not in ("", self.version)
+                and wf is not None
+                and wf.versioning != "auto"
+            ):
                 # Pinned to the version it started on: a worker of that version runs it.
                 elsewhere[row.version] = elsewhere.get(row.version, 0) + 1
                 continue

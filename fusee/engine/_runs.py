@@ -134,9 +134,15 @@ class Runs:
         """Whether this engine runs a run of ``wf`` started on version ``version`` (its number).
 
         A pinned workflow's run runs on its version only; an ``auto`` one's,
-        and one started before versions were recorded, on any.
+        one started before versions were recorded, and any run of an engine
+        that does not pin (`Engine.pins`), on any.
         """
-        return version in (UNVERSIONED, self._engine.version_number) or wf.versioning == "auto"
+        engine = self._engine
+        return (
+            not engine.pins
+            or version in (UNVERSIONED, engine.version_number)
+            or wf.versioning == "auto"
+        )
 
     def put_row(self, state: RunState) -> None:
         """Queues ``state``'s row with the next group commit."""

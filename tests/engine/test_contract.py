@@ -409,7 +409,7 @@ async def test_a_diverged_run_shows_diverged_everywhere(host: Host) -> None:
         await ctx.sleep("nap", "1m")
         return "old"
 
-    @fusee.workflow("versioned", versioning="auto")  # takes the old code's runs over
+    @fusee.workflow("versioned")
     async def new(ctx: fusee.Ctx) -> str:
         await ctx.step("b", lambda: 1)
         await ctx.sleep("nap", "1m")

@@ -153,7 +153,7 @@ async def test_replayed_code_that_sets_another_key_is_a_determinism_error(host: 
         await ctx.wait_for(go)
         return "old"
 
-    @fusee.workflow("keys", versioning="auto")  # takes the old code's runs over
+    @fusee.workflow("keys")
     async def new(ctx: fusee.Ctx) -> str:
         await ctx.set_event("b", 1)  # was "a": the journal says otherwise
         await ctx.wait_for(go)

@@ -118,7 +118,7 @@ async def test_a_run_whose_code_changed_stops_with_a_determinism_error(host: Hos
         await ctx.wait_for(go)
         return "old"
 
-    @fusee.workflow("versioned", versioning="auto")  # takes the old code's runs over
+    @fusee.workflow("versioned")
     async def new(ctx: fusee.Ctx) -> str:
         await ctx.step("b", lambda: 1)  # was "a": the journal says otherwise
         await ctx.wait_for(go)
