@@ -892,9 +892,9 @@ class RunDriver:
         The host calls `turn` after it has offered the signal to the run's
         waits, if `signals_due` says a handler may be owed it.
         """
-        if self.end is not None or self.loop.is_shutting_down():
-            return
-        self.machine.gate = self.host.append(self, signal)
+        self.append(signal)
+        # Listed even when the run's end or shutdown kept it from the journal,
+        # as the host lists it: ordinals stay the host's (`signal_taken`).
         self._signals.append(signal)
         self._signal_at.append(_AFTER_REPLAY if self.machine.is_replaying() else self._delivered)
 
