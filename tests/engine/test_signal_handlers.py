@@ -92,6 +92,31 @@ async def test_a_signal_the_workflow_waits_for_stays_buffered_for_a_later_wait(
         assert await run.result() == [False]
 
 
+@fusee.workflow("latecomer")
+async def latecomer(ctx: fusee.Ctx) -> list[object]:
+    # Defined inside the workflow: a name its module does not know.
+    late = fusee.signal("late", str)
+    heard: list[object] = []
+    ctx.on_signal(None, lambda name, payload: heard.append(payload))
+    await ctx.sleep("nap", "1m")
+    # The dynamic handler took the earlier `late`: this wait does not get it.
+    heard.append(await ctx.wait_for(late, timeout="1m"))
+    return heard
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_signal_the_dynamic_handler_took_is_no_later_waits(host: Host, crash: bool) -> None:
+    async with host(workflows=[latecomer]) as t:
+        run = await t.start(latecomer, "late-1")
+        await run.signal(fusee.signal("late", str), "first")
+        await t.settle()
+        if crash:
+            await t.crash()
+        await t.advance("1m")
+        await run.signal(fusee.signal("late", str), "second")
+        assert await run.result() == ["first", "second"]
+
+
 @fusee.workflow("tally")
 async def tally(ctx: fusee.Ctx) -> list[str]:
     calls: list[str] = []
