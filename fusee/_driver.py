@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import inspect
+import logging
 import sys
 import time
 import traceback
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from fusee import _codec
-from fusee._definitions import update
+from fusee._definitions import KnownSignals, update
 from fusee._loop import WorkflowLoop
 from fusee._runtime import CURRENT_UPDATE, ContinueAsNew, Handlers, StepCall, UpdateInfo
 from fusee.context import Ctx, begin_sleep
@@ -48,11 +50,19 @@ from fusee.machine import (
     StepCompleted,
 )
 from fusee.record import (
+    Cancel,
+    ChildDone,
+    Completed,
     Done,
+    Fired,
     Record,
+    Signal,
     Start,
     Status,
+    Step,
     Timer,
+    Update,
+    Waited,
 )
 
 if TYPE_CHECKING:
@@ -69,6 +79,17 @@ _CONTINUED = Status.CONTINUED
 # The files of fusee itself: a determinism error names the first frame of a
 # call stack outside them, the user's line.
 _FUSEE_DIR = __file__.rsplit("/", 1)[0]
+
+log = logging.getLogger("fusee.driver")
+
+# The records the machine replays as deliveries (with a `Waited` that is not
+# an abandonment): a signal reaches the code's handlers once the code has
+# taken as many deliveries as its journal holds before the signal.
+_DELIVERIES = frozenset((Step, Fired, ChildDone, Completed, Cancel, Update))
+
+# A live signal that arrived while the code still replayed: its place is
+# once the replay is done.
+_AFTER_REPLAY = -1
 
 
 class RunHost(Protocol):
@@ -271,6 +292,35 @@ class RunDriver:
         # Keyed by id(): timer handles compare (and hash) by value.
         self._loop_timers: dict[int, int] = {}
         self.handlers = Handlers()
+        # The run's signals by ordinal, and for each the deliveries the code
+        # had taken when it reached the journal (`_AFTER_REPLAY`: see there).
+        self._signals: list[Signal] = []
+        self._signal_at: list[int] = []
+        self._delivered = 0
+        delivered = 1 if start.update is not None else 0
+        for i in range(1, len(journal)):
+            rec = journal[i]
+            t = type(rec)
+            if t is Signal:
+                assert isinstance(rec, Signal)
+                self._signals.append(rec)
+                self._signal_at.append(delivered)
+            elif t in _DELIVERIES:
+                delivered += 1
+            elif t is Waited:
+                assert isinstance(rec, Waited)
+                if not rec.outcome.is_abandoned:
+                    delivered += 1
+        # Signals the code has reached (handed to handlers at arrival), those
+        # a handler got, and those the dynamic handler took (no wait does).
+        self._signals_reached = 0
+        self.signals_handled: set[int] = set()
+        self.signals_taken: set[int] = set()
+        # Names the code has begun a wait for, and those the workflow's
+        # module defines: the dynamic handler leaves their signals to waits.
+        self._waited: set[str] = set()
+        self._known: frozenset[str] | None = None
+        self._handler_error: BaseException | None = None
         self.update_waiters: dict[int, Callable[[Status, bytes], None]] = {}
         self.main: asyncio.Task[Any] | None = None
         self.end: RunEnd | None = None
@@ -354,23 +404,34 @@ class RunDriver:
                 if self.error is not None:
                     self._stop()
                     break
+                if self._handler_error is not None:
+                    self._handler_failed(self._handler_error)
+                    break
                 if main.done():
                     self._finish(main)
                     break
+                if self._signals_reached < len(self._signals) and self.signals_due():
+                    # Handed over before the next delivery (the handlers'
+                    # tasks run first), as where the signal is recorded.
+                    self._reach_signals()
+                    continue
                 n = m.next()
                 t = type(n)
                 if t is DeliverLive:
                     assert isinstance(n, DeliverLive)
+                    self._delivered += 1
                     self._deliver_live(
                         n.seq, n.outcome, n.record.record(self.run, n.seq, n.outcome)
                     )
                 elif t is Deliver:
                     assert isinstance(n, Deliver)
+                    self._delivered += 1
                     if n.record is not None:
                         self._append(n.record)
                     self._resolve(n.seq, n.outcome.status, n.outcome.payload)
                 elif t is CancelAll:
                     assert isinstance(n, CancelAll)
+                    self._delivered += 1
                     if n.record is not None:
                         self._append(n.record)
                     reason = _reason_text(n.reason)
@@ -402,19 +463,31 @@ class RunDriver:
         self._resolve(seq, outcome.status, outcome.payload)
 
     def _finish(self, main: asyncio.Task[Any]) -> None:
-        m = self.machine
-        recorded = m.recorded_done()
         status, payload = self._main_outcome(main)
         if status is None:
             return
-        if status is _FAILED and self.on_bug is not None and recorded is None:
-            exc = main.exception()
-            if exc is not None and is_bug(exc):
-                # Nothing is recorded: a resume replays the journal on the
-                # code deployed since, which may go on where this raised.
-                self.bug = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                self.on_bug(self, self.bug)
-                return
+        self._end(status, payload, main.exception() if status is _FAILED else None)
+
+    def _handler_failed(self, exc: BaseException) -> None:
+        """A signal handler raised: the run ends as if its main code had raised ``exc``."""
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        self._end(_FAILED, _codec.encode([type(exc).__name__, str(exc), tb]), exc)
+
+    def _end(self, status: Status, payload: bytes, exc: BaseException | None) -> None:
+        m = self.machine
+        recorded = m.recorded_done()
+        if (
+            status is _FAILED
+            and self.on_bug is not None
+            and recorded is None
+            and exc is not None
+            and is_bug(exc)
+        ):
+            # Nothing is recorded: a resume replays the journal on the code
+            # deployed since, which may go on where this raised.
+            self.bug = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            self.on_bug(self, self.bug)
+            return
         try:
             m.check_end()
         except DeterminismError as e:
@@ -666,6 +739,7 @@ class RunDriver:
             # it, so it skips the queue; and it owns no stream to end
             # (`take_live_step`), so its record is all there is to append.
             m.gate = self.host.append_step(self, seq, live.name, live.attempt, status, payload)
+            self._delivered += 1
             self._resolve(seq, status, payload)
         elif not m.complete(seq, StepCompleted(status, payload)):
             return
@@ -740,7 +814,9 @@ class RunDriver:
                 return
             ordinal, record = self.machine.accept_update(n.name, n.id, n.payload)
             self._append(record)
+            self._delivered += 1
         else:
+            self._delivered += 1
             ordinal = n.ordinal
             if entry is None:
                 self._diverged(
@@ -807,6 +883,142 @@ class RunDriver:
         except Exception as e:
             raise QueryFailed(name, self.id, type(e).__name__, str(e)) from e
         return _codec.encode(answer, name=f"the answer to query '{name}'")
+
+    # --- signals ---------------------------------------------------------------------------------
+
+    def append_signal(self, signal: Signal) -> None:
+        """Appends signal ``signal`` that arrived for the run (`append`); its handlers get it.
+
+        The host calls `turn` after it has offered the signal to the run's
+        waits, if `signals_due` says a handler may be owed it.
+        """
+        self.append(signal)
+        # Listed even when the run's end or shutdown kept it from the journal,
+        # as the host lists it: ordinals stay the host's (`signal_taken`).
+        self._signals.append(signal)
+        self._signal_at.append(_AFTER_REPLAY if self.machine.is_replaying() else self._delivered)
+
+    def signals_due(self) -> bool:
+        """Whether a signal the code has not reached is now at its place in the journal."""
+        i = self._signals_reached
+        if i >= len(self._signals):
+            return False
+        at = self._signal_at[i]
+        if at == _AFTER_REPLAY:
+            if self.machine.is_replaying():
+                return False
+            # The first look after the replay's last delivery (the turn looks
+            # after each): the place a replay of the journal finds it at.
+            at = self._signal_at[i] = self._delivered
+        return at <= self._delivered
+
+    def signal_taken(self, ordinal: int) -> bool:
+        """Whether the dynamic handler took signal ``ordinal``, so no wait may have it."""
+        return ordinal in self.signals_taken
+
+    def wait_begun(self, name: str) -> None:
+        """The code began a wait for signal ``name`` (`Runtime`)."""
+        self._waited.add(name)
+
+    def signal_handler_set(self, name: str | None) -> None:
+        """A handler for ``name`` (None: dynamic) is set (`Runtime`): it gets what it missed."""
+        for i in range(self._signals_reached):
+            if i in self.signals_handled:
+                continue
+            sig_name = self._signals[i].name
+            if name is None:
+                if sig_name not in self.handlers.signals and self._dynamic_takes(sig_name):
+                    self._call_dynamic(i)
+            elif sig_name == name:
+                self._call_named(i)
+
+    def _reach_signals(self) -> None:
+        while self._signals_reached < len(self._signals) and self.signals_due():
+            i = self._signals_reached
+            self._signals_reached = i + 1
+            name = self._signals[i].name
+            if name in self.handlers.signals:
+                self._call_named(i)
+            elif self.handlers.dynamic_signal is not None and self._dynamic_takes(name):
+                self._call_dynamic(i)
+
+    def _dynamic_takes(self, name: str) -> bool:
+        if name in self._waited:
+            return False
+        known = self._known
+        if known is None:
+            known = self._known = frozenset(KnownSignals.of_workflows([self.workflow]).names())
+        return name not in known
+
+    def _call_named(self, ordinal: int) -> None:
+        sig = self._signals[ordinal]
+        decode, handler = self.handlers.signals[sig.name]
+        self.signals_handled.add(ordinal)
+        try:
+            value = decode(sig.payload)
+        except PayloadError as e:
+            self._left_out(ordinal, e)
+            return
+        self._start_handler(ordinal, handler, (value,))
+
+    def _call_dynamic(self, ordinal: int) -> None:
+        sig = self._signals[ordinal]
+        handler = self.handlers.dynamic_signal
+        assert handler is not None
+        self.signals_handled.add(ordinal)
+        self.signals_taken.add(ordinal)
+        try:
+            value = _codec.decode(sig.payload)
+        except PayloadError as e:
+            self._left_out(ordinal, e)
+            return
+        self._start_handler(ordinal, handler, (sig.name, value))
+
+    def _left_out(self, ordinal: int, error: PayloadError) -> None:
+        if not self.machine.is_replaying():
+            log.warning(
+                "run %r left out signal %r #%d: its payload does not fit its handler's type (%s)",
+                self.id,
+                self._signals[ordinal].name,
+                ordinal,
+                error,
+            )
+
+    def _start_handler(
+        self, ordinal: int, handler: Callable[..., Any], args: tuple[Any, ...]
+    ) -> None:
+        context = None
+        if CURRENT_UPDATE.get() is not None:
+            # Set from inside an update handler: the signal's handler is in
+            # no update.
+            context = contextvars.copy_context()
+            context.run(CURRENT_UPDATE.set, None)
+        self.loop.create_task(
+            self._run_signal_handler(handler, args),
+            name=f"{self.id}-signal-{ordinal}",
+            context=context,
+        )
+
+    async def _run_signal_handler(self, handler: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            result = handler(*args)
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            # The run's cancellation (or shutdown) reached the handler: the
+            # run's main code decides how the run ends.
+            return
+        except ContinueAsNew:
+            error: BaseException = RuntimeError(
+                "ctx.continue_as_new was called in a signal handler; "
+                "call it from the workflow function"
+            )
+        except Exception as e:
+            error = e
+        else:
+            return
+        if self._handler_error is None:
+            self._handler_error = error
 
     # --- streams ---------------------------------------------------------------------------------
 

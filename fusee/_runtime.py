@@ -105,7 +105,7 @@ class StepCall:
 
 @dataclass(slots=True, eq=False)
 class Handlers:
-    """The query and update handlers workflow code registered (``ctx.on_query``, ...)."""
+    """The query, update and signal handlers workflow code registered (``ctx.on_query``, ...)."""
 
     queries: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     updates: dict[str, tuple[UpdateDef[Any], Callable[[Any], Any], Callable[[Any], Any] | None]] = (
@@ -115,6 +115,12 @@ class Handlers:
     """``ctx.on_query(None, h)``: called ``h(name, arg)`` for a query no handler names."""
     dynamic_update: tuple[Callable[[str, Any], Any], Callable[[str, Any], Any] | None] | None = None
     """``ctx.on_update(None, h, validator)``: for an update no handler names."""
+    signals: dict[str, tuple[Callable[[bytes], Any], Callable[[Any], Any]]] = field(
+        default_factory=dict
+    )
+    """``ctx.on_signal(sig, h)``: the signal's decoder and ``h``, by name."""
+    dynamic_signal: Callable[[str, Any], Any] | None = None
+    """``ctx.on_signal(None, h)``: called ``h(name, payload)`` for a signal no one else takes."""
 
     def update_result_decoder(self, name: str) -> Callable[[bytes], Any] | None:
         """What update ``name``'s result decodes to: its `UpdateDef`'s ``result_type``, or
@@ -216,4 +222,12 @@ class Runtime(Protocol):
 
     def diverged_at_call(self, error: DeterminismError) -> DeterminismError:
         """A ctx call found the code off its journal: the run stops after the turn."""
+        ...
+
+    def wait_begun(self, name: str) -> None:
+        """The code began a ``wait_for`` of signal ``name``: the dynamic handler leaves it alone."""
+        ...
+
+    def signal_handler_set(self, name: str | None) -> None:
+        """A handler for ``name`` (None: the dynamic one) is set: it gets the signals it missed."""
         ...

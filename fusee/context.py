@@ -470,6 +470,7 @@ class Ctx:
         # run's signals to the wait then, and the wait's type decides
         # which it takes.
         fut = d.register(seq, "wait", signal.name, signal.decode)
+        d.wait_begun(signal.name)
         d.append(arm.record)
         return fut
 
@@ -751,6 +752,59 @@ class Ctx:
             self._rt.handlers.dynamic_query = handler
             return
         self._rt.handlers.queries[query.name] = handler
+
+    @overload
+    def on_signal(
+        self, signal: Waitable[T], handler: Callable[[T], Any] | Callable[[T], Awaitable[Any]]
+    ) -> None: ...
+    @overload
+    def on_signal(
+        self,
+        signal: None,
+        handler: Callable[[str, Any], Any] | Callable[[str, Any], Awaitable[Any]],
+    ) -> None: ...
+
+    def on_signal(self, signal: Waitable[Any] | None, handler: Callable[..., Any]) -> None:
+        """Calls ``handler(payload)`` for each signal ``signal`` the run receives.
+
+        The handler (sync, or async: it then runs as workflow code and may
+        await steps and sleeps) is called in journal order, at the signal's
+        place in the journal, so a replay calls it at the same point with
+        the same payloads. Signals the run received before the handler was
+        set are handed to it at once, oldest first. It sees every signal of
+        its name, including one a ``wait_for`` also takes. A payload that
+        does not fit the signal's type is logged and left out. A handler
+        that raises is a bug in workflow code: the run fails (or pauses,
+        with ``on_error="pause"``). Setting a handler again replaces it.
+
+        With ``signal=None`` the handler is dynamic, called
+        ``handler(name, payload)`` (plain values) for each signal no other
+        handler or wait takes. The rule, so that a signal meant for
+        ``wait_for`` never goes astray: a signal whose name has a named
+        handler is that handler's; one whose name the workflow waits for (a
+        ``fusee.signal`` defined at the top level of the workflow's module,
+        as the doors know it, or a name the code has begun a ``wait_for``
+        of) stays buffered for its waits; any other signal (a name the
+        workflow does not know) is the dynamic handler's, taken at its
+        arrival, and a later ``wait_for`` of that name does not see it.
+
+        Example:
+            >>> import fusee
+            >>> seen = fusee.signal("seen", str)
+            >>> async def f(ctx: Ctx) -> None:
+            ...     views: list[str] = []
+            ...     other: list[tuple[str, object]] = []
+            ...     ctx.on_signal(seen, views.append)
+            ...     ctx.on_signal(None, lambda name, payload: other.append((name, payload)))
+        """
+        if not callable(handler):
+            raise TypeError(f"ctx.on_signal needs a callable handler, got {handler!r}")
+        if signal is None:
+            self._rt.handlers.dynamic_signal = handler
+            self._rt.signal_handler_set(None)
+            return
+        self._rt.handlers.signals[signal.name] = (signal.decode, handler)
+        self._rt.signal_handler_set(signal.name)
 
     @overload
     def on_update(

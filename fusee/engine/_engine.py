@@ -1123,7 +1123,7 @@ class Engine(BulkActions):
             if carried.dedup:
                 state.dedups.add(carried.dedup)
             state.signals.append(carried)
-            state.driver.append(carried)
+            state.driver.append_signal(carried)
         state.driver.start()
         return state.driver.machine.gate
 
@@ -1463,13 +1463,17 @@ class Engine(BulkActions):
                 deliver_command(deliver_to.id, deliver_to.run, deliver_to.seq, completion),
             )
             deliver_to = None
+        # A signal a handler of the code got was heard: not carried to a next run.
+        handled = state.driver.signals_handled
         unconsumed = (
-            [s for i, s in enumerate(state.signals) if i not in state.consumed]
+            [s for i, s in enumerate(state.signals) if i not in state.consumed and i not in handled]
             if state.signals
             else []
         )
         # Set-aside signals were logged when a wait refused them.
         heard = state.consumed | state.set_aside if state.set_aside else state.consumed
+        if handled:
+            heard = heard | handled
         unheard = [s for i, s in enumerate(state.signals) if i not in heard] if unconsumed else []
         if unheard and done.status is not Status.CONTINUED:
             log.warning(

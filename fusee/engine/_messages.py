@@ -112,6 +112,7 @@ class Messages:
 
         A wait takes the oldest signal of its name whose payload fits its
         type; one that does not fit is set aside (logged, left unconsumed).
+        One the code's dynamic signal handler took is no wait's.
         """
         if not state.waits:
             return
@@ -129,7 +130,11 @@ class Messages:
                 # offered its signals once it is (`Runs.wake` after replay).
                 continue
             for ordinal, sig in enumerate(state.signals):
-                if sig.name == name and ordinal not in state.consumed:
+                if (
+                    sig.name == name
+                    and ordinal not in state.consumed
+                    and not driver.signal_taken(ordinal)
+                ):
                     try:
                         decode(sig.payload)
                     except PayloadError as e:
@@ -276,9 +281,12 @@ class Messages:
             state.dedups.add(dedup)
         sig = Signal(state.run, name, dedup, payload, by)
         state.signals.append(sig)
-        state.driver.append(sig)
+        state.driver.append_signal(sig)
         lsn = state.driver.machine.gate
         self.match(state)
+        if state.driver.signals_due():
+            # No wait took it: the code's signal handlers get it now.
+            state.driver.turn()
         await engine.committer.durable(lsn)
 
     async def _target(self, id: str) -> RunState | None:
