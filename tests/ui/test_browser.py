@@ -194,7 +194,9 @@ def test_pages_update_live(browser: Browser, page: Page, tmp_path: Path) -> None
 
 
 @contextlib.contextmanager
-def engine_serving(data: Path, *, schedules: bool = False) -> Iterator[None]:
+def engine_serving(
+    data: Path, *, schedules: bool = False, version: str | None = None
+) -> Iterator[None]:
     """An engine serving ``data`` in a thread of its own (it applies the page's commands).
 
     It checks signals as ``fusee worker`` does: a payload against the type of
@@ -212,6 +214,7 @@ def engine_serving(data: Path, *, schedules: bool = False) -> Iterator[None]:
             workflows=WORKFLOWS,
             durability="none",
             schedules=SCHEDULES if schedules else (),
+            version=version,
         ) as engine:
             engine.inbox.check_signal = signal_checker({go.name: go})
             ready.set()
@@ -258,10 +261,10 @@ def test_a_fork_from_the_run_page_opens_the_new_run(page: Page, tmp_path: Path) 
 
 
 @contextlib.contextmanager
-def acting(data: Path, *, schedules: bool = False) -> Iterator[str]:
+def acting(data: Path, *, schedules: bool = False, version: str | None = None) -> Iterator[str]:
     """``data`` served by an engine and by the app, acting through a Client; the app's URL."""
     with (
-        engine_serving(data, schedules=schedules),
+        engine_serving(data, schedules=schedules, version=version),
         served(create_app(str(data), actions=ClientActions(str(data)))) as base,
     ):
         yield base
@@ -563,9 +566,12 @@ def test_the_runs_page_warns_of_a_version_with_runs_and_no_worker(
 ) -> None:
     data = make_store(tmp_path / "data")
     start_waiting(data, "order-old", version="v-old")
-    with acting(data) as base:
+    # The serving engine is given its version: it pins (a derived one would
+    # take the old run over).
+    with acting(data, version="v-new") as base:
         page.goto(f"{base}/")
-        expect(page.locator("#version-warnings .version-warning")).to_have_text(
+        old = page.locator("#version-warnings .version-warning", has_text="version v-old")
+        expect(old).to_have_text(
             "version v-old: 1 unfinished run(s) started on version 'v-old' and no worker runs "
             "it: its pinned runs wait until a worker of that version runs"
         )
