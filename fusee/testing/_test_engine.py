@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextvars
-import datetime
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal
 
 from fusee._driver import _error_of
 from fusee._durations import parse_duration
@@ -20,8 +19,9 @@ from fusee._payloads import DEFAULT_MAX_PAYLOAD, DEFAULT_OFFLOAD_OVER, DEFAULT_W
 from fusee.engine import Engine
 from fusee.engine._clock import VirtualClock
 from fusee.engine._hooks import Hooks
-from fusee.engine._run import IdPolicy, Run, RunInfo
+from fusee.engine._run import Run, RunInfo
 from fusee.engine._schedules import check_schedules
+from fusee.engine._starts import Executes, StartOptions
 from fusee.errors import FuseeError, RunPaused, UnknownWorkflow, WatchdogError
 from fusee.record import PAUSED, Attempt, Resume, Step, decode
 from fusee.store import Store
@@ -42,9 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TestEngine"]
 
-T = TypeVar("T")
-I = TypeVar("I")  # noqa: E741 - a workflow's input type
-
 # The run whose result the current task awaits: the wait that skips idle
 # time reads it to tell a paused run from one that waits for the test.
 _awaited: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -52,7 +49,7 @@ _awaited: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 
-class TestEngine:
+class TestEngine(Executes):
     """The engine on the memory store and a virtual clock, with crashes and mocks.
 
     Args:
@@ -226,115 +223,16 @@ class TestEngine:
 
     # --- the Engine API, on the current engine ---------------------------------------------
 
-    @overload
-    async def start(
-        self,
-        workflow: WorkflowDef[None, T],
-        id: str,
-        input: None = None,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[T]: ...
-    @overload
-    async def start(
-        self,
-        workflow: WorkflowDef[I, T],
-        id: str,
-        input: I,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[T]: ...
-    @overload
-    async def start(
-        self,
-        workflow: str,
-        id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[Any]: ...
-
-    async def start(
+    async def _start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
         id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = IdPolicy.REJECT,
-        queue: Queue | str | None = None,
-        key: str | None = None,
-        priority: int = 0,
-        debounce: Any = None,
-        timeout: Any = None,
-        delay: Any = None,
-        start_at: datetime.datetime | None = None,
+        input: Any,
+        options: StartOptions,
     ) -> Run[Any]:
         """`Engine.start`; the handle stays valid across crashes."""
-        run = await self.engine.start(
-            workflow,
-            id,
-            input,
-            id_policy=id_policy,
-            queue=queue,
-            key=key,
-            priority=priority,
-            debounce=debounce,
-            timeout=timeout,
-            delay=delay,
-            start_at=start_at,
-        )
+        run = await self.engine._start(workflow, id, input, options)
         return Run(self, run.id)
-
-    @overload
-    async def execute(
-        self,
-        workflow: WorkflowDef[None, T],
-        id: str,
-        input: None = None,
-        *,
-        id_policy: IdPolicy = ...,
-    ) -> T: ...
-    @overload
-    async def execute(
-        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
-    ) -> T: ...
-    @overload
-    async def execute(
-        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
-    ) -> Any: ...
-
-    async def execute(
-        self,
-        workflow: WorkflowDef[Any, Any] | str,
-        id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> Any:
-        """`Engine.execute`, skipping idle time."""
-        run = await self.start(workflow, id, input, id_policy=id_policy)
-        return await run.result()
 
     def get(self, id: str) -> Run[Any]:
         """`Engine.get`; the handle stays valid across crashes."""
