@@ -26,7 +26,17 @@ from fusee import _codec
 from fusee._durations import deadline_after, duration_ms, not_before
 from fusee._payloads import Payloads, default_blobs, install
 from fusee._queue import Queue, QueueStats
-from fusee.engine import BulkActions, BulkResult, Filters, IdPolicy, Run, RunInfo, bulk
+from fusee.engine import (
+    BulkActions,
+    BulkResult,
+    Filters,
+    IdPolicy,
+    Run,
+    RunInfo,
+    StartOptions,
+    Starts,
+    bulk,
+)
 from fusee.errors import Cancelled
 from fusee.remote import KEEP_INPUT, Remote, caller_trace, check_id, queue_stats, row_info
 from fusee.store import Answer, Command, ScheduleRow, Store, open_store
@@ -46,7 +56,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class Client(BulkActions):
+class Client(BulkActions, Starts):
     """Starts and talks to runs that workers serve, without an engine of its own.
 
     Open one with `Client.connect` and use it as an async context manager.
@@ -136,68 +146,32 @@ class Client(BulkActions):
 
     # --- runs ---------------------------------------------------------------------------
 
-    async def start(
+    async def _start(
         self,
-        workflow: WorkflowDef[Any, T] | str,
+        workflow: WorkflowDef[Any, Any] | str,
         id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = IdPolicy.REJECT,
-        queue: Queue | str | None = None,
-        key: str | None = None,
-        priority: int = 0,
-        debounce: Any = None,
-        timeout: Any = None,
-        delay: Any = None,
-        start_at: datetime.datetime | None = None,
-    ) -> Run[T]:
-        """Starts a run on the serving worker; returns once its start is durable.
-
-        Args:
-            workflow: A `fusee.WorkflowDef` or a workflow's name.
-            id: The run's workflow id.
-            input: Its input.
-            id_policy: What to do when the id is taken (`fusee.IdPolicy`).
-            queue: A queue of the worker's (a `fusee.Queue` or its name):
-                the run is ``queued`` until the queue admits it.
-            key: Its key, for the queue's ``per_key`` limit.
-            priority: Lower numbers are admitted first.
-            debounce: A duration: a start of an id still queued replaces its
-                input and holds its admission back this long again.
-            timeout: A duration: the run is cancelled ("deadline exceeded")
-                if it is still going this long after now.
-            delay: A duration: the run is ``queued`` until then
-                (``describe().wake_at``; ``run.start_now()`` starts it early).
-            start_at: A ``datetime``: as ``delay``, until then.
-
-        Raises:
-            fusee.AlreadyExists: The id is taken.
-            fusee.UnknownWorkflow: The worker does not serve that workflow.
-            fusee.UnknownQueue: The worker has no such queue.
-            fusee.PayloadError: ``input`` cannot be encoded, or does not fit
-                the workflow's input type.
-
-        Example:
-            >>> async def main(client: Client) -> None:
-            ...     run = await client.start("checkout", "order-1", {"sku": "A1"}, timeout="1h")
-        """
+        input: Any,
+        options: StartOptions,
+    ) -> Run[Any]:
+        """`start` on the serving worker: posted to the store's inbox, answered once durable."""
         check_id(id, "a run")
         now = round(time.time() * 1000)
-        deadline_ms = deadline_after(now, timeout)
-        not_before_ms = not_before(now, delay, start_at)
+        deadline_ms = deadline_after(now, options.timeout)
+        not_before_ms = not_before(now, options.delay, options.start_at)
         if isinstance(workflow, str):
             name = workflow
         else:
             name = workflow.name
             self._remote.workflows[name] = workflow
         data = _codec.encode(input, name=f"the input of run '{id}'")
-        policy = IdPolicy(id_policy)
+        policy = IdPolicy(options.id_policy)
         fields: dict[str, Any] = {"workflow": name, "input": data, "id_policy": policy.value}
+        queue, debounce = options.queue, options.debounce
         if queue is not None or debounce is not None:
             fields.update(
                 queue=queue.name if isinstance(queue, Queue) else queue,
-                key=key,
-                priority=priority,
+                key=options.key,
+                priority=options.priority,
                 debounce_ms=None if debounce is None else duration_ms(debounce),
             )
         if deadline_ms:

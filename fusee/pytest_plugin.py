@@ -183,7 +183,7 @@ class _Watch:
 
     def __init__(self) -> None:
         from fusee._loop import WorkflowLoop
-        from fusee.testing import _caused_by_simulated_crash
+        from fusee.testing._crash import caused_by_simulated_crash
 
         self.log = _ErrorLog()
         self.loggers = [logging.getLogger("fusee"), logging.getLogger("asyncio")]
@@ -193,7 +193,7 @@ class _Watch:
 
         @functools.wraps(default_handler)
         def observed(loop: WorkflowLoop, context: dict[str, Any]) -> None:
-            if not _caused_by_simulated_crash(context.get("exception")):
+            if not caused_by_simulated_crash(context.get("exception")):
                 log.errors.append(_context_text(context))
             default_handler(loop, context)
 

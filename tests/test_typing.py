@@ -11,9 +11,11 @@ from mypy import api
 SNIPPET = textwrap.dedent(
     """
     import dataclasses
+    import datetime
     from typing import Any
 
     import fusee
+    import fusee.testing
 
     @dataclasses.dataclass
     class Progress:
@@ -58,6 +60,20 @@ SNIPPET = textwrap.dedent(
         await run.signal(review, "yes")  # error: wrong payload
         await run.update(bump, "3")  # error: wrong payload
         wrong: int = await run.result()  # error: wrong result type
+
+    # Engine, TestEngine and Client share one set of start/execute overloads.
+    async def others(t: fusee.testing.TestEngine, client: fusee.Client) -> None:
+        tested: fusee.Run[str] = await t.start(w, "a", 1, timeout="1h", delay="1m")
+        counted: int = await t.execute(bare, "b", id_policy=fusee.IdPolicy.ATTACH)
+        sent: fusee.Run[str] = await client.start(w, "c", 2, queue="q", key="k", priority=1)
+        later = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+        bare_run: fusee.Run[int] = await client.start(bare, "d", start_at=later, debounce="1s")
+        named: fusee.Run[Any] = await client.start("w", "e", {"any": "input"})
+        await t.start(w, "f", "not an int")  # error: wrong input
+        await t.execute(w, "g", "not an int")  # error: wrong input
+        await client.start(w, "h", "not an int")  # error: wrong input
+        mistaken: fusee.Run[int] = await client.start(w, "i", 1)  # error: wrong result type
+        also_wrong: str = await t.execute(bare, "j")  # error: wrong result type
     """
 )
 
@@ -70,5 +86,5 @@ def test_mypy_rejects_a_wrong_input_payload_or_result_type(tmp_path: Path) -> No
         {int(line.split(":")[1]) for line in out.splitlines() if line.startswith(str(path))}
     )
     expected = [n for n, text in enumerate(SNIPPET.splitlines(), 1) if "# error:" in text]
-    assert len(expected) == 6
+    assert len(expected) == 11
     assert lines == expected, out + err

@@ -17,12 +17,11 @@ import builtins
 import collections
 import contextlib
 import dataclasses
-import datetime
 import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Collection, Coroutine, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final
 
 from fusee import _codec
 from fusee._definitions import check_on_error, checked
@@ -55,6 +54,7 @@ from fusee.engine._retention import Retention, retention_ms
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._schedules import Scheduler, check_schedules
+from fusee.engine._starts import Executes, StartOptions
 from fusee.engine._state import RunState
 from fusee.engine._steps import StepExecutor
 from fusee.engine._streams import Streams
@@ -103,9 +103,6 @@ log = logging.getLogger("fusee")
 
 ENGINE_CLOSED: Final = "this engine is closed; open a new one with fusee.Engine.open(...)"
 
-T = TypeVar("T")
-I = TypeVar("I")  # noqa: E741 - a workflow's input type
-
 _STATUS_OF_END = {
     Status.OK: RunStatus.COMPLETED,
     Status.FAILED: RunStatus.FAILED,
@@ -121,7 +118,7 @@ _ENDS_KEPT = 1024
 _LIST_PAGE = 100
 
 
-class Engine(BulkActions):
+class Engine(BulkActions, Executes):
     """The embedded durable execution engine.
 
     Open it with `Engine.open` and use it as an async context manager.
@@ -748,103 +745,14 @@ class Engine(BulkActions):
             raise UnknownWorkflow(unknown_workflow(name, self.workflows))
         return wf
 
-    @overload
-    async def start(
-        self,
-        workflow: WorkflowDef[None, T],
-        id: str,
-        input: None = None,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[T]: ...
-    @overload
-    async def start(
-        self,
-        workflow: WorkflowDef[I, T],
-        id: str,
-        input: I,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[T]: ...
-    @overload
-    async def start(
-        self,
-        workflow: str,
-        id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[Any]: ...
-
-    async def start(
+    async def _start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
         id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = IdPolicy.REJECT,
-        queue: Queue | str | None = None,
-        key: str | None = None,
-        priority: int = 0,
-        debounce: Any = None,
-        timeout: Any = None,
-        delay: Any = None,
-        start_at: datetime.datetime | None = None,
+        input: Any,
+        options: StartOptions,
     ) -> Run[Any]:
-        """Starts a run of ``workflow`` with id ``id``; returns once its start is durable.
-
-        With ``queue`` (a `fusee.Queue` of this engine, or its name) the run
-        is ``queued`` until the queue admits it: lower ``priority`` first,
-        within the queue's limits (``per_key`` counts runs of one ``key``).
-        With ``debounce`` (a duration), a start of an id still queued
-        replaces its input and holds its admission back that long again.
-
-        With ``timeout`` (a duration: ``"1h"``, seconds, a ``timedelta``) the
-        run has a deadline: once it passes, the run is cancelled as by
-        ``run.cancel(reason="deadline exceeded")`` (its code's compensation
-        runs), whichever worker serves it then, after any restart. With
-        ``delay`` (a duration) or ``start_at`` (a ``datetime``) the run is
-        ``queued`` until then (``describe().wake_at``); ``run.start_now()``
-        starts it early, ``run.cancel()`` drops it.
-
-        Raises:
-            TypeError: ``workflow`` is not a `fusee.WorkflowDef` (decorate the
-                function with ``@fusee.workflow``) nor a workflow's name.
-            ValueError: ``id`` is empty or not valid text; ``timeout`` or
-                ``delay`` is not a positive duration; both ``delay`` and
-                ``start_at`` are given.
-            fusee.UnknownWorkflow: The engine was not given that workflow.
-            fusee.UnknownQueue: The engine was not given that queue.
-            fusee.AlreadyExists: The id is taken (see `IdPolicy`).
-            fusee.PayloadError: ``input`` cannot be encoded, or does not fit
-                the workflow's input type (nothing is recorded).
-
-        Example:
-            >>> async def main(engine: Engine) -> None:
-            ...     run = await engine.start("checkout", "order-1", {"sku": "A1"})
-            ...     late = await engine.start("report", "r-1", delay="10m", timeout="1h")
-        """
+        """`start` on this engine: the input checked and encoded, its times made absolute."""
         self.check_open()
         wf = self.workflow(check_workflow(workflow))
         check_id(id, "a run")
@@ -854,13 +762,13 @@ class Engine(BulkActions):
             wf,
             id,
             data,
-            id_policy=id_policy,
-            queue=queue,
-            key=key,
-            priority=priority,
-            debounce=debounce,
-            deadline_ms=deadline_after(now, timeout),
-            not_before_ms=not_before(now, delay, start_at),
+            id_policy=options.id_policy,
+            queue=options.queue,
+            key=options.key,
+            priority=options.priority,
+            debounce=options.debounce,
+            deadline_ms=deadline_after(now, options.timeout),
+            not_before_ms=not_before(now, options.delay, options.start_at),
         )
 
     async def begin(
@@ -1126,41 +1034,6 @@ class Engine(BulkActions):
             state.driver.append_signal(carried)
         state.driver.start()
         return state.driver.machine.gate
-
-    @overload
-    async def execute(
-        self,
-        workflow: WorkflowDef[None, T],
-        id: str,
-        input: None = None,
-        *,
-        id_policy: IdPolicy = ...,
-    ) -> T: ...
-    @overload
-    async def execute(
-        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
-    ) -> T: ...
-    @overload
-    async def execute(
-        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
-    ) -> Any: ...
-
-    async def execute(
-        self,
-        workflow: WorkflowDef[Any, Any] | str,
-        id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> Any:
-        """Starts a run and waits for its result.
-
-        Example:
-            >>> async def main(engine: Engine) -> None:
-            ...     receipt = await engine.execute("checkout", "order-2", {"sku": "A1"})
-        """
-        run = await self.start(workflow, id, input, id_policy=id_policy)
-        return await run.result()
 
     def get(self, id: str) -> Run[Any]:
         """A handle on the run with id ``id`` (checked when used).

@@ -1,73 +1,34 @@
-"""Testing workflows: `TestEngine` and `crash_everywhere`.
+"""The test engine: `TestEngine`, the engine on a virtual clock, with crashes and mocks.
 
-`TestEngine` is the `Engine` on the memory store (or a store the test
-gives it) with a virtual clock that
-stands still until the test moves it (`TestEngine.advance`) or awaits a
-run's result (then idle time skips to the next timer, as in Temporal's
-time-skipping environment). `TestEngine.crash` loses everything but the
-store and recovers, as a process restart would. The dev profile is on:
-every run's journal is replayed against the code when it waits or ends.
-
-Example:
-    >>> import asyncio, fusee
-    >>> @fusee.workflow("nap")
-    ... async def nap(ctx) -> str:
-    ...     await ctx.sleep("nap", "1d")
-    ...     return "rested"
-    >>> async def main() -> str:
-    ...     async with TestEngine(workflows=[nap]) as t:
-    ...         return await t.execute(nap, "nap-1")   # a day passes in no time
-    >>> asyncio.run(main())
-    'rested'
+Time stands still until the test moves it (`TestEngine.advance`) or awaits
+a run's result: then idle time skips to the next timer (`_wait_skipping`).
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import builtins
-import contextlib
 import contextvars
-import dataclasses
-import datetime
-import inspect
-import logging
-import textwrap
 import uuid
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Iterable,
-    Iterator,
-    Mapping,
-    Sequence,
-)
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
 from fusee._driver import _error_of
 from fusee._durations import parse_duration
 from fusee._payloads import DEFAULT_MAX_PAYLOAD, DEFAULT_OFFLOAD_OVER, DEFAULT_WARN_RECORDS
 from fusee.engine import Engine
 from fusee.engine._clock import VirtualClock
-from fusee.engine._commit import Unrecoverable
 from fusee.engine._hooks import Hooks
-from fusee.engine._run import IdPolicy, Run, RunInfo
+from fusee.engine._run import Run, RunInfo
 from fusee.engine._schedules import check_schedules
-from fusee.errors import (
-    Cancelled,
-    FuseeError,
-    RunFinished,
-    RunPaused,
-    UnknownWorkflow,
-    WatchdogError,
-)
-from fusee.record import PAUSED, Attempt, Resume, Start, Step, decode
+from fusee.engine._starts import Executes, StartOptions
+from fusee.errors import FuseeError, RunPaused, UnknownWorkflow, WatchdogError
+from fusee.record import PAUSED, Attempt, Resume, Step, decode
 from fusee.remote._versions import check_version
-from fusee.store import Entry, RunRow, Store
-from fusee.store._queues import QueueItem
+from fusee.store import Store
 from fusee.store.memory import MemoryStore
 from fusee.store.sqlite import SqliteStore
+from fusee.testing._step_names import _step_names
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -80,10 +41,7 @@ if TYPE_CHECKING:
     from fusee.codecs import PayloadCodec
     from fusee.engine._schedules import Scheduler
 
-__all__ = ["TestEngine", "crash_everywhere"]
-
-T = TypeVar("T")
-I = TypeVar("I")  # noqa: E741 - a workflow's input type
+__all__ = ["TestEngine"]
 
 # The run whose result the current task awaits: the wait that skips idle
 # time reads it to tell a paused run from one that waits for the test.
@@ -92,7 +50,7 @@ _awaited: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 
-class TestEngine:
+class TestEngine(Executes):
     """The engine on the memory store and a virtual clock, with crashes and mocks.
 
     Args:
@@ -272,115 +230,16 @@ class TestEngine:
 
     # --- the Engine API, on the current engine ---------------------------------------------
 
-    @overload
-    async def start(
-        self,
-        workflow: WorkflowDef[None, T],
-        id: str,
-        input: None = None,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[T]: ...
-    @overload
-    async def start(
-        self,
-        workflow: WorkflowDef[I, T],
-        id: str,
-        input: I,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[T]: ...
-    @overload
-    async def start(
-        self,
-        workflow: str,
-        id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = ...,
-        queue: Queue | str | None = ...,
-        key: str | None = ...,
-        priority: int = ...,
-        debounce: Any = ...,
-        timeout: Any = ...,
-        delay: Any = ...,
-        start_at: datetime.datetime | None = ...,
-    ) -> Run[Any]: ...
-
-    async def start(
+    async def _start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
         id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = IdPolicy.REJECT,
-        queue: Queue | str | None = None,
-        key: str | None = None,
-        priority: int = 0,
-        debounce: Any = None,
-        timeout: Any = None,
-        delay: Any = None,
-        start_at: datetime.datetime | None = None,
+        input: Any,
+        options: StartOptions,
     ) -> Run[Any]:
         """`Engine.start`; the handle stays valid across crashes."""
-        run = await self.engine.start(
-            workflow,
-            id,
-            input,
-            id_policy=id_policy,
-            queue=queue,
-            key=key,
-            priority=priority,
-            debounce=debounce,
-            timeout=timeout,
-            delay=delay,
-            start_at=start_at,
-        )
+        run = await self.engine._start(workflow, id, input, options)
         return Run(self, run.id)
-
-    @overload
-    async def execute(
-        self,
-        workflow: WorkflowDef[None, T],
-        id: str,
-        input: None = None,
-        *,
-        id_policy: IdPolicy = ...,
-    ) -> T: ...
-    @overload
-    async def execute(
-        self, workflow: WorkflowDef[I, T], id: str, input: I, *, id_policy: IdPolicy = ...
-    ) -> T: ...
-    @overload
-    async def execute(
-        self, workflow: str, id: str, input: Any = None, *, id_policy: IdPolicy = ...
-    ) -> Any: ...
-
-    async def execute(
-        self,
-        workflow: WorkflowDef[Any, Any] | str,
-        id: str,
-        input: Any = None,
-        *,
-        id_policy: IdPolicy = IdPolicy.REJECT,
-    ) -> Any:
-        """`Engine.execute`, skipping idle time."""
-        run = await self.start(workflow, id, input, id_policy=id_policy)
-        return await run.result()
 
     def get(self, id: str) -> Run[Any]:
         """`Engine.get`; the handle stays valid across crashes."""
@@ -662,134 +521,6 @@ class TestEngine:
         await self._open()
 
 
-# The Ctx methods whose first argument names a step function (what mocks replace).
-_STEP_METHODS = frozenset({"step", "await_completion"})
-# How deep `_step_names` follows ctx into helper functions.
-_HELPER_DEPTH = 4
-
-
-def _step_names(fn: Callable[..., Any]) -> set[str] | None:
-    """The step names workflow function ``fn`` can call, or None if they cannot all be known.
-
-    Read from the source: literal names given to ``ctx.step``/``ctx.await_completion``
-    in ``fn`` (nested functions included) and in the functions ``fn`` passes its
-    ctx to. None when a source is not available, a name is not a literal, or
-    ctx goes anywhere else (stored, passed to something that is not a plain
-    function): the names used there cannot be read.
-
-    Example:
-        >>> async def wf(ctx):
-        ...     await ctx.step("a", lambda: 1)
-        ...     await ctx.step(f"b-{1}", lambda: 1)
-        >>> _step_names(wf) is None
-        True
-    """
-    names: set[str] = set()
-    params = _positional_params(fn)
-    if not params:
-        return None
-    return names if _scan(fn, params[0], names, set(), 0) else None
-
-
-def _positional_params(fn: Callable[..., Any]) -> list[str]:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return []
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [p.name for p in sig.parameters.values() if p.kind in kinds]
-
-
-def _function_node(fn: Callable[..., Any]) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == fn.__name__:
-            return node
-    return None
-
-
-def _scan(fn: Callable[..., Any], ctx: str, names: set[str], seen: set[object], depth: int) -> bool:
-    """Adds the step names ``fn`` gives its parameter ``ctx``; False when it cannot tell."""
-    fn = inspect.unwrap(fn)
-    key = (getattr(fn, "__code__", fn), ctx)
-    if key in seen:
-        return True
-    seen.add(key)
-    node = _function_node(fn)
-    if node is None or depth > _HELPER_DEPTH:
-        return False
-    handled: set[int] = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Attribute) and _is_name(sub.value, ctx):
-            handled.add(id(sub.value))
-        if not isinstance(sub, ast.Call):
-            continue
-        func = sub.func
-        if isinstance(func, ast.Attribute) and _is_name(func.value, ctx):
-            if func.attr in _STEP_METHODS:
-                first = sub.args[0] if sub.args else _keyword(sub, "name")
-                if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
-                    return False
-                names.add(first.value)
-            continue
-        passed: list[tuple[int | None, str | None]] = [
-            (i, None) for i, a in enumerate(sub.args) if _is_name(a, ctx)
-        ]
-        passed += [(None, k.arg) for k in sub.keywords if _is_name(k.value, ctx)]
-        if not passed:
-            continue
-        helper = _resolve(fn, func)
-        if helper is None:
-            return False
-        params = _positional_params(helper)
-        for index, keyword in passed:
-            if keyword is None and (index is None or index >= len(params)):
-                return False
-            param = keyword if keyword is not None else params[index or 0]
-            if not _scan(helper, param, names, seen, depth + 1):
-                return False
-        for a in [*sub.args, *(k.value for k in sub.keywords)]:
-            if _is_name(a, ctx):
-                handled.add(id(a))
-    # Any other use of ctx (stored, returned, starred) goes where it cannot be followed.
-    return all(
-        id(sub) in handled
-        for sub in ast.walk(node)
-        if isinstance(sub, ast.Name) and sub.id == ctx and isinstance(sub.ctx, ast.Load)
-    )
-
-
-def _is_name(node: ast.AST | None, name: str) -> bool:
-    return isinstance(node, ast.Name) and node.id == name
-
-
-def _keyword(call: ast.Call, name: str) -> ast.expr | None:
-    return next((k.value for k in call.keywords if k.arg == name), None)
-
-
-def _resolve(fn: Callable[..., Any], func: ast.expr) -> Callable[..., Any] | None:
-    """The plain function a call's ``func`` names in ``fn``'s scope, or None."""
-    parts: list[str] = []
-    while isinstance(func, ast.Attribute):
-        parts.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name):
-        return None
-    try:
-        scope = {**getattr(fn, "__globals__", {}), **inspect.getclosurevars(fn).nonlocals}
-    except (TypeError, ValueError):
-        return None
-    obj = scope.get(func.id)
-    for attr in reversed(parts):
-        obj = getattr(obj, attr, None)
-    obj = inspect.unwrap(obj) if callable(obj) else None
-    return obj if inspect.isfunction(obj) else None
-
-
 def _progress(engine: Engine) -> tuple[int, int, int, int]:
     """What changes whenever the engine does something (settle compares it)."""
     c = engine.committer
@@ -865,320 +596,3 @@ async def _waiting_runs(engine: Engine) -> str:
             what = ", waiting for signal " + ", ".join(repr(n) for n in state.waits.values())
         parts.append(f"{row.id!r} ({row.status}{what})")
     return "it did not end; runs still waiting: " + ("; ".join(parts) or "none")
-
-
-class _CrashAfter(Unrecoverable):
-    """A simulated crash: the process is gone, so the engine does not retry the write."""
-
-
-def _caused_by_simulated_crash(error: BaseException | None) -> bool:
-    """Whether ``error`` is, or was caused by, a crash `crash_everywhere` simulates.
-
-    The pytest plugin's error check lets these pass: they are expected.
-
-    Example:
-        >>> _caused_by_simulated_crash(ValueError("boom"))
-        False
-    """
-    todo = [error] if error is not None else []
-    seen: set[int] = set()
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, _CrashAfter):
-            return True
-        if isinstance(e, BaseExceptionGroup):
-            todo.extend(e.exceptions)
-        todo.extend(c for c in (e.__cause__, e.__context__) if c is not None)
-    return False
-
-
-def _is_simulated_crash(record: logging.LogRecord) -> bool:
-    """Whether log ``record`` reports a simulated crash (in its exception or its args)."""
-    if record.exc_info and _caused_by_simulated_crash(record.exc_info[1]):
-        return True
-    args = record.args if isinstance(record.args, tuple) else ()
-    return any(isinstance(a, BaseException) and _caused_by_simulated_crash(a) for a in args)
-
-
-class _SimulatedCrashFilter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not _is_simulated_crash(record)
-
-
-@contextlib.contextmanager
-def _quiet_simulated_crashes() -> Iterator[None]:
-    """Drops the log records of `crash_everywhere`'s simulated crashes, and only those.
-
-    The engine logs a store failure at ERROR, as it should for a real one;
-    the crashes crash_everywhere makes on purpose would read as failures.
-    """
-    loggers = [logging.getLogger("fusee"), logging.getLogger("asyncio")]
-    quiet = _SimulatedCrashFilter()
-    for logger in loggers:
-        logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        for logger in loggers:
-            logger.removeFilter(quiet)
-
-
-class _LoggingStore(MemoryStore):
-    """A memory store that also keeps every record in log order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.log: list[Entry] = []
-
-    async def append(
-        self,
-        entries: Sequence[Entry],
-        runs: Sequence[RunRow] = (),
-        *,
-        items: Sequence[QueueItem] = (),
-        forget: Sequence[int] = (),
-    ) -> None:
-        await super().append(entries, runs, items=items, forget=forget)
-        self.log.extend(entries)
-
-    def record_count(self) -> int:
-        return len(self.log)
-
-
-class _CrashingStore(_LoggingStore):
-    """A memory store that keeps only its first ``keep`` records, then fails once."""
-
-    def __init__(self, keep: int) -> None:
-        super().__init__()
-        self.keep = keep
-        self.armed = True
-
-    async def append(
-        self,
-        entries: Sequence[Entry],
-        runs: Sequence[RunRow] = (),
-        *,
-        items: Sequence[QueueItem] = (),
-        forget: Sequence[int] = (),
-    ) -> None:
-        if self.armed:
-            room = self.keep - self.record_count()
-            if room < len(entries):
-                self.armed = False
-                if room > 0:
-                    kept, lost = entries[:room], entries[room:]
-                    # A queue item's change goes with its run's records (an
-                    # admission with its `Start`, a freed slot with its
-                    # `Done`): kept where they are all kept, as rows are.
-                    lost_ids = {e.id for e in lost}
-                    before = {id: await self.get(id) for id in lost_ids}
-                    await super().append(
-                        kept,
-                        _rows_of_prefix(kept, lost, runs, before),
-                        items=[i for i in items if i.id not in lost_ids],
-                        forget=forget,
-                    )
-                raise _CrashAfter(f"simulated crash after record {self.keep}")
-        await super().append(entries, runs, items=items, forget=forget)
-
-
-def _rows_of_prefix(
-    kept: Sequence[Entry],
-    lost: Sequence[Entry],
-    runs: Sequence[RunRow],
-    before: Mapping[str, RunRow | None],
-) -> list[RunRow]:
-    """The rows a crash after ``kept`` leaves, as if each run's records and row were one write.
-
-    A run whose records in the batch are all kept keeps its row. A run with
-    records kept and records lost is in the middle of what the batch
-    records: its row says "running", whatever it said before (``before``)
-    or the batch would have made it say, so that recovery loads it and
-    goes on from its journal. A real store writes a batch whole; this
-    prefix is no state it can be in, and "running" is the one row under
-    which the kept records act (a "suspended" row would hide what they
-    owe other runs; an ended one, an end not recorded).
-    """
-    lost_ids = {e.id for e in lost}
-    rows = [row for row in runs if row.id not in lost_ids]
-    have = {row.id for row in rows}
-    batch_rows = {row.id: row for row in runs}
-    for e in kept:
-        if e.id not in lost_ids or e.id in have:
-            continue
-        row = batch_rows.get(e.id) or before.get(e.id)
-        if row is None:
-            rec = decode(e.data)
-            if not isinstance(rec, Start):
-                continue
-            row = RunRow(rec.id, rec.run, rec.wtype, "running", rec.started_ms)
-        rows.append(dataclasses.replace(row, status="running", finished_ms=None, wake_ms=None))
-        have.add(e.id)
-    return rows
-
-
-async def crash_everywhere(
-    workflow: WorkflowDef[Any, T],
-    input: Any = None,
-    *,
-    workflows: Iterable[WorkflowDef[Any, Any]] = (),
-    id: str = "crash-everywhere",
-    mocks: Mapping[tuple[str, str], Callable[..., Any]] | None = None,
-    drive: Callable[[TestEngine, Run[T]], Awaitable[None]] | None = None,
-    within: Any = "30d",
-    engine_options: Mapping[str, Any] | None = None,
-) -> T:
-    """Runs ``workflow`` once, then once per record position, crashing after that record.
-
-    Each crashed run recovers and must end with the same result (a value, an
-    error, or `fusee.Cancelled` for a cancelled run), and no step whose result
-    was durable before the crash may run again. The engine's log records of
-    these simulated crashes are dropped (they are expected); every other
-    record is logged as usual.
-
-    Args:
-        workflow: The workflow under test.
-        input: Its input.
-        workflows: Other workflows it needs (children).
-        id: The run's id.
-        mocks: Step mocks, as for `TestEngine.mock_step`.
-        drive: Called after each start and recovery (to send signals; give
-            them dedup ids so a signal sent twice counts once).
-        within: How much virtual time each run may take to end. A run still
-            waiting then, or waiting for something nothing left will send (a
-            message a crash lost), fails the test.
-        engine_options: More `TestEngine` arguments for every engine
-            (``codecs=``, ``blobs=``, ``max_payload=``, ...).
-
-    Returns:
-        The result, equal in every run.
-
-    Raises:
-        AssertionError: A crashed run ended differently, ran a durable step
-            again, or did not end (naming the crash position and the runs
-            still waiting).
-
-    Example:
-        >>> import asyncio, fusee
-        >>> @fusee.workflow("two")
-        ... async def two(ctx) -> int:
-        ...     a = await ctx.step("a", lambda: 1)
-        ...     return a + await ctx.step("b", lambda: 1)
-        >>> asyncio.run(crash_everywhere(two))
-        2
-    """
-    all_workflows = [workflow, *[w for w in workflows if w is not workflow]]
-    within_ms = round(parse_duration(within) * 1000)
-
-    async def once(store: _LoggingStore) -> tuple[Any, int, TestEngine]:
-        t = TestEngine(all_workflows, store, **(engine_options or {}))
-        t._give_up_at_ms = t.clock.now_ms() + within_ms
-        for (w, s), fn in (mocks or {}).items():
-            t.mock_step(w, s, fn)
-        async with t:
-            while True:
-                try:
-                    # ATTACH: after a crash the start may or may not be durable.
-                    run = await t.start(workflow, id, input, id_policy=IdPolicy.ATTACH)
-                    if drive is not None:
-                        await _drive_again(drive, t, run)
-                    break
-                except Exception:
-                    if not isinstance(t.engine.committer.failed, _CrashAfter):
-                        raise
-                    await t.crash()
-            outcome = await _outcome(t, run, drive)
-            return outcome, store.record_count(), t
-
-    with _quiet_simulated_crashes():
-        result: T = await _crash_passes(once)
-    return result
-
-
-async def _crash_passes(
-    once: Callable[[_LoggingStore], Awaitable[tuple[Any, int, TestEngine]]],
-) -> Any:
-    try:
-        expected, total, _ = await once(_LoggingStore())
-    except _Stalled as e:
-        raise AssertionError(f"without a crash: {e}") from None
-    for keep in range(1, total):
-        store = _CrashingStore(keep)
-        try:
-            got, _, t = await once(store)
-        except _Stalled as e:
-            raise AssertionError(f"crashing after record {keep} of {total}: {e}") from None
-        if got != expected:
-            raise AssertionError(
-                f"crashing after record {keep} of {total} changed the outcome: "
-                f"{got!r} instead of {expected!r}"
-            )
-        _check_no_durable_step_ran_again(t, store, keep)
-    if isinstance(expected, _Raised):
-        raise expected.error
-    return expected
-
-
-class _Raised:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, _Raised)
-            and type(other.error) is type(self.error)
-            and str(other.error) == str(self.error)
-        )
-
-    def __repr__(self) -> str:
-        return f"raised {type(self.error).__name__}: {self.error}"
-
-
-async def _outcome(
-    t: TestEngine, run: Run[Any], drive: Callable[[TestEngine, Run[Any]], Awaitable[None]] | None
-) -> Any:
-    while True:
-        try:
-            return await run.result()
-        except _Stalled:
-            raise
-        # A cancelled run's end (fusee.Cancelled is a BaseException) is an
-        # outcome too; asyncio's own CancelledError cancels the test instead.
-        except (Exception, Cancelled) as e:
-            if not isinstance(t.engine.committer.failed, _CrashAfter):
-                return _Raised(e)
-        # The simulated crash happened: recover and go on.
-        await t.crash()
-        if drive is not None:
-            try:
-                await _drive_again(drive, t, run)
-            except Exception:
-                if not isinstance(t.engine.committer.failed, _CrashAfter):
-                    raise
-
-
-async def _drive_again(
-    drive: Callable[[TestEngine, Run[Any]], Awaitable[None]], t: TestEngine, run: Run[Any]
-) -> None:
-    try:
-        await drive(t, run)
-    except RunFinished:
-        # Recovered at (or past) its end: what drive sends again, with its
-        # dedup ids, had reached the run before the crash.
-        return
-
-
-def _check_no_durable_step_ran_again(t: TestEngine, store: _LoggingStore, keep: int) -> None:
-    durable: set[tuple[str, int, int]] = set()
-    for entry in store.log[:keep]:
-        rec = decode(entry.data)
-        if isinstance(rec, Step):
-            durable.add((entry.id, entry.run, rec.seq))
-    again = [key for life, key in t.step_log if life > 0 and key in durable]
-    if again:
-        raise AssertionError(
-            f"crashing after record {keep}: steps whose results were durable ran again: {again}"
-        )
