@@ -2039,7 +2039,11 @@ def _decode_typed_form(data: bytes, plan: _Plan, name: str) -> Any:
             return decoder(body)  # type: ignore[operator]
         except Exception:
             pass  # the plan decides, and names what is wrong
-    value = _typed_plain(data, name)
+    return _converted(_typed_plain(data, name), plan, name)
+
+
+def _converted(value: Any, plan: _Plan, name: str) -> Any:
+    """``value``, as unpacked, made what ``plan``'s hint says (a `PayloadError` if it cannot be)."""
     convert = plan.convert
     if convert is None or type(value) is plan.fast:
         return value
@@ -2087,14 +2091,7 @@ def decode(data: bytes, hint: object = Any, *, name: str = "value") -> Any:
     plan = _plan_for(hint)
     if type(data) is bytes and data[:1] == _TYPED_MARK:
         return _decode_typed_form(data, plan, name)
-    value = _unpack(data, name)
-    convert = plan.convert
-    if convert is None or type(value) is plan.fast:
-        return value
-    try:
-        return convert(value)
-    except _Mismatch as e:
-        raise _decode_error(e, name, plan) from None
+    return _converted(_unpack(data, name), plan, name)
 
 
 def decoder_for(hint: object = Any, *, name: str = "value") -> Callable[[bytes], Any]:

@@ -11,6 +11,7 @@ past its time bound, so they are never matched.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import datetime
 from collections.abc import Awaitable, Callable, Mapping
@@ -205,7 +206,7 @@ def fork_at_last_failure(store: Store, new_id: str) -> Act:
     return Act(act, unfinished_only=False)
 
 
-class BulkActions:
+class BulkActions(abc.ABC):
     """``cancel_many``, ``resume_many``, ``fork_many``: shared by `fusee.Engine` and `fusee.Client`.
 
     A class using it provides ``store`` and ``_bulk`` (which runs `bulk`
@@ -214,8 +215,9 @@ class BulkActions:
 
     store: Store
 
+    @abc.abstractmethod
     async def _bulk(self, filters: Filters, act: Act, dry_run: bool) -> BulkResult:
-        raise NotImplementedError
+        """Implemented by the class that uses this one."""
 
     async def cancel_many(
         self,

@@ -10,6 +10,7 @@ store's inbox).
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -45,13 +46,14 @@ class StartOptions:
     start_at: datetime.datetime | None
 
 
-class Starts:
+class Starts(abc.ABC):
     """``start``: shared by `fusee.Engine`, `fusee.Client` and `fusee.testing.TestEngine`.
 
     A class using it provides ``_start``, which gets the workflow, the id,
     the input and the other arguments of ``start`` as one `StartOptions`.
     """
 
+    @abc.abstractmethod
     async def _start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
@@ -59,7 +61,7 @@ class Starts:
         input: Any,
         options: StartOptions,
     ) -> Run[Any]:
-        raise NotImplementedError
+        """Implemented by the class that uses this one."""
 
     @overload
     async def start(
