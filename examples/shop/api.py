@@ -11,6 +11,9 @@ Every call that the run's worker answers waits at most a bound and answers
 unanswered until its lease runs out (``fusee worker --lease``, 10 s by
 default), and a web request should not hang that long without saying so.
 What the request posted is stored meanwhile, and the next worker applies it.
+
+It reads and writes payloads with the workers' codecs (`examples.shop.settings`).
+Its admin routes make sales-report schedules at run time (``POST /reports``).
 """
 
 from __future__ import annotations
@@ -21,11 +24,23 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Header, HTTPException, Request
+from pydantic import BaseModel
 
 import fusee
-from examples.shop.models import Address, Approval, Order, OrderView, Receipt
-from examples.shop.workflows import ORDER_WITHIN, approval, change_address, order, orders, status
+from examples.shop import settings
+from examples.shop.models import Address, Approval, Note, Order, OrderView, Receipt, Refund
+from examples.shop.workflows import (
+    ORDER_WITHIN,
+    approval,
+    change_address,
+    note,
+    order,
+    orders,
+    refund,
+    sales_report,
+    status,
+)
 from fusee.store import Store
 
 T = TypeVar("T")
@@ -44,7 +59,19 @@ async def bounded(call: Awaitable[T], what: str, timeout: float = ANSWER_WITHIN_
         ) from None
 
 
-__all__ = ["app", "create_app"]
+__all__ = ["RefundAsked", "ReportSchedule", "app", "create_app"]
+
+
+class RefundAsked(BaseModel):
+    reason: str
+
+
+class ReportSchedule(BaseModel):
+    """A sales report's schedule, made at run time: ``sales-report-{name}``."""
+
+    name: str
+    cron: str
+    to: str
 
 
 def create_app(store: str | Store | None = None) -> FastAPI:
@@ -58,7 +85,9 @@ def create_app(store: str | Store | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         target = store if store is not None else os.environ.get("SHOP_STORE", "./data")
-        async with await fusee.Client.connect(target) as client:
+        # The workers' codecs; a store object (tests) is read as its engine reads it.
+        codecs = settings.codecs() if not isinstance(target, Store) else ()
+        async with await fusee.Client.connect(target, codecs=codecs) as client:
             app.state.client = client
             yield
 
@@ -109,12 +138,39 @@ def create_app(store: str | Store | None = None) -> FastAPI:
             raise HTTPException(404, f"no order {id}") from None
         return view.model_dump()
 
-    @app.patch("/orders/{id}/address")
-    async def move(id: str, address: Address, request: Request) -> OrderView:
+    @app.post("/orders/{id}/notes")
+    async def add_note(
+        id: str,
+        n: Note,
+        request: Request,
+        idempotency_key: str | None = Header(default=None),
+    ) -> dict[str, str]:
         try:
             run = client_of(request).get(id)
+            # A retried request (same Idempotency-Key) adds its note once.
+            await bounded(
+                run.signal(note, n, dedup=idempotency_key),
+                f"the note on order {id} is stored and will be applied",
+            )
+        except fusee.NotFound:
+            raise HTTPException(404, f"no order {id}") from None
+        except fusee.RunFinished:
+            raise HTTPException(409, f"order {id} is closed") from None
+        return {"id": id}
+
+    @app.patch("/orders/{id}/address")
+    async def move(
+        id: str,
+        address: Address,
+        request: Request,
+        idempotency_key: str | None = Header(default=None),
+    ) -> OrderView:
+        try:
+            run = client_of(request).get(id)
+            # The update's id: a retried request is applied once, and the
+            # order's view names the request that moved it.
             view: OrderView = await bounded(
-                run.update(change_address, address),
+                run.update(change_address, address, id=idempotency_key),
                 f"the address of order {id} is stored and will be applied",
             )
         except fusee.NotFound:
@@ -130,6 +186,38 @@ def create_app(store: str | Store | None = None) -> FastAPI:
         except fusee.NotFound:
             raise HTTPException(404, f"no order {id}") from None
         return Receipt.model_validate(result)
+
+    @app.post("/orders/{id}/refund", status_code=201)
+    async def pay_back(id: str, asked: RefundAsked, request: Request) -> dict[str, str]:
+        client = client_of(request)
+        try:
+            done = (await client.get(id).describe()).status == "completed"
+            got = Receipt.model_validate(await client.get(id).result()) if done else None
+        except fusee.NotFound:
+            raise HTTPException(404, f"no order {id}") from None
+        if got is None or got.charge_id is None:
+            raise HTTPException(409, f"order {id} has not shipped; cancel it instead")
+        asking = Refund(order_id=id, charge_id=got.charge_id, reason=asked.reason)
+        try:
+            run = await bounded(client.start(refund, f"{id}-refund", asking), f"the refund of {id}")
+        except fusee.AlreadyExists:
+            raise HTTPException(409, f"order {id} is refunded already") from None
+        refund_id: str = await bounded(run.result(), f"the refund of {id} is stored and will run")
+        return {"id": run.id, "refund": refund_id}
+
+    @app.post("/reports", status_code=201)
+    async def schedule_report(s: ReportSchedule, request: Request) -> dict[str, str]:
+        name = f"sales-report-{s.name}"
+        try:
+            await bounded(
+                client_of(request).schedules.create(name, sales_report, cron=s.cron, input=s.to),
+                f"schedule {name}",
+            )
+        except fusee.AlreadyExists:
+            raise HTTPException(409, f"schedule {name} exists") from None
+        except ValueError as e:
+            raise HTTPException(422, str(e)) from None
+        return {"schedule": name}
 
     return app
 

@@ -13,9 +13,12 @@ __all__ = [
     "Approval",
     "Charge",
     "Item",
+    "Note",
     "Order",
     "OrderView",
     "Receipt",
+    "Refund",
+    "Report",
     "Settlement",
     "Shipment",
 ]
@@ -39,6 +42,7 @@ class Order(BaseModel):
     customer: str
     items: list[Item]
     address: Address
+    notes: list[str] = []
 
     @property
     def total_cents(self) -> int:
@@ -60,10 +64,17 @@ class Charge(BaseModel):
     amount_cents: int
 
 
+class Note(BaseModel):
+    """A customer's note on an order (the ``note`` signal): it goes on the parcel."""
+
+    text: str
+
+
 class Shipment(BaseModel):
     order_id: str
     tracking: str
     address: Address
+    notes: list[str] = []
 
 
 class OrderView(BaseModel):
@@ -73,6 +84,9 @@ class OrderView(BaseModel):
     stage: str
     address: Address
     charge_id: str | None = None
+    notes: list[str] = []
+    # The request (the ``change_address`` update's id) that last moved the parcel.
+    address_changed_by: str | None = None
 
 
 class Receipt(BaseModel):
@@ -82,6 +96,16 @@ class Receipt(BaseModel):
     outcome: str  # "shipped", "rejected" or "expired"
     charge_id: str | None = None
     tracking: str | None = None
+    # The invoice PDF's size: the PDF itself is a step's result, in the blob store.
+    invoice_bytes: int | None = None
+
+
+class Refund(BaseModel):
+    """A shipped order's refund (the ``refund`` workflow's input)."""
+
+    order_id: str
+    charge_id: str
+    reason: str
 
 
 class Settlement(BaseModel):
@@ -89,3 +113,12 @@ class Settlement(BaseModel):
 
     charges: int
     total_cents: int
+
+
+class Report(BaseModel):
+    """A sales report (the ``sales_report`` workflow's result), for the day before its tick."""
+
+    day: str
+    charges: int
+    total_cents: int
+    sent_to: str

@@ -7,6 +7,9 @@ same requests fails the same ones), half fail before charging (503) and half
 after (502, as a gateway that timed out on a charge that went through): a
 client that retries with the same key is charged once either way.
 
+``POST /refunds`` (a ``charge_id``, an ``Idempotency-Key``) refunds a charge
+once per key, failing as charges do.
+
 ``GET /charges`` answers what it counted (the tests read it over HTTP, as
 the server may live in another process than the workers), ``GET
 /settlement`` the day's total.
@@ -53,6 +56,7 @@ class Ledger:
         self.fail_rate = fail_rate
         self.random = random.Random(seed)
         self.charges: dict[str, dict[str, Any]] = {}
+        self.refunds: dict[str, dict[str, Any]] = {}
         self.requests = 0
         self.failures = 0
 
@@ -78,12 +82,40 @@ class Ledger:
             return 502, {"error": "the gateway timed out; retry with the same key"}
         return status, charge
 
+    def refund(self, key: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Refunds ``body``'s charge under ``key`` (once per key); fails as `charge` does."""
+        self.requests += 1
+        draw = self.random.random()
+        if draw < self.fail_rate / 2:
+            self.failures += 1
+            return 503, {"error": "the payment network is busy; retry with the same key"}
+        refund = self.refunds.setdefault(
+            key,
+            {
+                "id": f"re_{len(self.refunds) + 1}",
+                "charge_id": str(body["charge_id"]),
+                "order_id": str(body["order_id"]),
+            },
+        )
+        if draw < self.fail_rate:
+            self.failures += 1
+            return 502, {"error": "the gateway timed out; retry with the same key"}
+        return 201, refund
+
     def counts(self) -> dict[str, Any]:
-        """The charges by order, and the requests and failures seen."""
+        """The charges and refunds by order, and the requests and failures seen."""
         by_order: dict[str, int] = {}
         for charge in self.charges.values():
             by_order[charge["order_id"]] = by_order.get(charge["order_id"], 0) + 1
-        return {"by_order": by_order, "requests": self.requests, "failures": self.failures}
+        refunds: dict[str, int] = {}
+        for refund in self.refunds.values():
+            refunds[refund["order_id"]] = refunds.get(refund["order_id"], 0) + 1
+        return {
+            "by_order": by_order,
+            "refunds_by_order": refunds,
+            "requests": self.requests,
+            "failures": self.failures,
+        }
 
 
 def make_app(ledger: Ledger) -> Starlette:
@@ -102,6 +134,17 @@ def make_app(ledger: Ledger) -> Starlette:
         status, answer = ledger.charge(key, body)
         return JSONResponse(answer, status)
 
+    async def refunds(request: Request) -> JSONResponse:
+        key = request.headers.get("Idempotency-Key")
+        if not key:
+            return JSONResponse({"error": "an Idempotency-Key header is required"}, 400)
+        try:
+            body = await request.json()
+        except ClientDisconnect:
+            return JSONResponse({"error": "the client disconnected"}, 400)
+        status, answer = ledger.refund(key, body)
+        return JSONResponse(answer, status)
+
     async def settlement(request: Request) -> JSONResponse:
         total = sum(c["amount_cents"] for c in ledger.charges.values())
         return JSONResponse({"charges": len(ledger.charges), "total_cents": total})
@@ -109,6 +152,7 @@ def make_app(ledger: Ledger) -> Starlette:
     return Starlette(
         routes=[
             Route("/charges", charges, methods=["GET", "POST"]),
+            Route("/refunds", refunds, methods=["POST"]),
             Route("/settlement", settlement, methods=["GET"]),
         ]
     )

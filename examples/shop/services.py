@@ -1,4 +1,4 @@
-"""The services the shop's steps call: the payment API (over HTTP) and the warehouse.
+"""The services the shop's steps call: the payment API (over HTTP), the warehouse, billing, mail.
 
 Each service is a class whose methods are the steps; one instance of each
 lives at module level, so workflow code names them (``payments.charge``)
@@ -14,16 +14,28 @@ and closed when the worker stops. The payment API's address comes from
 
 from __future__ import annotations
 
+import hashlib
 import os
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
 
 import fusee
-from examples.shop.models import Charge, Order, Settlement, Shipment
+from examples.shop.models import Charge, Order, Refund, Settlement, Shipment
 
-__all__ = ["PaymentService", "Warehouse", "connected", "payments", "warehouse"]
+__all__ = [
+    "Billing",
+    "Mailer",
+    "PaymentService",
+    "Warehouse",
+    "billing",
+    "connected",
+    "mailer",
+    "payments",
+    "warehouse",
+]
 
 
 class PaymentService:
@@ -69,6 +81,17 @@ class PaymentService:
         response.raise_for_status()
         return Charge.model_validate(response.json())
 
+    async def refund(self, refund: Refund, s: fusee.StepCtx) -> str:
+        """Refunds a charge once, whatever the retries; returns the refund's id."""
+        response = await self.http.post(
+            "/refunds",
+            json={"charge_id": refund.charge_id, "order_id": refund.order_id},
+            headers={"Idempotency-Key": s.key},
+        )
+        response.raise_for_status()
+        refund_id: str = response.json()["id"]
+        return refund_id
+
     async def settlement(self) -> Settlement:
         """The day's charges, as the payment API counts them."""
         response = await self.http.get("/settlement")
@@ -97,8 +120,41 @@ class Warehouse:
         return shipment
 
 
+class Billing:
+    """Invoices: a PDF per charged order.
+
+    Example:
+        >>> len(Billing().invoice(Order(id="o-1", customer="ana", items=[],
+        ...     address={"name": "ana", "city": "Lyon"}), "ch_1")) > 256 * 1024
+        True
+    """
+
+    # A PDF with a scanned logo and signature: some 300 KB that do not compress.
+    SCAN_BYTES = 300_000
+
+    def invoice(self, order: Order, charge_id: str) -> bytes:
+        head = f"%PDF-1.7\n% invoice {order.id} {charge_id} {order.total_cents}\n".encode()
+        scan = random.Random(f"{order.id}/{charge_id}").randbytes(self.SCAN_BYTES)
+        return head + scan + b"\n%%EOF\n"
+
+
+class Mailer:
+    """Outgoing mail; each send returns its message id. Sync: runs in a worker thread.
+
+    Example:
+        >>> Mailer().send("ana", "hello", b"")
+        'msg-ana-2cf24dba5fb0'
+    """
+
+    def send(self, to: str, subject: str, attachment: bytes = b"") -> str:
+        digest = hashlib.sha256(subject.encode() + attachment).hexdigest()[:12]
+        return f"msg-{to}-{digest}"
+
+
 payments = PaymentService()
 warehouse = Warehouse()
+billing = Billing()
+mailer = Mailer()
 
 # How long one request to the payment API may take before it fails (and is retried).
 _HTTP_TIMEOUT_S = 10.0

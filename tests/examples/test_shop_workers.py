@@ -1,7 +1,8 @@
 """examples/shop on Postgres: two `fusee worker` processes, one SIGKILLed amid 50 orders.
 
 The workers are the command a user runs (``fusee worker
-examples.shop.workflows --setup examples.shop.services:connected``); the
+examples.shop.workflows --setup examples.shop.services:connected --codecs
+examples.shop.settings:codecs``: the payloads are compressed and encrypted); the
 payment API runs in a process of its own, so its counts survive the kill;
 the test places the orders through a `fusee.Client`, as the web front does.
 Every order must complete, and the payment API must count exactly one
@@ -29,6 +30,7 @@ from engine.conftest import eventually
 from example_runner import ROOT
 
 import fusee
+from examples.shop import settings
 from examples.shop.models import Address, Item, Order, Receipt
 from examples.shop.payment_server import serving_in_a_process
 from examples.shop.workflows import order, orders
@@ -58,6 +60,8 @@ class WorkerProcess:
                 "examples.shop.workflows",
                 "--setup",
                 "examples.shop.services:connected",
+                "--codecs",
+                "examples.shop.settings:codecs",
                 "--store",
                 store,
                 "--lease",
@@ -159,7 +163,7 @@ async def test_two_workers_one_killed_amid_fifty_orders_complete_each_with_one_c
         await eventually(
             lambda: _both_own(store), "both workers holding shards:\n" + doomed.output, within_s=60
         )
-        async with await fusee.Client.connect(store) as client:
+        async with await fusee.Client.connect(store, codecs=settings.codecs()) as client:
 
             async def place() -> list[fusee.Run[Any]]:
                 return [
