@@ -312,6 +312,18 @@ def _parser() -> argparse.ArgumentParser:
         "entered before the engine opens and left after it closes: it builds what the "
         "steps use (HTTP clients, connections)",
     )
+    p.add_argument(
+        "--version",
+        metavar="V",
+        help="this worker's version (Engine.open's version=: a release, a git commit): each "
+        "run stays on the version it started on (default: derived from the workflows' code)",
+    )
+    p.add_argument(
+        "--retention",
+        metavar="DURATION",
+        help="delete the finished runs that ended longer ago than this (Engine.open's "
+        "retention=, e.g. 30d; default: keep them)",
+    )
     p.add_argument("--max-seconds", type=float, help=argparse.SUPPRESS)
     p.set_defaults(handler=worker_command)
 

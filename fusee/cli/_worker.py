@@ -166,6 +166,8 @@ async def worker_command(args: argparse.Namespace, out: Output) -> int:
                         schedules=schedules,
                         queues=queues,
                         codecs=codecs_of(args),
+                        version=args.version,
+                        retention=args.retention,
                     )
                 )
                 # Before the first await: the inbox's first command sees them,
@@ -233,6 +235,7 @@ async def _serve(
         + ", ".join(wf.name for wf in workflows)
         + ("; queues " + ", ".join(q.name for q in queues) if queues else "")
         + ("; schedules " + ", ".join(s.name for s in schedules) if schedules else "")
+        + (f"; version {args.version}" if args.version is not None else "")
         + f"; {recovered}; Ctrl-C stops it",
     )
     reporter = _Reporter(engine, out)

@@ -309,3 +309,22 @@ def test_a_bad_setup_stops_the_worker_with_a_clear_error(
     code, _, err = cli("worker", str(module), "--data", str(tmp_path), "--setup", spec)
     assert code == 1
     assert message in one_line_error(err)
+
+
+def test_a_worker_given_a_version_starts_its_runs_on_it_and_its_retention_is_checked(
+    tmp_path: Path,
+) -> None:
+    data = str(tmp_path)
+    order = '{"id": "o1", "amount": 3}'
+    with worker(tmp_path, "--version", "2026.12.1", "--retention", "30d") as log:
+        assert "; version 2026.12.1;" in log.getvalue()
+        code, _, err = cli("start", f"{MODULE}:gated", "gated-1", order, "--data", data)
+        assert code == 0, err
+        code, out, err = cli("versions", "--data", data, "--json")
+        assert code == 0, err
+        assert json.loads(out) == [
+            {"version": "2026.12.1", "runs": 1, "workers": ["the serving engine"], "warning": None}
+        ]
+    code, _, err = cli("worker", MODULE, "--data", data, "--retention", "a month")
+    assert code == 1
+    assert "retention" in one_line_error(err)
