@@ -85,9 +85,15 @@ def create_app(store: str | Store | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         target = store if store is not None else os.environ.get("SHOP_STORE", "./data")
-        # The workers' codecs; a store object (tests) is read as its engine reads it.
-        codecs = settings.codecs() if not isinstance(target, Store) else ()
-        async with await fusee.Client.connect(target, codecs=codecs) as client:
+        # The workers' codecs and blob store; a store object (tests) is read
+        # as its engine reads it.
+        if isinstance(target, Store):
+            connecting = fusee.Client.connect(target)
+        else:
+            connecting = fusee.Client.connect(
+                target, codecs=settings.codecs(), blobs=settings.blob_store(target)
+            )
+        async with await connecting as client:
             app.state.client = client
             yield
 

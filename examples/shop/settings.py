@@ -31,7 +31,16 @@ import fusee
 from fusee.blobs import Directory
 from fusee.codecs import Encrypt, Zstd
 
-__all__ = ["DEV_KEY", "OFFLOAD_OVER", "RETENTION", "codecs", "engine_options", "key", "release"]
+__all__ = [
+    "DEV_KEY",
+    "OFFLOAD_OVER",
+    "RETENTION",
+    "blob_store",
+    "codecs",
+    "engine_options",
+    "key",
+    "release",
+]
 
 # DEVELOPMENT ONLY, NOT A SECRET: the key the demo and the tests encrypt
 # with when no SHOP_KEY is set. A store written with it is readable by anyone
@@ -100,6 +109,22 @@ def release() -> str | None:
     return os.environ.get("SHOP_RELEASE") or None
 
 
+def blob_store(store: str | os.PathLike[str]) -> Directory | None:
+    """Where large payloads go: ``SHOP_BLOBS``, else ``DATA/blobs`` beside an SQLite store.
+
+    None for a Postgres store without ``SHOP_BLOBS``: its payloads stay in
+    its journal (up to `fusee.Engine.open`'s ``max_payload``).
+
+    Example:
+        >>> blob_store("./data") if "SHOP_BLOBS" not in os.environ else Directory("data/blobs")
+        Directory('data/blobs')
+    """
+    where = os.environ.get("SHOP_BLOBS")
+    if where is None and "://" not in str(store):
+        where = str(Path(store) / "blobs")
+    return Directory(where) if where is not None else None
+
+
 def engine_options(store: str | os.PathLike[str]) -> dict[str, Any]:
     """`fusee.Engine.open`'s arguments for the shop's workers on ``store``.
 
@@ -107,12 +132,9 @@ def engine_options(store: str | os.PathLike[str]) -> dict[str, Any]:
         >>> sorted(engine_options("./data"))
         ['blobs', 'codecs', 'offload_over', 'retention', 'version']
     """
-    where = os.environ.get("SHOP_BLOBS")
-    if where is None and "://" not in str(store):
-        where = str(Path(store) / "blobs")
     return {
         "codecs": codecs(),
-        "blobs": Directory(where) if where is not None else None,
+        "blobs": blob_store(store),
         "offload_over": OFFLOAD_OVER,
         "retention": RETENTION,
         "version": release(),

@@ -2,7 +2,8 @@
 
 The workers are the command a user runs (``fusee worker
 examples.shop.workflows --setup examples.shop.services:connected --codecs
-examples.shop.settings:codecs``: the payloads are compressed and encrypted); the
+examples.shop.settings:codecs --version R --retention 30d``: the payloads
+are compressed and encrypted, the runs pinned to the workers' release); the
 payment API runs in a process of its own, so its counts survive the kill;
 the test places the orders through a `fusee.Client`, as the web front does.
 Every order must complete, and the payment API must count exactly one
@@ -43,6 +44,8 @@ CUSTOMERS = 10
 LEASE = "2s"
 # The store's shard count (the default).
 SHARDS = 64
+# Both workers run one release (SHOP_RELEASE), as a deploy of it does.
+RELEASE = "2026.12.1"
 
 
 class WorkerProcess:
@@ -62,6 +65,10 @@ class WorkerProcess:
                 "examples.shop.services:connected",
                 "--codecs",
                 "examples.shop.settings:codecs",
+                "--version",
+                RELEASE,
+                "--retention",
+                settings.RETENTION,
                 "--store",
                 store,
                 "--lease",
@@ -187,6 +194,7 @@ async def test_two_workers_one_killed_amid_fifty_orders_complete_each_with_one_c
                 Receipt.model_validate(await asyncio.wait_for(run.result(), 120)) for run in runs
             ]
             final = await charged(payment_url)
+            versions = {(await run.describe()).version for run in runs}
         survivor_output = survivor.output
         after_kill = "\n".join(survivor.lines[before_kill:])
 
@@ -204,6 +212,7 @@ async def test_two_workers_one_killed_amid_fifty_orders_complete_each_with_one_c
     # Exactly one charge per order, however many attempts and lives each took.
     assert final == {o.id: 1 for o in placed}
     assert len({r.charge_id for r in receipts}) == ORDERS
+    assert versions == {RELEASE}
 
 
 async def _both_own(store: str) -> bool:
