@@ -162,6 +162,8 @@ def create_app(store: str | Store | None = None) -> FastAPI:
             raise HTTPException(404, f"no order {id}") from None
         except fusee.RunFinished:
             raise HTTPException(409, f"order {id} is closed") from None
+        except ValueError as e:  # an Idempotency-Key fusee cannot take as a dedup id
+            raise HTTPException(422, str(e)) from None
         return {"id": id}
 
     @app.patch("/orders/{id}/address")
@@ -183,6 +185,8 @@ def create_app(store: str | Store | None = None) -> FastAPI:
             raise HTTPException(404, f"no order {id}") from None
         except (fusee.UpdateRejected, fusee.RunFinished, fusee.RunQueued) as e:
             raise HTTPException(409, str(e)) from None
+        except ValueError as e:  # an Idempotency-Key fusee cannot take as an update id
+            raise HTTPException(422, str(e)) from None
         return view
 
     @app.get("/orders/{id}/receipt")

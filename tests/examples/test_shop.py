@@ -530,6 +530,11 @@ async def test_the_front_places_approves_moves_notes_refunds_and_reads_orders(
             headers={"Idempotency-Key": "n-1"},
         )
         assert noted.status_code == 200
+    empty = {"Idempotency-Key": ""}
+    refused = await front.patch(f"/orders/{LARGE.id}/address", json=nantes, headers=empty)
+    assert refused.status_code == 422, refused.text
+    refused = await front.post(f"/orders/{LARGE.id}/notes", json={"text": "?"}, headers=empty)
+    assert refused.status_code == 422, refused.text
     yes = {"approved": True, "by": "rev-1"}
     for _ in range(2):  # a retried approval decides once
         approved = await front.post(f"/orders/{LARGE.id}/approval", json=yes)
