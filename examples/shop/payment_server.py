@@ -11,7 +11,8 @@ client that retries with the same key is charged once either way.
 once per key, failing as charges do.
 
 ``GET /charges`` answers what it counted (the tests read it over HTTP, as
-the server may live in another process than the workers), ``GET
+the server may live in another process than the workers), ``DELETE
+/charges`` forgets it all (each test starts afresh on one server), ``GET
 /settlement`` the day's total.
 
     python -m examples.shop.payment_server [PORT]    # serves until Ctrl-C (PORT 0: any free one)
@@ -54,7 +55,12 @@ class Ledger:
 
     def __init__(self, *, fail_rate: float = 0.3, seed: int = 30) -> None:
         self.fail_rate = fail_rate
-        self.random = random.Random(seed)
+        self.seed = seed
+        self.reset()
+
+    def reset(self) -> None:
+        """Forgets every charge and count, and draws its failures from the seed again."""
+        self.random = random.Random(self.seed)
         self.charges: dict[str, dict[str, Any]] = {}
         self.refunds: dict[str, dict[str, Any]] = {}
         self.requests = 0
@@ -124,6 +130,9 @@ def make_app(ledger: Ledger) -> Starlette:
     async def charges(request: Request) -> JSONResponse:
         if request.method == "GET":
             return JSONResponse(ledger.counts())
+        if request.method == "DELETE":  # a test's fresh start, without a new server
+            ledger.reset()
+            return JSONResponse(ledger.counts())
         key = request.headers.get("Idempotency-Key")
         if not key:
             return JSONResponse({"error": "an Idempotency-Key header is required"}, 400)
@@ -151,7 +160,7 @@ def make_app(ledger: Ledger) -> Starlette:
 
     return Starlette(
         routes=[
-            Route("/charges", charges, methods=["GET", "POST"]),
+            Route("/charges", charges, methods=["GET", "POST", "DELETE"]),
             Route("/refunds", refunds, methods=["POST"]),
             Route("/settlement", settlement, methods=["GET"]),
         ]

@@ -82,11 +82,18 @@ SMALL = an_order("o-small")
 LARGE = an_order("o-large", qty=2, price_cents=60_000)
 
 
-@pytest.fixture
-def payment_api() -> Iterator[str]:
-    """The fake payment API's URL; it runs in a process of its own."""
+@pytest.fixture(scope="module")
+def payment_process() -> Iterator[str]:
+    """The fake payment API's URL; it runs in a process of its own, one per module."""
     with serving_in_a_process() as url:
         yield url
+
+
+@pytest.fixture
+def payment_api(payment_process: str) -> str:
+    """The fake payment API, its ledger emptied and its failures drawn from the seed again."""
+    httpx.delete(f"{payment_process}/charges", timeout=10).raise_for_status()
+    return payment_process
 
 
 @pytest_asyncio.fixture
