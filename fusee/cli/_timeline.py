@@ -307,6 +307,20 @@ def print_failure(out: Output, lines: Sequence[Line], id: str, *, full: bool) ->
         out.say(text)
 
 
+def print_bug(out: Output, row: RunRow, *, full: bool) -> None:
+    """Prints what a run paused by a bug in its code raised: its traceback when ``full``."""
+    if row.error is None:
+        return
+    lines = row.error.rstrip("\n").splitlines()
+    out.say(("paused by a bug in its code: ", "bold red"), lines[-1] if lines else "")
+    if full:
+        for text in lines:
+            out.say(text)
+    else:
+        out.say((f"  `fusee show {row.id} --full` prints the whole traceback", "dim"))
+    out.say((f"  deploy a fix, then `fusee resume {row.id}` replays it on the new code", "dim"))
+
+
 def print_header(out: Output, row: RunRow, where: str) -> None:
     out.say(
         ("run ", "bold"),

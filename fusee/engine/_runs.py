@@ -128,6 +128,8 @@ class Runs:
             state.attributes,
             parent.id if parent is not None else None,
             self._engine.version,
+            # A bug's traceback goes with the row, for other processes' describe.
+            state.driver.bug,
         )
 
     def may_run(self, wf: WorkflowDef[Any, Any], version: int) -> bool:

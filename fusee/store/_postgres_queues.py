@@ -113,7 +113,7 @@ class PostgresQueues:
                 " SET shard = EXCLUDED.shard, run = EXCLUDED.run, workflow = EXCLUDED.workflow,"
                 " status = EXCLUDED.status, started_ms = EXCLUDED.started_ms,"
                 " finished_ms = NULL, wake_ms = EXCLUDED.wake_ms, attributes = NULL,"
-                " parent = EXCLUDED.parent, version = ''",
+                " parent = EXCLUDED.parent, version = '', error = NULL",
                 row.id,
                 shard_of(row.id, self._shards),
                 row.run,

@@ -168,7 +168,7 @@ class SqliteQueues:
                 ),
             )
             conn.execute(
-                _UPSERT_ROWS + " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _UPSERT_ROWS + " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                 (
                     row.id,
                     row.run,

@@ -88,6 +88,7 @@ def row_json(row: RunRow) -> dict[str, Any]:
         "wake_ms": row.wake_ms,
         "attributes": jsonable(dict(row.attributes)),
         "parent": row.parent,
+        "error": row.error,
     }
 
 

@@ -124,6 +124,34 @@ async def test_show_full_prints_a_failed_runs_whole_traceback(tmp_path: Path) ->
 
 
 @pytest.mark.asyncio
+async def test_show_prints_what_a_bug_that_paused_the_run_raised(tmp_path: Path) -> None:
+    async with engine_on(tmp_path, on_error="pause") as engine:
+        run = await engine.start(wfs.boom, "boom-1")
+        for _ in range(1500):
+            if (await run.describe()).status == "paused":
+                break
+            await asyncio.sleep(0.01)
+        error = (await run.describe()).error
+    assert error is not None
+
+    # The engine has stopped: the command reads the error from the run's row.
+    code, out, _ = await acli("show", "boom-1", "--data", str(tmp_path))
+    assert code == 0
+    assert "paused by a bug in its code: KeyError: 'sku'" in out
+    assert "`fusee show boom-1 --full` prints the whole traceback" in out
+    assert "`fusee resume boom-1` replays it on the new code" in out
+
+    code, out, _ = await acli("show", "boom-1", "--full", "--data", str(tmp_path))
+    printed = out.splitlines()
+    start = printed.index("Traceback (most recent call last):")
+    assert printed[start:-1] == error.rstrip("\n").splitlines()
+
+    code, out, _ = await acli("show", "boom-1", "--data", str(tmp_path), "--json")
+    shown = json.loads(out)["run"]
+    assert (shown["status"], shown["error"]) == ("paused", error)
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     "argv", [pytest.param((), id="show"), pytest.param(("--follow",), id="follow")]
 )

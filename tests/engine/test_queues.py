@@ -13,7 +13,7 @@ import contextlib
 import datetime
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from fusee.record import decode
 from fusee.store import Entry, PostgresStore, RunRow, SqliteStore, Store
 from fusee.testing import TestEngine
 
-from .conftest import HeldWrites, Host, Stores, assert_steps_ran_once
+from .conftest import HeldWrites, Host, Stores, assert_steps_ran_once, client_of
 
 pytestmark = pytest.mark.asyncio
 
@@ -421,26 +421,6 @@ async def test_two_engines_on_one_postgres_database_share_a_queue_s_concurrency(
     finally:
         for engine in engines:
             await engine.close()
-
-
-@contextlib.asynccontextmanager
-async def client_of(stores: Stores, store: Store) -> AsyncIterator[fusee.Client]:
-    """A Client beside the engine on ``store``, as a web app beside a worker would have."""
-    if isinstance(store, SqliteStore):
-        async with await fusee.Client.connect(store.path.parent, durability="none") as c:
-            yield c
-    elif isinstance(store, PostgresStore):
-        assert stores.postgres is not None
-        theirs = PostgresStore(stores.postgres.dsn, schema=store.schema, client=True)
-        await theirs.open()
-        try:
-            async with await fusee.Client.connect(theirs) as c:
-                yield c
-        finally:
-            await theirs.close()
-    else:
-        async with await fusee.Client.connect(store) as c:
-            yield c
 
 
 go = fusee.signal("go", int)

@@ -175,8 +175,9 @@ async def test_a_format_2_sqlite_store_gains_the_queue_items_when_an_engine_open
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE queue_items")
     conn.execute("DROP TABLE schedules")  # format 3's too
-    # Format 4 added the runs' version column.
+    # Format 4 added the runs' version column, format 5 their error.
     conn.execute("ALTER TABLE runs DROP COLUMN version")
+    conn.execute("ALTER TABLE runs DROP COLUMN error")
     conn.execute("PRAGMA user_version = 2")
     conn.close()
     upgraded = SqliteStore(tmp_path, durability="none")
@@ -187,7 +188,7 @@ async def test_a_format_2_sqlite_store_gains_the_queue_items_when_an_engine_open
     finally:
         await upgraded.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 5
     conn.close()
 
 

@@ -23,6 +23,7 @@ from .conftest import served
 from .workflows import (
     GREETED,
     WORKFLOWS,
+    add_bug_paused,
     add_greets,
     add_schedules,
     cancel_waiting,
@@ -288,6 +289,19 @@ def test_a_failed_run_shows_its_error(client: TestClient) -> None:
     assert run["outcome"]["status"] == "failed"
     assert run["outcome"]["error"]["type"] == "KeyError"
     assert "sku" in run["outcome"]["error"]["message"]
+
+
+def test_a_run_a_bug_paused_shows_the_traceback_its_row_keeps(tmp_path: Path) -> None:
+    add_bug_paused(tmp_path, "bug-1")
+    with TestClient(create_app(str(tmp_path)), base_url="http://127.0.0.1") as c:
+        run = c.get("/api/runs/bug-1").json()
+        listed = c.get("/api/runs", params={"status": "paused"}).json()["runs"]
+    assert run["run"]["status"] == "paused"
+    error = run["run"]["error"]
+    assert error.startswith("Traceback (most recent call last):")
+    assert error.rstrip().endswith("KeyError: 'sku'")
+    assert run["outcome"] is None
+    assert {r["id"]: r["error"] for r in listed}["bug-1"] == error
 
 
 def test_a_child_names_its_parent(client: TestClient) -> None:

@@ -497,6 +497,14 @@ function runView(detail, expanded, rerender) {
     parts.push(el("div", { class: "error-box divergence", id: "divergence" }, el("strong", { text: "Determinism error. " }),
       detail.divergence.error || el("span", { class: "muted", text: detail.divergence.note })));
   }
+  if (r.error) {
+    // Paused by a bug in its code: the store keeps what it raised until a resume.
+    const last = r.error.trimEnd().split("\n").pop();
+    parts.push(el("div", { class: "error-box bug", id: "bug" },
+      el("strong", { text: "Paused by a bug in its code. " }), last,
+      el("p", { class: "muted", text: "Deploy a fix, then resume the run: it replays on the new code." }),
+      el("pre", { class: "traceback", text: r.error })));
+  }
   if (detail.outcome) {
     const o = detail.outcome;
     if (o.error) {
