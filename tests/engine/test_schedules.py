@@ -396,6 +396,17 @@ async def tick_at(ctx: fusee.Ctx, label: str) -> str:
     return await ctx.step("say", lambda: f"{label}@{at.isoformat() if at else None}")
 
 
+@fusee.workflow("tick_chain")
+async def tick_chain(ctx: fusee.Ctx, n: int) -> list[str]:
+    """Continues as new once: each run of the tick's id says which tick it serves."""
+    at = ctx.info.scheduled_at
+    seen = await ctx.step("say", lambda: f"run {ctx.info.run}@{at.isoformat() if at else None}")
+    if n == 0:
+        ctx.continue_as_new(1)
+    await ctx.wait_for(go)
+    return [seen]
+
+
 def at(minute: int) -> str:
     when = datetime.datetime.fromtimestamp((T0 + minute * MIN) / 1000, datetime.UTC)
     return when.isoformat()
@@ -479,6 +490,26 @@ async def test_a_schedule_on_a_queue_starts_its_runs_queued_with_their_tick(host
         assert await t.get(second).result() == f"c@{at(2)}"
         with pytest.raises(fusee.UnknownQueue):
             await t.schedules.create("q3", long_job, every="1m", queue="nope")
+
+
+@pytest.mark.parametrize(
+    "crash", [pytest.param(False, id="live"), pytest.param(True, id="crashed")]
+)
+async def test_a_scheduled_run_continued_as_new_keeps_its_tick(host: Host, crash: bool) -> None:
+    every_2m = fusee.Schedule("chain", tick_chain, every="2m", input=0)
+    async with host(workflows=[tick_chain], schedules=[every_2m]) as t:
+        await t.advance("2m")
+        await t.settle()
+        (id,) = ids_at("chain", 2)
+        if crash:
+            await t.crash()
+            await t.settle()
+        run = t.get(id)
+        info = await run.describe()
+        assert (info.run, info.status) == (2, "suspended")
+        await run.signal(go, 1)
+        assert await run.result() == [f"run 2@{at(2)}"]
+        assert_steps_ran_once(t)
 
 
 async def test_backfill_starts_each_past_tick_once_across_crashes(host: Host) -> None:
