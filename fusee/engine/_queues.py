@@ -550,11 +550,12 @@ class Queues:
             self.kick(item.queue)
             await engine.committer.stored()
             return True
-        items = await engine.store.queue_items()
-        found = next((i for i in items if i.id == id and i.state == "queued"), None)
-        if found is None or not await engine.store.debounce_queued(id, found.input, now):
+        # One conditional write in the store: a debounce landing meanwhile
+        # keeps its newer input.
+        queue = await engine.store.start_queued(id, now)
+        if queue is None:
             return False
-        self.kick(found.queue)
+        self.kick(queue)
         return True
 
     async def cancel_queued(self, id: str, reason: str) -> bool:

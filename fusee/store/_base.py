@@ -438,6 +438,16 @@ class Store(ScheduleStore, Protocol):
         """
         ...
 
+    async def start_queued(self, id: str, now_ms: int) -> str | None:
+        """Lets queued ``id`` in from ``now_ms`` on, its input untouched: ``run.start_now()``.
+
+        One conditional write: a debounce that replaces the item's input at
+        the same time is never undone by it. Its row's ``wake_ms`` is
+        cleared. Returns the item's queue, or None, changing nothing, when
+        ``id`` has no item still queued.
+        """
+        ...
+
     async def signal_queued(self, id: str, signal: bytes) -> bool:
         """Adds ``signal`` (encoded by the engine) to queued ``id``'s `QueueItem.signals`.
 

@@ -209,6 +209,45 @@ async def test_a_debounced_start_replaces_the_input_and_pushes_the_admission_bac
 
 
 @pytest.mark.parametrize("crash", CRASH)
+async def test_start_now_keeps_the_input_of_a_debounce_landing_in_the_same_instant(
+    fusee_engine: Any, postgres_cluster: Cluster, crash: bool
+) -> None:
+    # On a store workers share, the store applies both (`Store.start_queued`,
+    # `Store.debounce_queued`): the debounce lands as start_now's first store
+    # call returns, before anything else start_now does.
+    @fusee.workflow("echo")
+    async def echo(ctx: fusee.Ctx, text: str) -> str:
+        return await ctx.step("echo", lambda: text)
+
+    q = fusee.Queue("typing")
+    t: TestEngine = fusee_engine(workflows=[echo], queues=[q], store=postgres_cluster.new_store())
+    async with t:
+        run = await t.start(echo, "save-2", "old", queue=q, debounce="1h")
+        store = t.store
+        landed: list[str] = []
+
+        def debounce_lands_first(call: Callable[..., Awaitable[Any]]) -> Any:
+            async def calling(*args: Any, **kw: Any) -> Any:
+                result = await call(*args, **kw)
+                if not landed:
+                    landed.append("newer")
+                    await t.start(echo, "save-2", "newer", queue=q, debounce="5s")
+                return result
+
+            return calling
+
+        with pytest.MonkeyPatch.context() as mp:
+            for name in ("queue_items", "start_queued", "debounce_queued"):
+                mp.setattr(store, name, debounce_lands_first(getattr(store, name)))
+            await run.start_now()
+        assert landed == ["newer"]
+        await settle_or_crash(t, crash)
+        await t.advance("5s")
+        assert await run.result() == "newer"
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
 async def test_starting_a_queued_id_follows_the_id_policy(host: Host, crash: bool) -> None:
     gauge = Gauge()
     wf = tracked(gauge)

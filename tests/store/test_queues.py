@@ -132,6 +132,24 @@ async def test_debounce_and_signals_change_a_queued_item_and_unqueue_takes_it_ba
 
 
 @pytest.mark.asyncio
+async def test_start_queued_lets_an_item_in_now_keeping_its_input_and_clears_its_wake(
+    store: Store,
+) -> None:
+    await store.enqueue(
+        item("s", not_before_ms=5000), RunRow("s", 1, "wf", "queued", 0, wake_ms=5000)
+    )
+    assert await store.debounce_queued("s", b"newer", 6000)
+    assert await store.start_queued("s", 1000) == "q"
+    row = await store.get("s")
+    assert row is not None
+    assert (row.status, row.wake_ms) == ("queued", None)
+    assert await store.start_queued("missing", 1000) is None
+    (taken,) = (await store.admit(QueueLimits("q"), 1000)).items
+    assert (taken.id, taken.input, taken.not_before_ms) == ("s", b"newer", 1000)
+    assert await store.start_queued("s", 2000) is None  # admitted: no longer queued
+
+
+@pytest.mark.asyncio
 async def test_items_appended_with_records_are_stored_in_their_write_and_forgotten_ones_deleted(
     opener: Opener, store: Store
 ) -> None:
