@@ -663,12 +663,15 @@ def test_schedule_actions_reach_the_actions_object(data: Path) -> None:
         assert c.get("/api/schedules/nightly/pause").status_code == 405
         made = c.post("/api/schedules/often/create", json={"workflow": "greet", "every": "1h"})
         assert made.status_code == 200
+        changed = c.post("/api/schedules/often/update", json={"every": "2h", "input": "dee"})
+        assert changed.json() == {"ok": True, "schedule": "often", "action": "update"}
         assert c.post("/api/schedules/often/delete", json={}).status_code == 200
     assert actions.calls == [
         ("schedule", "nightly", "pause"),
         ("schedule", "nightly", "resume"),
         ("schedule", "nightly", "trigger"),
         ("schedule", "often", "create", {"workflow": "greet", "every": "1h"}),
+        ("schedule", "often", "update", {"every": "2h", "input": "dee"}),
         ("schedule", "often", "delete"),
     ]
 
