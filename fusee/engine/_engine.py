@@ -73,6 +73,7 @@ from fusee.machine import ChildCompleted
 from fusee.record import (
     DETACHED,
     Done,
+    Handled,
     Meta,
     Parent,
     Record,
@@ -1489,7 +1490,7 @@ class Engine(BulkActions, Executes):
 
 
 def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:
-    """The signals a journal recorded that no wait took, oldest first."""
+    """The signals a journal recorded that no wait took and no handler got, oldest first."""
     signals: list[Signal] = []
     consumed: set[int] = set()
     for rec in records:
@@ -1497,6 +1498,8 @@ def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:
             signals.append(rec)
         elif isinstance(rec, Waited) and rec.outcome.is_signal:
             consumed.add(rec.outcome.ordinal)
+        elif isinstance(rec, Handled):
+            consumed.add(rec.ordinal)
     return [s for i, s in enumerate(signals) if i not in consumed]
 
 

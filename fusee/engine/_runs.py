@@ -37,6 +37,7 @@ from fusee.record import (
     Done,
     Event,
     Fired,
+    Handled,
     Heartbeat,
     Patch,
     Record,
@@ -347,6 +348,7 @@ class Runs:
                     | Awaiting()
                     | Completed()
                     | Patch()
+                    | Handled()
                     | Chunk()
                     | StreamEnd()
                     | Event()

@@ -216,6 +216,7 @@ def test_a_runs_timeline_has_its_steps_retries_timer_signal_and_child(client: Te
             "payload": True,
             "by": None,
             "consumed_by": 3,
+            "handled": False,
             "set_aside": False,
         }
     ]

@@ -529,7 +529,7 @@ function runView(detail, expanded, rerender) {
     parts.push(el("section", { id: "signals" }, el("h2", { text: "Signals" }), el("table", { class: "small-table" },
       el("thead", {}, el("tr", {}, ["#", "name", "payload", "taken by"].map((h) => el("th", { text: h })))),
       el("tbody", {}, detail.signals.map((s) => el("tr", {}, el("td", { text: s.ordinal }), el("td", { text: s.name }),
-        el("td", {}, json(s.payload)), el("td", { text: s.consumed_by !== null ? `seq ${s.consumed_by}` : s.set_aside ? "set aside: its payload does not fit the wait's type" : "buffered" })))))));
+        el("td", {}, json(s.payload)), el("td", { text: s.consumed_by !== null ? `seq ${s.consumed_by}${s.handled ? " and a handler" : ""}` : s.handled ? "a handler (ctx.on_signal)" : s.set_aside ? "set aside: its payload does not fit the wait's type" : "buffered" })))))));
   }
   if (detail.updates.length) {
     parts.push(el("section", { id: "updates" }, el("h2", { text: "Updates" }), el("table", { class: "small-table" },
