@@ -14,12 +14,14 @@ import pytest
 from _postgres import Cluster
 
 import fusee
+from fusee import _codec
 from fusee._schedule import run_id
 from fusee.record import Done, Start, decode
 from fusee.store import PostgresStore, Store
 from fusee.testing import TestEngine
 
 from .conftest import Host, assert_steps_ran_once
+from .test_recovery import _FailingWrites as FailingWrites
 
 pytestmark = pytest.mark.asyncio
 
@@ -510,6 +512,30 @@ async def test_a_scheduled_run_continued_as_new_keeps_its_tick(host: Host, crash
         await run.signal(go, 1)
         assert await run.result() == [f"run 2@{at(2)}"]
         assert_steps_ran_once(t)
+
+
+@pytest.mark.expect_engine_errors("the store failed; runs stop .*: simulated crash")
+async def test_a_scheduled_run_continued_by_recovery_keeps_its_tick(host: Host) -> None:
+    # A crash between the two runs: recovery starts the next run from the
+    # first's journal (its "continued" row), with the tick its `Start` holds.
+    every_2m = fusee.Schedule("chain", tick_chain, every="2m", input=0)
+
+    def next_run_starts(records: list[Any]) -> bool:
+        return any(type(r) is Start and r.input == _codec.encode(1) for r in records)
+
+    async with host(workflows=[tick_chain], schedules=[every_2m]) as t:
+        with FailingWrites(t.engine.store, next_run_starts) as w:
+            await t.advance("2m")
+            await t.settle()
+            assert w.failed == 1
+        (id,) = ids_at("chain", 2)
+        row = await t.store.get(id)
+        assert row is not None
+        assert (row.run, row.status) == (1, "continued")
+        await t.crash()
+        run = t.get(id)
+        await run.signal(go, 1)
+        assert await run.result() == [f"run 2@{at(2)}"]
 
 
 async def test_backfill_starts_each_past_tick_once_across_crashes(host: Host) -> None:
