@@ -540,14 +540,14 @@ class Queues:
         now = engine.clock.now_ms()
         book = self.book
         if book is not None:
-            item = book.active(id)
-            if item is None or item.state != "queued":
+            # Its admission time only: its input stays whatever the last debounce gave.
+            queue = book.start_early(id, now)
+            if queue is None:
                 return False
-            book.debounce(id, item.input, now)
             row = await engine.store.get(id)
             if row is not None and row.status == RunStatus.QUEUED:
                 engine.committer.put_row(dataclasses.replace(row, wake_ms=None))
-            self.kick(item.queue)
+            self.kick(queue)
             await engine.committer.stored()
             return True
         # One conditional write in the store: a debounce landing meanwhile
