@@ -55,6 +55,7 @@ from fusee.record import (
     Completed,
     Done,
     Fired,
+    Handled,
     Record,
     Signal,
     Start,
@@ -297,6 +298,8 @@ class RunDriver:
         self._signals: list[Signal] = []
         self._signal_at: list[int] = []
         self._delivered = 0
+        # Signals whose `Handled` marker the journal holds: not marked again.
+        self._marked: set[int] = set()
         delivered = 1 if start.update is not None else 0
         for i in range(1, len(journal)):
             rec = journal[i]
@@ -311,6 +314,9 @@ class RunDriver:
                 assert isinstance(rec, Waited)
                 if not rec.outcome.is_abandoned:
                     delivered += 1
+            elif t is Handled:
+                assert isinstance(rec, Handled)
+                self._marked.add(rec.ordinal)
         # Signals the code has reached (handed to handlers at arrival), those
         # a handler got, and those the dynamic handler took (no wait does).
         self._signals_reached = 0
@@ -950,10 +956,21 @@ class RunDriver:
             known = self._known = frozenset(KnownSignals.of_workflows([self.workflow]).names())
         return name not in known
 
+    def _handled(self, ordinal: int) -> None:
+        """Signal ``ordinal`` goes to a handler: its `Handled` marker, unless journaled already.
+
+        Appended on replay too when the journal lacks it (a crash came
+        before it was durable), so readers without the code see it heard.
+        """
+        self.signals_handled.add(ordinal)
+        if ordinal not in self._marked:
+            self._marked.add(ordinal)
+            self.append(Handled(self.start_record.run, ordinal))
+
     def _call_named(self, ordinal: int) -> None:
         sig = self._signals[ordinal]
         decode, handler = self.handlers.signals[sig.name]
-        self.signals_handled.add(ordinal)
+        self._handled(ordinal)
         try:
             value = decode(sig.payload)
         except PayloadError as e:
@@ -965,7 +982,7 @@ class RunDriver:
         sig = self._signals[ordinal]
         handler = self.handlers.dynamic_signal
         assert handler is not None
-        self.signals_handled.add(ordinal)
+        self._handled(ordinal)
         self.signals_taken.add(ordinal)
         try:
             value = _codec.decode(sig.payload)

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from fusee import _codec
 from fusee.errors import PayloadError
-from fusee.record import Record, Signal, Value, Wait, Waited, value_kind
+from fusee.record import Handled, Record, Signal, Value, Wait, Waited, value_kind
 
 __all__ = ["VALUE_KINDS", "SignalMarks", "iso", "jsonable", "payload", "recorded_value"]
 
@@ -104,7 +104,8 @@ class SignalMarks:
     says so. A reader without the workflow's code sees it all the same: a
     signal is set aside when a wait of its name was open while it was there
     and it is not consumed. A later wait that takes it (its type fits)
-    clears the mark.
+    clears the mark. A signal a handler of the code got (``ctx.on_signal``:
+    its `Handled` marker) is heard, never set aside.
 
     Example:
         >>> from fusee.record import WaitOutcome
@@ -119,9 +120,11 @@ class SignalMarks:
         [1]
         >>> [marks.is_set_aside(k) for k in (0, 1)]
         [True, False]
+        >>> marks.add(Handled(1, 0)), marks.is_handled(0), marks.is_set_aside(0)
+        ([0], True, False)
     """
 
-    __slots__ = ("_consumed", "_names", "_offered", "_open")
+    __slots__ = ("_consumed", "_handled", "_names", "_offered", "_open")
 
     def __init__(self) -> None:
         self._names: list[str] = []
@@ -130,6 +133,7 @@ class SignalMarks:
         # Signals an open wait was offered, and those a wait took, by ordinal.
         self._offered: set[int] = set()
         self._consumed: set[int] = set()
+        self._handled: set[int] = set()
 
     def add(self, rec: Record) -> list[int]:
         """Folds in ``rec`` (in log order); returns the ordinals whose mark may have changed."""
@@ -154,8 +158,19 @@ class SignalMarks:
             if rec.outcome.is_signal:
                 self._consumed.add(rec.outcome.ordinal)
                 return [rec.outcome.ordinal]
+        elif isinstance(rec, Handled):
+            self._handled.add(rec.ordinal)
+            return [rec.ordinal]
         return []
 
     def is_set_aside(self, ordinal: int) -> bool:
         """Whether signal ``ordinal`` is set aside (a wait refused it; none took it)."""
-        return ordinal in self._offered and ordinal not in self._consumed
+        return (
+            ordinal in self._offered
+            and ordinal not in self._consumed
+            and ordinal not in self._handled
+        )
+
+    def is_handled(self, ordinal: int) -> bool:
+        """Whether a handler of the code got signal ``ordinal`` (``ctx.on_signal``)."""
+        return ordinal in self._handled

@@ -47,6 +47,7 @@ from fusee.record import (
     Done,
     Event,
     Fired,
+    Handled,
     Heartbeat,
     Patch,
     Record,
@@ -980,6 +981,9 @@ class RunMachine:
                 self._replay.append(_RecordedResult(rec.seq, rec.status, rec.payload))
             case Patch():
                 self._patches.add((rec.at, rec.id))
+            case Handled():
+                # A marker for readers: the driver hands signals to handlers itself.
+                pass
             case Attributes():
                 r = self._mark(rec.seq, _ATTRIBUTES, "")
                 r.marked = True

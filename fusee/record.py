@@ -49,6 +49,7 @@ __all__ = [
     "Done",
     "Event",
     "Fired",
+    "Handled",
     "Heartbeat",
     "Kind",
     "Meta",
@@ -176,6 +177,7 @@ class Kind(enum.IntEnum):
     CHUNK = 23
     STREAM_END = 24
     EVENT = 25
+    HANDLED = 26
 
 
 # --- values carried inside records -------------------------------------------
@@ -690,6 +692,23 @@ class Event:
     payload: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """Signal ``ordinal`` of the run went to a handler of its code (``ctx.on_signal``).
+
+    A marker, as `Patch` is: it takes no position, and no replay waits for
+    it. It tells readers without the code (``fusee show``, the UI, a
+    continue-as-new finished at recovery) that the signal was heard.
+
+    Example:
+        >>> Handled(1, 2).ordinal
+        2
+    """
+
+    run: int
+    ordinal: int
+
+
 Record: TypeAlias = (
     Start
     | Step
@@ -716,6 +735,7 @@ Record: TypeAlias = (
     | Chunk
     | StreamEnd
     | Event
+    | Handled
 )
 """Any journal record."""
 
@@ -752,6 +772,7 @@ _KIND_OF: Final[dict[type, Kind]] = {
     Chunk: Kind.CHUNK,
     StreamEnd: Kind.STREAM_END,
     Event: Kind.EVENT,
+    Handled: Kind.HANDLED,
 }
 assert set(_KIND_OF) == set(get_args(Record)), "every record kind needs a tag"
 assert sorted(_KIND_OF.values()) == sorted(Kind), "every tag needs a record kind"

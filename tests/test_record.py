@@ -39,6 +39,7 @@ from fusee.record import (
     Done,
     Event,
     Fired,
+    Handled,
     Heartbeat,
     Kind,
     Meta,
@@ -200,6 +201,7 @@ RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
     ),
     StreamEnd: values_of(StreamEnd, run=u64, seq=u64, stream=text, chunks=u64, status=statuses),
     Event: values_of(Event, run=u64, seq=u64, key=text, payload=blob),
+    Handled: values_of(Handled, run=u64, ordinal=u64),
 }
 
 any_record = st.one_of(*RECORDS.values())
@@ -245,6 +247,7 @@ SAMPLES: list[Any] = [
     Chunk(1, stream.WORKFLOW, 0, "tokens", 12, b"hi"),
     StreamEnd(1, stream.WORKFLOW, "tokens", 3, Status.OK),
     Event(1, 11, "progress", b"\x28"),
+    Handled(1, 4),
 ]
 
 NESTED: list[Any] = [

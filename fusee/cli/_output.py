@@ -102,4 +102,5 @@ def row_json(row: RunRow) -> dict[str, Any]:
         "wake_at": iso(row.wake_ms),
         "attributes": jsonable(dict(row.attributes)),
         "parent": row.parent,
+        "error": row.error,
     }

@@ -13,7 +13,14 @@ from fusee._status import RunStatus
 from fusee.cli._output import CliError, Output, row_json
 from fusee.cli._progress import Bars
 from fusee.cli._reading import FINISHED, POLL_S, get_row, reading, store_shown
-from fusee.cli._timeline import Line, Timeline, print_failure, print_header, timeline_table
+from fusee.cli._timeline import (
+    Line,
+    Timeline,
+    print_bug,
+    print_failure,
+    print_header,
+    timeline_table,
+)
 from fusee.errors import NotFound
 from fusee.store import RunRow, Store, load_journal
 
@@ -40,6 +47,8 @@ async def show_command(args: argparse.Namespace, out: Output) -> int:
                 print_header(out, row, where)
                 out.table(timeline_table(lines, header=True, full=args.full))
                 print_failure(out, lines, args.id, full=args.full)
+                if run == row.run:
+                    print_bug(out, row, full=args.full)
                 if row.status == RunStatus.QUEUED and run == row.run:
                     out.say((_QUEUED, "dim"))
             return 0

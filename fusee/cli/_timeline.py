@@ -32,6 +32,7 @@ from fusee.record import (
     Done,
     Event,
     Fired,
+    Handled,
     Heartbeat,
     Patch,
     Record,
@@ -82,6 +83,8 @@ class Line:
 
 SET_ASIDE: Final = "set aside"
 """A signal's status while a wait refused it (its payload does not fit) and none took it."""
+HANDLED: Final = "handled"
+"""A signal's status once a handler of the code got it (``ctx.on_signal``)."""
 
 
 def _status(status: Status) -> str:
@@ -111,8 +114,14 @@ class Timeline:
             self.signal_lines.append(line)
         for ordinal in self.marks.add(rec):
             if ordinal < len(self.signal_lines):
-                aside = self.marks.is_set_aside(ordinal)
-                self.signal_lines[ordinal].status = SET_ASIDE if aside else ""
+                marks = self.marks
+                self.signal_lines[ordinal].status = (
+                    HANDLED
+                    if marks.is_handled(ordinal)
+                    else SET_ASIDE
+                    if marks.is_set_aside(ordinal)
+                    else ""
+                )
         return line
 
     def _named(self, seq: int, name: str) -> str:
@@ -221,6 +230,14 @@ class Timeline:
                 return Line(lsn, rec.seq, "completed", name, rec.attempt, status, value, None)
             case Patch():
                 return Line(lsn, rec.at, "patch", rec.id, None, "", None, None)
+            case Handled():
+                # The signal's own line says so too ("handled").
+                name = (
+                    self.signal_lines[rec.ordinal].name
+                    if rec.ordinal < len(self.signal_lines)
+                    else ""
+                )
+                return Line(lsn, None, "handled", name, None, f"signal #{rec.ordinal}", None, None)
             case Attributes():
                 value = payload_json(rec.payload)
                 return Line(lsn, rec.seq, "attributes", "", None, "", value, None)
@@ -305,6 +322,20 @@ def print_failure(out: Output, lines: Sequence[Line], id: str, *, full: bool) ->
     out.say(("error: ", "bold red"), f"{kind}: {message}")
     for text in traceback.rstrip("\n").splitlines():
         out.say(text)
+
+
+def print_bug(out: Output, row: RunRow, *, full: bool) -> None:
+    """Prints what a run paused by a bug in its code raised: its traceback when ``full``."""
+    if row.error is None:
+        return
+    lines = row.error.rstrip("\n").splitlines()
+    out.say(("paused by a bug in its code: ", "bold red"), lines[-1] if lines else "")
+    if full:
+        for text in lines:
+            out.say(text)
+    else:
+        out.say((f"  `fusee show {row.id} --full` prints the whole traceback", "dim"))
+    out.say((f"  deploy a fix, then `fusee resume {row.id}` replays it on the new code", "dim"))
 
 
 def print_header(out: Output, row: RunRow, where: str) -> None:

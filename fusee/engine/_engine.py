@@ -73,6 +73,7 @@ from fusee.machine import ChildCompleted
 from fusee.record import (
     DETACHED,
     Done,
+    Handled,
     Meta,
     Parent,
     Record,
@@ -602,6 +603,7 @@ class Engine(BulkActions, Executes):
             carried_from_records(records),
             start.meta.trace if start.meta is not None else None,
             start.deadline_ms,
+            _scheduled_ms(start),
         )
 
     async def close(self) -> None:
@@ -1387,6 +1389,7 @@ class Engine(BulkActions, Executes):
                     carried_from_state(state),
                     state.driver.machine.info().trace,
                     state.driver.machine.info().deadline_ms,
+                    _scheduled_ms(state.driver.start_record),
                 )
                 return
             self.queues.ended(state.id)
@@ -1424,16 +1427,27 @@ class Engine(BulkActions, Executes):
         meta: Meta | None,
         trace: bytes | None,
         deadline_ms: int = 0,
+        scheduled_ms: int = 0,
     ) -> None:
         """Starts run ``run + 1`` of ``id``, carrying the signals its last run left unconsumed.
 
         The id's deadline, if any, holds for its next runs too (a timeout
-        bounds the whole chain, as Temporal's execution timeout does).
+        bounds the whole chain, as Temporal's execution timeout does), and so
+        does the tick of the schedule that started the chain
+        (``ctx.info.scheduled_at``): the runs of one tick's id say which
+        tick they serve, as Temporal's continued runs keep the schedule's
+        ``TemporalScheduledStartTime``.
 
         ``meta`` carries the messages the id's runs took (fusee.engine._carry),
         so that a resend counts once in the next run too; ``trace`` is the
         last run's ``traceparent``, so that the runs of one id share a trace.
         """
+        if scheduled_ms:
+            meta = (
+                Meta(scheduled_ms=scheduled_ms)
+                if meta is None
+                else dataclasses.replace(meta, scheduled_ms=scheduled_ms)
+            )
         continued = self._continued
         continued[(id, run)] = None
         if len(continued) > _ENDS_KEPT:
@@ -1476,7 +1490,7 @@ class Engine(BulkActions, Executes):
 
 
 def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:
-    """The signals a journal recorded that no wait took, oldest first."""
+    """The signals a journal recorded that no wait took and no handler got, oldest first."""
     signals: list[Signal] = []
     consumed: set[int] = set()
     for rec in records:
@@ -1484,7 +1498,14 @@ def unconsumed_signals(records: Iterable[Record]) -> list[Signal]:
             signals.append(rec)
         elif isinstance(rec, Waited) and rec.outcome.is_signal:
             consumed.add(rec.outcome.ordinal)
+        elif isinstance(rec, Handled):
+            consumed.add(rec.ordinal)
     return [s for i, s in enumerate(signals) if i not in consumed]
+
+
+def _scheduled_ms(start: Start) -> int:
+    """The schedule tick ``start`` carries (0: none)."""
+    return start.meta.scheduled_ms if start.meta is not None else 0
 
 
 def _start_meta(trace: bytes | None, meta: Meta | None) -> Meta | None:

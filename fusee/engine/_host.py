@@ -30,6 +30,7 @@ from fusee.record import (
     Done,
     Event,
     Fired,
+    Handled,
     Heartbeat,
     Patch,
     Record,
@@ -86,6 +87,7 @@ _QUIET: frozenset[type[Record]] = frozenset(
         Awaiting,
         Completed,
         Patch,
+        Handled,
     }
 )
 
@@ -193,6 +195,7 @@ class EngineHost:
                 | Awaiting()
                 | Completed()
                 | Patch()
+                | Handled()
             ):
                 # `_QUIET`: `append` does not call here for these.
                 return

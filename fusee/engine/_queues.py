@@ -540,21 +540,22 @@ class Queues:
         now = engine.clock.now_ms()
         book = self.book
         if book is not None:
-            item = book.active(id)
-            if item is None or item.state != "queued":
+            # Its admission time only: its input stays whatever the last debounce gave.
+            queue = book.start_early(id, now)
+            if queue is None:
                 return False
-            book.debounce(id, item.input, now)
             row = await engine.store.get(id)
             if row is not None and row.status == RunStatus.QUEUED:
                 engine.committer.put_row(dataclasses.replace(row, wake_ms=None))
-            self.kick(item.queue)
+            self.kick(queue)
             await engine.committer.stored()
             return True
-        items = await engine.store.queue_items()
-        found = next((i for i in items if i.id == id and i.state == "queued"), None)
-        if found is None or not await engine.store.debounce_queued(id, found.input, now):
+        # One conditional write in the store: a debounce landing meanwhile
+        # keeps its newer input.
+        queue = await engine.store.start_queued(id, now)
+        if queue is None:
             return False
-        self.kick(found.queue)
+        self.kick(queue)
         return True
 
     async def cancel_queued(self, id: str, reason: str) -> bool:

@@ -352,7 +352,8 @@ def status_of(row: RunRow, state: RunState | None, diverged: bool) -> RunStatus:
 def info_of(row: RunRow, state: RunState | None, error: BaseException | None) -> RunInfo:
     """What `Run.describe` tells of a run with ``row``, its loaded state and its divergence."""
     paused: tuple[str, ...] = ()
-    bug: str | None = None
+    # A run loaded elsewhere, or parked: its row's error (a bug that paused it).
+    bug: str | None = row.error
     if state is not None and state.run == row.run:
         bug = state.driver.bug
         m = state.driver.machine

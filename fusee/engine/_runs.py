@@ -37,6 +37,7 @@ from fusee.record import (
     Done,
     Event,
     Fired,
+    Handled,
     Heartbeat,
     Patch,
     Record,
@@ -128,6 +129,8 @@ class Runs:
             state.attributes,
             parent.id if parent is not None else None,
             self._engine.version,
+            # A bug's traceback goes with the row, for other processes' describe.
+            state.driver.bug,
         )
 
     def may_run(self, wf: WorkflowDef[Any, Any], version: int) -> bool:
@@ -345,6 +348,7 @@ class Runs:
                     | Awaiting()
                     | Completed()
                     | Patch()
+                    | Handled()
                     | Chunk()
                     | StreamEnd()
                     | Event()

@@ -113,6 +113,8 @@ def row_info(
 ) -> RunInfo:
     """The `RunInfo` of a run with ``row``; its status is the row's unless ``status`` is given.
 
+    Its error is ``error``; with neither given, the row's own (a bug that paused it).
+
     Example:
         >>> from fusee.store import RunRow
         >>> row_info(RunRow("a", 1, "wf", "completed", 0)).status
@@ -127,7 +129,7 @@ def row_info(
         finished_at=_time(row.finished_ms),
         attributes=dict(row.attributes),
         paused_steps=paused_steps,
-        error=str(error) if error is not None else None,
+        error=str(error) if error is not None else row.error if status is None else None,
         wake_at=_time(row.wake_ms) if row.status == RunStatus.QUEUED else None,
         version=row.version or None,
     )

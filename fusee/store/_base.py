@@ -120,6 +120,9 @@ class RunRow:
         parent: The parent's workflow id, for a child run.
         version: The version of the engine the run started on (``describe().version``;
             "" for a run started before versions were recorded, or not yet started).
+        error: For a run paused by a bug in its code (``on_error="pause"``), the
+            error and its traceback (``describe().error`` in any process); None
+            otherwise, and again once the run is resumed.
 
     Example:
         >>> row = RunRow("order-1", 1, "checkout", "running", 1_700_000_000_000,
@@ -138,6 +141,7 @@ class RunRow:
     attributes: Mapping[str, Any] = field(default_factory=_no_attributes)
     parent: str | None = None
     version: str = ""
+    error: str | None = None
 
     def __post_init__(self) -> None:
         # Rows are shared between the store and its callers (a MemoryStore
@@ -431,6 +435,16 @@ class Store(ScheduleStore, Protocol):
         """Replaces queued ``id``'s input and holds it back until ``not_before_ms``.
 
         Returns False, changing nothing, when ``id`` has no item still queued.
+        """
+        ...
+
+    async def start_queued(self, id: str, now_ms: int) -> str | None:
+        """Lets queued ``id`` in from ``now_ms`` on, its input untouched: ``run.start_now()``.
+
+        One conditional write: a debounce that replaces the item's input at
+        the same time is never undone by it. Its row's ``wake_ms`` is
+        cleared. Returns the item's queue, or None, changing nothing, when
+        ``id`` has no item still queued.
         """
         ...
 

@@ -113,7 +113,7 @@ class PostgresQueues:
                 " SET shard = EXCLUDED.shard, run = EXCLUDED.run, workflow = EXCLUDED.workflow,"
                 " status = EXCLUDED.status, started_ms = EXCLUDED.started_ms,"
                 " finished_ms = NULL, wake_ms = EXCLUDED.wake_ms, attributes = NULL,"
-                " parent = EXCLUDED.parent, version = ''",
+                " parent = EXCLUDED.parent, version = '', error = NULL",
                 row.id,
                 shard_of(row.id, self._shards),
                 row.run,
@@ -155,6 +155,28 @@ class PostgresQueues:
             return str(status) != "UPDATE 0"
 
         return await self._in_transaction(write, "debouncing a queued run in")
+
+    async def start_queued(self, id: str, now_ms: int) -> str | None:
+        """Lets queued ``id`` in from ``now_ms`` on; its queue, or None if it is not queued."""
+        q = self._q
+
+        async def write(conn: asyncpg.Connection) -> str | None:
+            # One conditional update: a debounce's new input, written in the
+            # same instant, stays (the row lock orders the two).
+            queue = await conn.fetchval(
+                f"UPDATE {q}.queue_items SET not_before_ms = least(not_before_ms, $1)"
+                " WHERE id = $2 AND state = 'queued' RETURNING queue",
+                now_ms,
+                id,
+            )
+            if queue is None:
+                return None
+            await conn.execute(
+                f"UPDATE {q}.runs SET wake_ms = NULL WHERE id = $1 AND status = 'queued'", id
+            )
+            return str(queue)
+
+        return await self._in_transaction(write, "starting a queued run early in")
 
     async def signal_queued(self, id: str, signal: bytes) -> bool:
         """Adds ``signal`` to queued ``id``'s signals; False if it is not queued."""

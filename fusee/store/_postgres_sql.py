@@ -19,14 +19,15 @@ from typing import Any, Final
 from fusee.store._base import UNFINISHED_STATUSES, RunRow, _unpack_attributes
 from fusee.store._postgres_schedules import schedules_format_4_sql, schedules_sql
 
-FORMAT: Final = 4
+FORMAT: Final = 5
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 _ROW_COLUMNS: Final = (
-    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version"
+    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version,"
+    " error"
 )
 
 
@@ -73,6 +74,7 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         *schedules_sql(s),
         *schedules_format_4_sql(s),
         *_runs_format_4_sql(s),
+        *_runs_format_5_sql(s),
     )
 
 
@@ -123,7 +125,8 @@ def queues_sql(s: str) -> tuple[str, ...]:
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
 # schema): format 2 adds the commands inbox, format 3 the workers, each
 # command's shard, the queue tables and the schedules, format 4 the schedules
-# made at run time and their last tick, and the version of each run and worker.
+# made at run time and their last tick, and the version of each run and worker,
+# format 5 the error of a run paused by a bug.
 def _format_3_sql(s: str) -> tuple[str, ...]:
     return (*_workers_sql(s), *queues_sql(s), *schedules_sql(s))
 
@@ -140,10 +143,16 @@ def _format_4_sql(s: str) -> tuple[str, ...]:
     return (*schedules_format_4_sql(s), *_runs_format_4_sql(s))
 
 
+def _runs_format_5_sql(s: str) -> tuple[str, ...]:
+    # The error of a run paused by a bug in its code, for every process to show.
+    return (f"ALTER TABLE {s}.runs ADD COLUMN IF NOT EXISTS error TEXT",)
+
+
 _MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {
     1: _commands_sql,
     2: _format_3_sql,
     3: _format_4_sql,
+    4: _runs_format_5_sql,
 }
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
@@ -174,14 +183,14 @@ class _Sql:
         )
         self.upsert_rows = (
             f"INSERT INTO {q}.runs (id, shard, run, workflow, status, started_ms, finished_ms,"
-            " wake_ms, attributes, parent, version) SELECT * FROM unnest($1::text[], $2::int[],"
-            " $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[],"
-            " $9::bytea[], $10::text[], $11::text[])"
+            " wake_ms, attributes, parent, version, error) SELECT * FROM unnest($1::text[],"
+            " $2::int[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::bigint[],"
+            " $8::bigint[], $9::bytea[], $10::text[], $11::text[], $12::text[])"
             " ON CONFLICT (id) DO UPDATE SET shard = EXCLUDED.shard, run = EXCLUDED.run,"
             " workflow = EXCLUDED.workflow, status = EXCLUDED.status,"
             " started_ms = EXCLUDED.started_ms, finished_ms = EXCLUDED.finished_ms,"
             " wake_ms = EXCLUDED.wake_ms, attributes = EXCLUDED.attributes,"
-            " parent = EXCLUDED.parent, version = EXCLUDED.version"
+            " parent = EXCLUDED.parent, version = EXCLUDED.version, error = EXCLUDED.error"
         )
         # FOR SHARE, not an UPDATE: it holds off a takeover (which updates the
         # row) until this transaction ends, as an UPDATE would, without
@@ -296,9 +305,8 @@ class _Sql:
 
 
 def _row(values: Any) -> RunRow:
-    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version = (
-        values
-    )
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values[:9]
+    version, error = values[9:]
     return RunRow(
         id,
         run,
@@ -310,4 +318,5 @@ def _row(values: Any) -> RunRow:
         _unpack_attributes(attributes),
         parent,
         version,
+        error,
     )

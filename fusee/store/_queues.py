@@ -16,6 +16,7 @@ the rate window) read inside the write that applies its answer.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from bisect import bisect_left, insort
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable
@@ -401,6 +402,15 @@ class ItemBook:
         self._set(_replace(item, input=input, not_before_ms=not_before_ms))
         return True
 
+    def start_early(self, id: str, now_ms: int) -> str | None:
+        """Lets queued ``id`` in from ``now_ms`` on; its queue, or None if it is not queued."""
+        item = self.active(id)
+        if item is None or item.state != "queued":
+            return None
+        if item.not_before_ms > now_ms:
+            self._set(_replace(item, not_before_ms=now_ms))
+        return item.queue
+
     def add_signal(self, id: str, signal: bytes) -> bool:
         """Adds ``signal`` to queued ``id``'s signals; False, changing nothing, if not queued."""
         item = self.active(id)
@@ -522,6 +532,15 @@ class MemoryQueues(ItemBook):
         """Replaces queued ``id``'s input and admission time; False if it is not queued."""
         self._check_open()
         return self.debounce(id, input, not_before_ms)
+
+    async def start_queued(self, id: str, now_ms: int) -> str | None:
+        """Lets queued ``id`` in from ``now_ms`` on; its queue, or None if it is not queued."""
+        self._check_open()
+        queue = self.start_early(id, now_ms)
+        row = self._rows.get(id)
+        if queue is not None and row is not None and row.status == "queued":
+            self._rows[id] = dataclasses.replace(row, wake_ms=None)
+        return queue
 
     async def signal_queued(self, id: str, signal: bytes) -> bool:
         """Adds ``signal`` to queued ``id``'s signals; False, changing nothing, if not queued."""

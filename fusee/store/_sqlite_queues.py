@@ -168,7 +168,7 @@ class SqliteQueues:
                 ),
             )
             conn.execute(
-                _UPSERT_ROWS + " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _UPSERT_ROWS + " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
                 (
                     row.id,
                     row.run,
@@ -211,6 +211,22 @@ class SqliteQueues:
                 (input, not_before_ms, id),
             )
             return cur.rowcount > 0
+
+        return await self._in_writer(write)
+
+    async def start_queued(self, id: str, now_ms: int) -> str | None:
+        """Lets queued ``id`` in from ``now_ms`` on; its queue, or None if it is not queued."""
+
+        def write(conn: sqlite3.Connection) -> str | None:
+            found = conn.execute(
+                "UPDATE queue_items SET not_before_ms = min(not_before_ms, ?)"
+                " WHERE id = ? AND state = 'queued' RETURNING queue",
+                (now_ms, id),
+            ).fetchone()
+            if found is None:
+                return None
+            conn.execute("UPDATE runs SET wake_ms = NULL WHERE id = ? AND status = 'queued'", (id,))
+            return str(found[0])
 
         return await self._in_writer(write)
 

@@ -149,9 +149,8 @@ def _load(
 
 def _row(values: _SqlRow, path: Path) -> RunRow:
     """The `RunRow` of a ``runs`` row; raises `CorruptRecord` naming the run if it is damaged."""
-    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version = (
-        values
-    )
+    id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent = values[:9]
+    version, error = values[9:]
     problem = _row_problem(values)
     if problem is None:
         try:
@@ -166,6 +165,7 @@ def _row(values: _SqlRow, path: Path) -> RunRow:
                 _unpack_attributes(attributes),
                 parent,
                 version,
+                error,
             )
         except (msgpack.UnpackException, ValueError, TypeError) as e:
             why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
@@ -189,6 +189,7 @@ _COLUMN_TYPES: Final = (
     ("attributes", bytes, True),
     ("parent", str, True),
     ("version", str, False),
+    ("error", str, True),
 )
 
 

@@ -16,7 +16,7 @@ from fusee.store._sqlite_schedules import SCHEDULES_FORMAT_4, SCHEDULES_SCHEMA
 FILENAME: Final = "fusee.db"
 """The store's file in its directory (SQLite adds ``-wal`` and ``-shm`` beside it)."""
 
-FORMAT: Final = 4
+FORMAT: Final = 5
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 APPLICATION_ID: Final = 0x66757365
@@ -48,6 +48,9 @@ _QUEUES_SCHEMA: Final = (
 # Format 4: the version of the engine each run started on.
 _RUNS_FORMAT_4: Final = ("ALTER TABLE runs ADD COLUMN version TEXT NOT NULL DEFAULT ''",)
 
+# Format 5: the error of a run paused by a bug in its code, for every process to show.
+_RUNS_FORMAT_5: Final = ("ALTER TABLE runs ADD COLUMN error TEXT",)
+
 _SCHEMA: Final = (
     "CREATE TABLE journal (lsn INTEGER PRIMARY KEY, id TEXT NOT NULL,"
     " run INTEGER NOT NULL, data BLOB NOT NULL)",
@@ -65,17 +68,20 @@ _SCHEMA: Final = (
     *SCHEDULES_SCHEMA,
     *SCHEDULES_FORMAT_4,
     *_RUNS_FORMAT_4,
+    *_RUNS_FORMAT_5,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {FORMAT}",
 )
 
 # Statements that upgrade format N to N + 1, keyed by N: format 2 adds the
 # commands inbox, format 3 the queue items and the schedules, format 4 the
-# schedules made at run time and their last tick, and each run's version.
+# schedules made at run time and their last tick, and each run's version,
+# format 5 the error of a run paused by a bug.
 _MIGRATIONS: Final[Mapping[int, tuple[str, ...]]] = {
     1: _COMMANDS_SCHEMA,
     2: (*_QUEUES_SCHEMA, *SCHEDULES_SCHEMA),
     3: (*SCHEDULES_FORMAT_4, *_RUNS_FORMAT_4),
+    4: _RUNS_FORMAT_5,
 }
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
@@ -84,7 +90,8 @@ _INSERT_COMMAND: Final = (
 )
 
 _ROW_COLUMNS: Final = (
-    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version"
+    "id, run, workflow, status, started_ms, finished_ms, wake_ms, attributes, parent, version,"
+    " error"
 )
 # Statements `_insert_all` completes with one "(?, ...)" per row.
 _INSERT_ENTRIES: Final = "INSERT INTO journal (lsn, id, run, data) VALUES"

@@ -200,6 +200,7 @@ class MemoryStore(MemoryQueues, MemorySchedules, MemoryDeletes):
                     _unpack_attributes(blob),
                     row.parent,
                     row.version,
+                    row.error,
                 )
             self._rows[row.id] = row
         if items or forget:

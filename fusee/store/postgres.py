@@ -10,7 +10,7 @@ store creates it, and upgrades an older format, on open)::
             PRIMARY KEY (shard, lsn))             -- a second guard against two writers
         index (id, run, lsn)                      -- load(), by run then LSN
     runs(id TEXT PRIMARY KEY, shard, run, workflow, status, started_ms,
-         finished_ms, wake_ms, attributes BYTEA, parent, version)
+         finished_ms, wake_ms, attributes BYTEA, parent, version, error)
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id),
         (shard) of unfinished runs                -- recovery of the shards a worker holds
     shard_leases(shard INT PRIMARY KEY, owner TEXT, epoch BIGINT, lease_until TIMESTAMPTZ)
@@ -568,6 +568,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
                 blob,
                 r.parent,
                 r.version,
+                r.error,
             )
             for r, blob in zip(runs, packed, strict=True)
         ]

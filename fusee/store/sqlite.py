@@ -6,7 +6,7 @@ application_id`` = `APPLICATION_ID` marks the file as a fusee store)::
     journal(lsn INTEGER PRIMARY KEY, id TEXT, run INTEGER, data BLOB)
         index (id, run, lsn)                      -- load(), by run then LSN
     runs(id TEXT PRIMARY KEY, run, workflow, status, started_ms, finished_ms,
-         wake_ms, attributes BLOB, parent, version)  -- one row per id: its latest run
+         wake_ms, attributes BLOB, parent, version, error)  -- one per id: its latest run
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id)
     meta(key TEXT PRIMARY KEY, value INTEGER)
         'run_reserved': run numbers up to it may have been handed out
@@ -476,6 +476,7 @@ class SqliteStore(SqliteQueues, _SqliteWriter, SqliteSchedules, SqliteDeletes):
                 blob,
                 r.parent,
                 r.version,
+                r.error,
             )
             for r, blob in zip(runs, packed, strict=True)
         ]

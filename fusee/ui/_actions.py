@@ -79,6 +79,18 @@ class ClientActions:
                 await client.schedules.create(name, workflow, **args)
             except TypeError as e:
                 raise ValueError(str(e)) from None
+        elif action == "update":
+            # Empty fields of a form are arguments not given: kept as they are.
+            args = {k: v for k, v in (fields or {}).items() if v is not None and v != ""}
+            if not args:
+                raise ValueError(
+                    "an update needs what to change: cron, every, tz, input, overlap, "
+                    "catch_up or queue"
+                )
+            try:
+                await client.schedules.update(name, **args)
+            except TypeError as e:
+                raise ValueError(str(e)) from None
         elif action == "delete":
             await client.schedules.delete(name)
         elif action == "pause":
@@ -89,7 +101,7 @@ class ClientActions:
             return (await client.schedules.trigger(name)).id
         else:
             raise ValueError(
-                f"a schedule takes create, delete, pause, resume or trigger, not {action!r}"
+                f"a schedule takes create, update, delete, pause, resume or trigger, not {action!r}"
             )
         return None
 

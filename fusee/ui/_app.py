@@ -64,8 +64,10 @@ SCAN_BATCHES: Final = 10
 """A page of top-level runs reads this many store pages at most, past the children."""
 ACTIONS: Final = ("signal", "cancel", "resume", "fork", "schedule", "bulk")
 """What an app with `Actions` may do (``GET /api/info``'s ``actions``)."""
-SCHEDULE_VERBS: Final = ("create", "delete", "pause", "resume", "trigger")
+SCHEDULE_VERBS: Final = ("create", "update", "delete", "pause", "resume", "trigger")
 BULK_VERBS: Final = ("cancel", "resume")
+# The schedule actions whose body holds arguments.
+_WITH_FIELDS: Final = ("create", "update")
 # A run's tree of children is read this deep and this wide, at most.
 TREE_DEPTH: Final = 3
 TREE_NODES: Final = 100
@@ -108,10 +110,11 @@ class Actions(Protocol):
     async def schedule(
         self, name: str, action: str, fields: Mapping[str, Any] | None = None
     ) -> str | None:
-        """Creates, deletes, pauses, resumes or triggers (``action``) schedule ``name``.
+        """Creates, updates, deletes, pauses, resumes or triggers (``action``) schedule ``name``.
 
         ``fields`` are a create's: ``workflow`` and `fusee.Schedule`'s
-        arguments (``cron`` or ``every``, ``input``, ...). Returns the id of
+        arguments (``cron`` or ``every``, ``input``, ...), or an update's:
+        the arguments it changes (``client.schedules.update``'s). Returns the id of
         the run a trigger started (None for the others). An unknown schedule
         raises `fusee.NotFound` (answered 404), a bad argument ValueError (400).
         """
@@ -588,12 +591,13 @@ async def _schedule_act(request: Request) -> Response:
     if verb not in SCHEDULE_VERBS:
         return _error(
             404,
-            f"no schedule action {verb!r}; there are create, delete, pause, resume and trigger",
+            f"no schedule action {verb!r}; there are create, update, delete, pause, resume"
+            " and trigger",
         )
     # JSON even without arguments: a foreign page's form cannot post it.
     body = await _body(request)
     try:
-        run_id = await actions.schedule(name, verb, body if verb == "create" else None)
+        run_id = await actions.schedule(name, verb, body if verb in _WITH_FIELDS else None)
     except ValueError as e:
         return _error(400, str(e))
     except NotFound as e:

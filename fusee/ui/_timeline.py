@@ -36,6 +36,7 @@ from fusee.record import (
     Done,
     Event,
     Fired,
+    Handled,
     Heartbeat,
     Patch,
     Record,
@@ -88,6 +89,7 @@ def row_json(row: RunRow) -> dict[str, Any]:
         "wake_ms": row.wake_ms,
         "attributes": jsonable(dict(row.attributes)),
         "parent": row.parent,
+        "error": row.error,
     }
 
 
@@ -227,7 +229,7 @@ class Timeline:
             op.update(status="fired", end_lsn=lsn)
             if op.get("fire_at_ms") is not None:
                 self._anchor(lsn, op["fire_at_ms"])
-        elif isinstance(rec, Wait | Waited | Signal):
+        elif isinstance(rec, Wait | Waited | Signal | Handled):
             self._fold_wait(lsn, rec)
         elif isinstance(rec, Value):
             op = self._op(lsn, rec.seq, "value", VALUE_KINDS.get(rec.kind, str(rec.kind)))
@@ -364,13 +366,15 @@ class Timeline:
                 attempt["queue_ms"] = max(0, rec.time.started_ms - attempt["due_ms"])
             self._anchor(lsn, rec.time.started_ms + rec.time.elapsed_us // 1000)
 
-    def _fold_wait(self, lsn: int, rec: Wait | Waited | Signal) -> None:
-        self._fold_signal(lsn, rec)
+    def _fold_wait(self, lsn: int, rec: Wait | Waited | Signal | Handled) -> None:
+        if not isinstance(rec, Handled):
+            self._fold_signal(lsn, rec)
         # After the record is in: a signal's "set_aside" says a wait refused
         # it (its payload does not fit) and none took it.
         for ordinal in self._marks.add(rec):
             if ordinal < len(self.signals):
                 self.signals[ordinal]["set_aside"] = self._marks.is_set_aside(ordinal)
+                self.signals[ordinal]["handled"] = self._marks.is_handled(ordinal)
                 self._touch("signals", ordinal)
 
     def _fold_signal(self, lsn: int, rec: Wait | Waited | Signal) -> None:
@@ -385,6 +389,7 @@ class Timeline:
                     "payload": payload(rec.payload),
                     "by": payload(rec.by),
                     "consumed_by": None,
+                    "handled": False,
                     "set_aside": False,
                 }
             )

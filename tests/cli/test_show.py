@@ -124,6 +124,34 @@ async def test_show_full_prints_a_failed_runs_whole_traceback(tmp_path: Path) ->
 
 
 @pytest.mark.asyncio
+async def test_show_prints_what_a_bug_that_paused_the_run_raised(tmp_path: Path) -> None:
+    async with engine_on(tmp_path, on_error="pause") as engine:
+        run = await engine.start(wfs.boom, "boom-1")
+        for _ in range(1500):
+            if (await run.describe()).status == "paused":
+                break
+            await asyncio.sleep(0.01)
+        error = (await run.describe()).error
+    assert error is not None
+
+    # The engine has stopped: the command reads the error from the run's row.
+    code, out, _ = await acli("show", "boom-1", "--data", str(tmp_path))
+    assert code == 0
+    assert "paused by a bug in its code: KeyError: 'sku'" in out
+    assert "`fusee show boom-1 --full` prints the whole traceback" in out
+    assert "`fusee resume boom-1` replays it on the new code" in out
+
+    code, out, _ = await acli("show", "boom-1", "--full", "--data", str(tmp_path))
+    printed = out.splitlines()
+    start = printed.index("Traceback (most recent call last):")
+    assert printed[start:-1] == error.rstrip("\n").splitlines()
+
+    code, out, _ = await acli("show", "boom-1", "--data", str(tmp_path), "--json")
+    shown = json.loads(out)["run"]
+    assert (shown["status"], shown["error"]) == ("paused", error)
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     "argv", [pytest.param((), id="show"), pytest.param(("--follow",), id="follow")]
 )
@@ -214,3 +242,50 @@ async def test_show_marks_a_signal_its_wait_set_aside(tmp_path: Path) -> None:
     assert [r["status"] for r in records if r["kind"] == "waited"] == ["signal #1"]
     code, out, _ = await acli("show", "c-1", "--data", str(tmp_path))
     assert "set aside" in out
+
+
+note = fusee.signal("cli-note", str)
+closing = fusee.signal("cli-close", bool)
+
+
+@fusee.workflow("cli-notebook")
+async def notebook(ctx: fusee.Ctx) -> list[str]:
+    """Notes by a named handler, any other unknown signal by the dynamic one, until closed."""
+    notes: list[str] = []
+    ctx.on_signal(note, notes.append)
+    ctx.on_signal(None, lambda name, payload: notes.append(f"{name}={payload}"))
+    await ctx.wait_for(closing)
+    return notes
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "crash", [pytest.param(False, id="live"), pytest.param(True, id="crashed")]
+)
+async def test_show_marks_a_signal_a_handler_got_as_handled(tmp_path: Path, crash: bool) -> None:
+    async with await fusee.Engine.open(tmp_path, workflows=[notebook], durability="none") as e:
+        run = await e.start(notebook, "nb-1")
+        await run.signal(note, "first")
+        await run.signal(fusee.signal("cli-ping"), 7)
+    if crash:
+        # Reopened: the code replays, its handlers get the signals again, marked once.
+        async with await fusee.Engine.open(tmp_path, workflows=[notebook], durability="none") as e:
+            await e.get("nb-1").signal(note, "second")
+    async with await fusee.Engine.open(tmp_path, workflows=[notebook], durability="none") as e:
+        await e.get("nb-1").signal(closing, True)
+        notes = await e.get("nb-1").result()
+    assert notes == ["first", "cli-ping=7", *(["second"] if crash else [])]
+
+    code, out, _ = await acli("show", "nb-1", "--data", str(tmp_path), "--json")
+    assert code == 0
+    records = json.loads(out)["records"]
+    signals = [(r["name"], r["status"]) for r in records if r["kind"] == "signal"]
+    handled = [("cli-note", "handled"), ("cli-ping", "handled")]
+    if crash:
+        handled.append(("cli-note", "handled"))
+    # The wait's own signal is consumed by the wait, as its `waited` line says.
+    assert signals == [*handled, ("cli-close", "")]
+    marks = [r["status"] for r in records if r["kind"] == "handled"]
+    assert marks == [f"signal #{i}" for i in range(len(handled))]
+    code, out, _ = await acli("show", "nb-1", "--data", str(tmp_path))
+    assert "handled" in out

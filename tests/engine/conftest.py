@@ -9,17 +9,19 @@ stores are schemas of the session's throwaway server (tests/_postgres.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 from _postgres import Cluster
 
+import fusee
 from fusee.pytest_plugin import EngineFactory
-from fusee.store import Entry, MemoryStore, RunRow, SqliteStore, Store
+from fusee.store import Entry, MemoryStore, PostgresStore, RunRow, SqliteStore, Store
 from fusee.testing import TestEngine
 
 STORES = [
@@ -134,3 +136,23 @@ async def eventually(
             return value
         assert loop.time() < deadline, f"{what} did not come true in time"
         await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def client_of(stores: Stores, store: Store) -> AsyncIterator[fusee.Client]:
+    """A Client beside the engine on ``store``, as a web app beside a worker would have."""
+    if isinstance(store, SqliteStore):
+        async with await fusee.Client.connect(store.path.parent, durability="none") as c:
+            yield c
+    elif isinstance(store, PostgresStore):
+        assert stores.postgres is not None
+        theirs = PostgresStore(stores.postgres.dsn, schema=store.schema, client=True)
+        await theirs.open()
+        try:
+            async with await fusee.Client.connect(theirs) as c:
+                yield c
+        finally:
+            await theirs.close()
+    else:
+        async with await fusee.Client.connect(store) as c:
+            yield c

@@ -10,7 +10,7 @@ import fusee
 from fusee.record import Start, decode
 from fusee.testing import crash_everywhere
 
-from .conftest import Host, assert_steps_ran_once
+from .conftest import Host, Stores, assert_steps_ran_once, client_of
 
 pytestmark = pytest.mark.asyncio
 
@@ -436,6 +436,33 @@ async def test_a_bug_pauses_the_run_with_its_traceback_and_resume_replays_the_fi
         assert (await run.describe()).error is None
         await t.crash()
         assert await run.result() == "A1 at 12"
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_a_bug_paused_runs_traceback_is_read_from_the_store_until_its_resume(
+    host: Host, stores: Stores, crash: bool
+) -> None:
+    DEPLOYED["fixed"] = False
+    async with host(workflows=[quote]) as t, client_of(stores, t.store) as client:
+        run = await t.start(quote, "quote-2", "B2")
+        with pytest.raises(fusee.RunPaused):
+            await run.result()
+        if crash:
+            await t.crash()
+        # Another process (a web app's Client) reads the run from its row.
+        theirs = client.get("quote-2")
+        info = await theirs.describe()
+        assert info.status == "paused"
+        assert info.error is not None
+        assert "prices[sku]" in info.error
+        assert info.error.rstrip().endswith("KeyError: 'B2'")
+        listed = [i async for i in client.list(status="paused")]
+        assert [(i.id, i.error) for i in listed] == [("quote-2", info.error)]
+        DEPLOYED["fixed"] = True
+        await theirs.resume()
+        assert await theirs.result() == "B2 at 12"
+        assert (await theirs.describe()).error is None
         assert_steps_ran_once(t)
 
 

@@ -13,7 +13,7 @@ import contextlib
 import datetime
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from fusee.record import decode
 from fusee.store import Entry, PostgresStore, RunRow, SqliteStore, Store
 from fusee.testing import TestEngine
 
-from .conftest import HeldWrites, Host, Stores, assert_steps_ran_once
+from .conftest import HeldWrites, Host, Stores, assert_steps_ran_once, client_of
 
 pytestmark = pytest.mark.asyncio
 
@@ -205,6 +205,45 @@ async def test_a_debounced_start_replaces_the_input_and_pushes_the_admission_bac
         assert await run.result() == "hello"
         info = await run.describe()
         assert info.started_at == datetime.datetime.fromtimestamp((t0 + 8000) / 1000, datetime.UTC)
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.parametrize("crash", CRASH)
+async def test_start_now_keeps_the_input_of_a_debounce_landing_in_the_same_instant(
+    fusee_engine: Any, postgres_cluster: Cluster, crash: bool
+) -> None:
+    # On a store workers share, the store applies both (`Store.start_queued`,
+    # `Store.debounce_queued`): the debounce lands as start_now's first store
+    # call returns, before anything else start_now does.
+    @fusee.workflow("echo")
+    async def echo(ctx: fusee.Ctx, text: str) -> str:
+        return await ctx.step("echo", lambda: text)
+
+    q = fusee.Queue("typing")
+    t: TestEngine = fusee_engine(workflows=[echo], queues=[q], store=postgres_cluster.new_store())
+    async with t:
+        run = await t.start(echo, "save-2", "old", queue=q, debounce="1h")
+        store = t.store
+        landed: list[str] = []
+
+        def debounce_lands_first(call: Callable[..., Awaitable[Any]]) -> Any:
+            async def calling(*args: Any, **kw: Any) -> Any:
+                result = await call(*args, **kw)
+                if not landed:
+                    landed.append("newer")
+                    await t.start(echo, "save-2", "newer", queue=q, debounce="5s")
+                return result
+
+            return calling
+
+        with pytest.MonkeyPatch.context() as mp:
+            for name in ("queue_items", "start_queued", "debounce_queued"):
+                mp.setattr(store, name, debounce_lands_first(getattr(store, name)))
+            await run.start_now()
+        assert landed == ["newer"]
+        await settle_or_crash(t, crash)
+        await t.advance("5s")
+        assert await run.result() == "newer"
         assert_steps_ran_once(t)
 
 
@@ -421,26 +460,6 @@ async def test_two_engines_on_one_postgres_database_share_a_queue_s_concurrency(
     finally:
         for engine in engines:
             await engine.close()
-
-
-@contextlib.asynccontextmanager
-async def client_of(stores: Stores, store: Store) -> AsyncIterator[fusee.Client]:
-    """A Client beside the engine on ``store``, as a web app beside a worker would have."""
-    if isinstance(store, SqliteStore):
-        async with await fusee.Client.connect(store.path.parent, durability="none") as c:
-            yield c
-    elif isinstance(store, PostgresStore):
-        assert stores.postgres is not None
-        theirs = PostgresStore(stores.postgres.dsn, schema=store.schema, client=True)
-        await theirs.open()
-        try:
-            async with await fusee.Client.connect(theirs) as c:
-                yield c
-        finally:
-            await theirs.close()
-    else:
-        async with await fusee.Client.connect(store) as c:
-            yield c
 
 
 go = fusee.signal("go", int)

@@ -14,12 +14,14 @@ import pytest
 from _postgres import Cluster
 
 import fusee
+from fusee import _codec
 from fusee._schedule import run_id
 from fusee.record import Done, Start, decode
 from fusee.store import PostgresStore, Store
 from fusee.testing import TestEngine
 
 from .conftest import Host, assert_steps_ran_once
+from .test_recovery import _FailingWrites as FailingWrites
 
 pytestmark = pytest.mark.asyncio
 
@@ -396,6 +398,17 @@ async def tick_at(ctx: fusee.Ctx, label: str) -> str:
     return await ctx.step("say", lambda: f"{label}@{at.isoformat() if at else None}")
 
 
+@fusee.workflow("tick_chain")
+async def tick_chain(ctx: fusee.Ctx, n: int) -> list[str]:
+    """Continues as new once: each run of the tick's id says which tick it serves."""
+    at = ctx.info.scheduled_at
+    seen = await ctx.step("say", lambda: f"run {ctx.info.run}@{at.isoformat() if at else None}")
+    if n == 0:
+        ctx.continue_as_new(1)
+    await ctx.wait_for(go)
+    return [seen]
+
+
 def at(minute: int) -> str:
     when = datetime.datetime.fromtimestamp((T0 + minute * MIN) / 1000, datetime.UTC)
     return when.isoformat()
@@ -479,6 +492,50 @@ async def test_a_schedule_on_a_queue_starts_its_runs_queued_with_their_tick(host
         assert await t.get(second).result() == f"c@{at(2)}"
         with pytest.raises(fusee.UnknownQueue):
             await t.schedules.create("q3", long_job, every="1m", queue="nope")
+
+
+@pytest.mark.parametrize(
+    "crash", [pytest.param(False, id="live"), pytest.param(True, id="crashed")]
+)
+async def test_a_scheduled_run_continued_as_new_keeps_its_tick(host: Host, crash: bool) -> None:
+    every_2m = fusee.Schedule("chain", tick_chain, every="2m", input=0)
+    async with host(workflows=[tick_chain], schedules=[every_2m]) as t:
+        await t.advance("2m")
+        await t.settle()
+        (id,) = ids_at("chain", 2)
+        if crash:
+            await t.crash()
+            await t.settle()
+        run = t.get(id)
+        info = await run.describe()
+        assert (info.run, info.status) == (2, "suspended")
+        await run.signal(go, 1)
+        assert await run.result() == [f"run 2@{at(2)}"]
+        assert_steps_ran_once(t)
+
+
+@pytest.mark.expect_engine_errors("the store failed; runs stop .*: simulated crash")
+async def test_a_scheduled_run_continued_by_recovery_keeps_its_tick(host: Host) -> None:
+    # A crash between the two runs: recovery starts the next run from the
+    # first's journal (its "continued" row), with the tick its `Start` holds.
+    every_2m = fusee.Schedule("chain", tick_chain, every="2m", input=0)
+
+    def next_run_starts(records: list[Any]) -> bool:
+        return any(type(r) is Start and r.input == _codec.encode(1) for r in records)
+
+    async with host(workflows=[tick_chain], schedules=[every_2m]) as t:
+        with FailingWrites(t.engine.store, next_run_starts) as w:
+            await t.advance("2m")
+            await t.settle()
+            assert w.failed == 1
+        (id,) = ids_at("chain", 2)
+        row = await t.store.get(id)
+        assert row is not None
+        assert (row.run, row.status) == (1, "continued")
+        await t.crash()
+        run = t.get(id)
+        await run.signal(go, 1)
+        assert await run.result() == [f"run 2@{at(2)}"]
 
 
 async def test_backfill_starts_each_past_tick_once_across_crashes(host: Host) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import fusee
+from fusee.record import Handled, decode
 from fusee.testing import TestEngine, crash_everywhere
 
 from .conftest import Host, assert_steps_ran_once
@@ -189,3 +190,46 @@ async def test_a_handler_that_raises_fails_the_run_or_pauses_it(host: Host, cras
                 await pausing.result()
         assert (await failing.describe()).status == "failed"
         assert (await pausing.describe()).status == "paused"
+
+
+@fusee.workflow("relay")
+async def relay(ctx: fusee.Ctx, n: int) -> list[str]:
+    got: list[str] = []
+    ctx.on_signal(coin, lambda c: got.append(f"coin {c}"))
+    if n == 0:
+        await ctx.wait_for(close)
+        ctx.continue_as_new(1)
+    # The next run: a coin the handler got in the run before is not carried to it.
+    late = await ctx.wait_for(coin, timeout="1m")
+    return [*got, f"waited {late}"]
+
+
+async def test_a_signal_a_handler_got_is_not_carried_by_a_continue_as_new_whatever_the_crash() -> (
+    None
+):
+    async def drive(t: TestEngine, run: fusee.Run[list[str]]) -> None:
+        try:
+            await run.signal(coin, 1, dedup="c1")
+            await run.signal(close, True, dedup="x")
+        except fusee.RunFinished:
+            return
+
+    assert await crash_everywhere(relay, 0, drive=drive) == ["waited None"]
+
+
+@pytest.mark.parametrize("crash", LIFE)
+async def test_each_signal_a_handler_got_is_marked_once_in_the_journal(
+    host: Host, crash: bool
+) -> None:
+    async with host(workflows=[tally]) as t:
+        run = await t.start(tally, "marked-1")
+        await run.signal(coin, 1)
+        await run.signal(fusee.signal("tip"), 5)
+        await t.settle()
+        if crash:
+            await t.crash()
+        await t.advance("1m")
+        await run.signal(close, True)
+        assert await run.result() == ["coin 1", "tip 5"]
+        records = [decode(data) for _, data in await t.store.load("marked-1")]
+        assert [r.ordinal for r in records if isinstance(r, Handled)] == [0, 1]

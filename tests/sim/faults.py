@@ -223,6 +223,9 @@ class FaultyStore:
     async def debounce_queued(self, id: str, input: bytes, not_before_ms: int) -> bool:
         return await self.inner.debounce_queued(id, input, not_before_ms)
 
+    async def start_queued(self, id: str, now_ms: int) -> str | None:
+        return await self.inner.start_queued(id, now_ms)
+
     async def signal_queued(self, id: str, signal: bytes) -> bool:
         return await self.inner.signal_queued(id, signal)
 

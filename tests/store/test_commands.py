@@ -246,8 +246,9 @@ async def test_a_format_1_sqlite_store_gains_the_inbox_when_an_engine_opens_it(
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE commands")
     conn.execute("DROP TABLE schedules")
-    # Format 4 added the runs' version column.
+    # Format 4 added the runs' version column, format 5 their error.
     conn.execute("ALTER TABLE runs DROP COLUMN version")
+    conn.execute("ALTER TABLE runs DROP COLUMN error")
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     client = SqliteStore(tmp_path, client=True)
@@ -262,7 +263,7 @@ async def test_a_format_1_sqlite_store_gains_the_inbox_when_an_engine_opens_it(
     finally:
         await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 5
     conn.close()
 
 

@@ -353,6 +353,34 @@ async def test_a_different_shard_count_for_an_existing_store_is_refused(
         await new_store(schema=store.schema, shards=16).open()
 
 
+async def test_a_format_4_store_gains_the_runs_error_column_and_keeps_its_rows(
+    store: PostgresStore, new_store: NewStore
+) -> None:
+    held = await store.acquire_shards("w1", 8, lease_s=30)
+    await store.append([entry(1)], [run_row()], fence=held)
+    await store.close()
+    conn = await asyncpg.connect(store._dsn)
+    try:
+        await conn.execute(f"ALTER TABLE {store.schema}.runs DROP COLUMN error")
+        await conn.execute(f"UPDATE {store.schema}.meta SET value = 4 WHERE key = 'format'")
+    finally:
+        await conn.close()
+
+    again = new_store(schema=store.schema)
+    await again.open()
+    assert await again.get("a") == run_row()
+    held = await again.acquire_shards("w1", 8, lease_s=30)
+    paused = RunRow("b", 1, "checkout", "paused", 0, error="Traceback ...\nKeyError: 'x'")
+    await again.append([entry(2, "b")], [paused], fence=held)
+    assert await again.get("b") == paused
+    conn = await asyncpg.connect(store._dsn)
+    try:
+        value = await conn.fetchval(f"SELECT value FROM {store.schema}.meta WHERE key = 'format'")
+    finally:
+        await conn.close()
+    assert value == FORMAT == 5
+
+
 async def test_a_newer_format_refuses_to_open(store: PostgresStore, new_store: NewStore) -> None:
     conn = await asyncpg.connect(store._dsn)
     try:

@@ -132,6 +132,24 @@ async def test_debounce_and_signals_change_a_queued_item_and_unqueue_takes_it_ba
 
 
 @pytest.mark.asyncio
+async def test_start_queued_lets_an_item_in_now_keeping_its_input_and_clears_its_wake(
+    store: Store,
+) -> None:
+    await store.enqueue(
+        item("s", not_before_ms=5000), RunRow("s", 1, "wf", "queued", 0, wake_ms=5000)
+    )
+    assert await store.debounce_queued("s", b"newer", 6000)
+    assert await store.start_queued("s", 1000) == "q"
+    row = await store.get("s")
+    assert row is not None
+    assert (row.status, row.wake_ms) == ("queued", None)
+    assert await store.start_queued("missing", 1000) is None
+    (taken,) = (await store.admit(QueueLimits("q"), 1000)).items
+    assert (taken.id, taken.input, taken.not_before_ms) == ("s", b"newer", 1000)
+    assert await store.start_queued("s", 2000) is None  # admitted: no longer queued
+
+
+@pytest.mark.asyncio
 async def test_items_appended_with_records_are_stored_in_their_write_and_forgotten_ones_deleted(
     opener: Opener, store: Store
 ) -> None:
@@ -175,8 +193,9 @@ async def test_a_format_2_sqlite_store_gains_the_queue_items_when_an_engine_open
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE queue_items")
     conn.execute("DROP TABLE schedules")  # format 3's too
-    # Format 4 added the runs' version column.
+    # Format 4 added the runs' version column, format 5 their error.
     conn.execute("ALTER TABLE runs DROP COLUMN version")
+    conn.execute("ALTER TABLE runs DROP COLUMN error")
     conn.execute("PRAGMA user_version = 2")
     conn.close()
     upgraded = SqliteStore(tmp_path, durability="none")
@@ -187,7 +206,7 @@ async def test_a_format_2_sqlite_store_gains_the_queue_items_when_an_engine_open
     finally:
         await upgraded.close()
     conn = sqlite3.connect(tmp_path / sqlite_store.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_store.FORMAT == 5
     conn.close()
 
 

@@ -102,8 +102,9 @@ async def test_a_format_2_sqlite_store_gains_the_schedules_table_on_open(tmp_pat
     await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_schema.FILENAME, isolation_level=None)
     conn.execute("DROP TABLE schedules")
-    # Format 4 added the runs' version column.
+    # Format 4 added the runs' version column, format 5 their error.
     conn.execute("ALTER TABLE runs DROP COLUMN version")
+    conn.execute("ALTER TABLE runs DROP COLUMN error")
     conn.execute("PRAGMA user_version = 2")
     conn.close()
     store = SqliteStore(tmp_path, durability="none")
@@ -114,7 +115,7 @@ async def test_a_format_2_sqlite_store_gains_the_schedules_table_on_open(tmp_pat
     finally:
         await store.close()
     conn = sqlite3.connect(tmp_path / sqlite_schema.FILENAME)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.FORMAT == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == sqlite_schema.FORMAT == 5
     conn.close()
 
 

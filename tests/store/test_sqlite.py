@@ -80,6 +80,28 @@ async def test_a_store_is_one_file_in_a_directory_created_with_its_parents(
 
 
 @pytest.mark.asyncio
+async def test_a_format_4_store_gains_the_runs_error_column_and_keeps_its_rows(
+    tmp_path: Path,
+) -> None:
+    await made_store(tmp_path)
+    with connect(tmp_path / FILENAME) as conn:
+        conn.execute("ALTER TABLE runs DROP COLUMN error")
+        conn.execute("PRAGMA user_version = 4")
+
+    s = SqliteStore(tmp_path, durability="none")
+    await s.open()
+    try:
+        assert await s.get("a") == row("a")
+        paused = RunRow("b", 1, "checkout", "paused", 0, error="Traceback ...\nKeyError: 'x'")
+        await s.append([Entry(4, "b", 1, b"y")], [paused])
+        assert await s.get("b") == paused
+    finally:
+        await s.close()
+    with connect(tmp_path / FILENAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (FORMAT,) == (5,)
+
+
+@pytest.mark.asyncio
 async def test_a_store_from_a_newer_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
     await made_store(tmp_path)
     with connect(tmp_path / FILENAME) as conn:

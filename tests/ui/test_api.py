@@ -23,6 +23,7 @@ from .conftest import served
 from .workflows import (
     GREETED,
     WORKFLOWS,
+    add_bug_paused,
     add_greets,
     add_schedules,
     cancel_waiting,
@@ -215,6 +216,7 @@ def test_a_runs_timeline_has_its_steps_retries_timer_signal_and_child(client: Te
             "payload": True,
             "by": None,
             "consumed_by": 3,
+            "handled": False,
             "set_aside": False,
         }
     ]
@@ -288,6 +290,19 @@ def test_a_failed_run_shows_its_error(client: TestClient) -> None:
     assert run["outcome"]["status"] == "failed"
     assert run["outcome"]["error"]["type"] == "KeyError"
     assert "sku" in run["outcome"]["error"]["message"]
+
+
+def test_a_run_a_bug_paused_shows_the_traceback_its_row_keeps(tmp_path: Path) -> None:
+    add_bug_paused(tmp_path, "bug-1")
+    with TestClient(create_app(str(tmp_path)), base_url="http://127.0.0.1") as c:
+        run = c.get("/api/runs/bug-1").json()
+        listed = c.get("/api/runs", params={"status": "paused"}).json()["runs"]
+    assert run["run"]["status"] == "paused"
+    error = run["run"]["error"]
+    assert error.startswith("Traceback (most recent call last):")
+    assert error.rstrip().endswith("KeyError: 'sku'")
+    assert run["outcome"] is None
+    assert {r["id"]: r["error"] for r in listed}["bug-1"] == error
 
 
 def test_a_child_names_its_parent(client: TestClient) -> None:
@@ -649,12 +664,15 @@ def test_schedule_actions_reach_the_actions_object(data: Path) -> None:
         assert c.get("/api/schedules/nightly/pause").status_code == 405
         made = c.post("/api/schedules/often/create", json={"workflow": "greet", "every": "1h"})
         assert made.status_code == 200
+        changed = c.post("/api/schedules/often/update", json={"every": "2h", "input": "dee"})
+        assert changed.json() == {"ok": True, "schedule": "often", "action": "update"}
         assert c.post("/api/schedules/often/delete", json={}).status_code == 200
     assert actions.calls == [
         ("schedule", "nightly", "pause"),
         ("schedule", "nightly", "resume"),
         ("schedule", "nightly", "trigger"),
         ("schedule", "often", "create", {"workflow": "greet", "every": "1h"}),
+        ("schedule", "often", "update", {"every": "2h", "input": "dee"}),
         ("schedule", "often", "delete"),
     ]
 

@@ -27,6 +27,7 @@ from .workflows import (
     GREETED,
     SCHEDULES,
     WORKFLOWS,
+    add_bug_paused,
     add_greets,
     add_schedules,
     cancel_waiting,
@@ -458,6 +459,56 @@ def test_a_schedule_is_created_from_the_schedules_view_and_deleted(
         page.locator('tr[data-name="often"] button.delete').click()
         expect(page.locator("#schedule-message")).to_have_text("schedule often: deleted")
         expect(page.locator("#schedules tbody tr")).to_have_count(0)
+
+
+def test_a_schedule_made_at_run_time_is_changed_from_the_schedules_view(
+    page: Page, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    with acting(data) as base:
+        page.goto(f"{base}/schedules")
+        page.fill("#schedule-name", "often")
+        page.fill("#schedule-workflow", "greet")
+        page.fill("#schedule-every", "1h")
+        page.fill("#schedule-input", '"cy"')
+        page.click("#schedule-submit")
+        often = page.locator('tr[data-name="often"]')
+        expect(often.locator(".spec")).to_have_text("every 1h; overlap skip; catch_up 0s")
+        often.locator("button.edit").click()
+        edit = page.locator("#schedule-edit-section")
+        expect(edit).to_contain_text("Change schedule often")
+        expect(edit).to_contain_text("Now: every 1h; overlap skip; catch_up 0s")
+        page.fill("#edit-every", "soon")
+        page.click("#schedule-update-submit")
+        expect(page.locator("#schedule-message")).to_contain_text("soon")
+        # Only the fields filled in change; a cron expression replaces the interval.
+        page.fill("#edit-every", "")
+        page.fill("#edit-cron", "0 3 * * *")
+        page.fill("#edit-input", '"dee"')
+        page.select_option("#edit-overlap", "buffer_one")
+        page.click("#schedule-update-submit")
+        expect(page.locator("#schedule-message")).to_have_text("schedule often: updated")
+        expect(often.locator(".spec")).to_contain_text("cron 0 3 * * *")
+        expect(often.locator(".spec")).to_contain_text("overlap buffer_one")
+        expect(edit).to_have_count(0)
+        expect(often.locator(".badge")).to_have_text("active")
+        often.locator("button.trigger").click()
+        page.locator("#schedule-message a").click()
+        expect(page.locator("#outcome")).to_contain_text("hello dee")
+
+
+def test_a_run_a_bug_paused_shows_what_its_code_raised_on_its_page(
+    page: Page, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    add_bug_paused(data, "bug-1")
+    with served(create_app(str(data))) as base:
+        page.goto(f"{base}/runs/bug-1")
+        expect(page.locator("h1 .badge")).to_have_text("paused")
+        bug = page.locator("#bug")
+        expect(bug).to_contain_text("Paused by a bug in its code. KeyError: 'sku'")
+        expect(bug.locator("pre.traceback")).to_contain_text("Traceback (most recent call last):")
+        expect(bug.locator("pre.traceback")).to_contain_text('raise KeyError("sku")')
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ from fusee.record import (
     Attempt,
     Cancel,
     Done,
+    Handled,
     Heartbeat,
     Record,
     Resume,
@@ -156,3 +157,24 @@ def test_a_signal_a_wait_set_aside_is_marked_until_a_later_wait_takes_it() -> No
     t.add(7, encode(Waited(1, 1, WaitOutcome.signal(0))))
     [changed] = t.changes()["signals"]  # type: ignore[index]
     assert (changed["ordinal"], changed["set_aside"], changed["consumed_by"]) == (0, False, 1)
+
+
+def test_a_signal_a_handler_got_is_marked_handled_never_set_aside() -> None:
+    t = fold(
+        Start(run=1, id="a", wtype="wf", started_ms=0),
+        Wait(1, 0, "count", 0),
+        Signal(1, "note", 0, _codec.encode("hi")),
+        Signal(1, "count", 0, _codec.encode("five")),
+    )
+    assert [(s["handled"], s["set_aside"]) for s in t.json()["signals"]] == [
+        (False, False),
+        (False, True),
+    ]
+    # The count's wait refused it, and a handler of "count" got it.
+    t.add(5, encode(Handled(1, 0)))
+    t.add(6, encode(Handled(1, 1)))
+    changed = t.changes()["signals"]  # type: ignore[index]
+    assert [(s["ordinal"], s["handled"], s["set_aside"], s["consumed_by"]) for s in changed] == [
+        (0, True, False, None),
+        (1, True, False, None),
+    ]

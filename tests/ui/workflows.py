@@ -252,6 +252,20 @@ def enqueue_mails(data: Path) -> None:
     in_thread(_enqueue, data)
 
 
+async def _bug_paused(data: Path, id: str) -> None:
+    async with await fusee.Engine.open(
+        data, workflows=WORKFLOWS, durability="none", on_error="pause"
+    ) as engine:
+        run = await engine.start(boom, id)
+        while (await run.describe()).status != "paused":
+            await asyncio.sleep(0.01)
+
+
+def add_bug_paused(data: Path, id: str) -> None:
+    """Runs a `boom` run ``id`` on an engine that pauses on bugs, and stops it once paused."""
+    in_thread(_bug_paused, data, id)
+
+
 def in_thread(fn: Any, *args: Any) -> None:
     """Runs ``asyncio.run(fn(*args))`` in a thread of its own.
 

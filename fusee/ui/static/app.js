@@ -497,6 +497,14 @@ function runView(detail, expanded, rerender) {
     parts.push(el("div", { class: "error-box divergence", id: "divergence" }, el("strong", { text: "Determinism error. " }),
       detail.divergence.error || el("span", { class: "muted", text: detail.divergence.note })));
   }
+  if (r.error) {
+    // Paused by a bug in its code: the store keeps what it raised until a resume.
+    const last = r.error.trimEnd().split("\n").pop();
+    parts.push(el("div", { class: "error-box bug", id: "bug" },
+      el("strong", { text: "Paused by a bug in its code. " }), last,
+      el("p", { class: "muted", text: "Deploy a fix, then resume the run: it replays on the new code." }),
+      el("pre", { class: "traceback", text: r.error })));
+  }
   if (detail.outcome) {
     const o = detail.outcome;
     if (o.error) {
@@ -521,7 +529,7 @@ function runView(detail, expanded, rerender) {
     parts.push(el("section", { id: "signals" }, el("h2", { text: "Signals" }), el("table", { class: "small-table" },
       el("thead", {}, el("tr", {}, ["#", "name", "payload", "taken by"].map((h) => el("th", { text: h })))),
       el("tbody", {}, detail.signals.map((s) => el("tr", {}, el("td", { text: s.ordinal }), el("td", { text: s.name }),
-        el("td", {}, json(s.payload)), el("td", { text: s.consumed_by !== null ? `seq ${s.consumed_by}` : s.set_aside ? "set aside: its payload does not fit the wait's type" : "buffered" })))))));
+        el("td", {}, json(s.payload)), el("td", { text: s.consumed_by !== null ? `seq ${s.consumed_by}${s.handled ? " and a handler" : ""}` : s.handled ? "a handler (ctx.on_signal)" : s.set_aside ? "set aside: its payload does not fit the wait's type" : "buffered" })))))));
   }
   if (detail.updates.length) {
     parts.push(el("section", { id: "updates" }, el("h2", { text: "Updates" }), el("table", { class: "small-table" },
@@ -734,6 +742,8 @@ async function schedulesPage(main, info) {
   const message = el("p", { class: "form-message", id: "schedule-message", role: "status" });
   const count = el("p", { class: "muted", id: "schedules-count" });
   const heads = ["name", "workflow", "ticks", "state", ...(can ? [""] : []), "last tick", "next tick", "last run"];
+  // The form that changes a schedule, under the table while one is edited.
+  const editing = el("div", { id: "schedule-edit-slot" });
   let load;
   const act = async (name, verb, body = {}) => {
     message.textContent = `${verb}…`;
@@ -753,7 +763,7 @@ async function schedulesPage(main, info) {
     message,
     el("div", { class: "table-wrap" }, el("table", { class: "schedules", id: "schedules" },
       el("thead", {}, el("tr", {}, heads.map((h) => el("th", { text: h })))), tbody)),
-    count, ...(can ? [scheduleForm(act)] : []));
+    count, ...(can ? [editing, scheduleForm(act)] : []));
   load = async () => {
     let rows;
     try {
@@ -769,7 +779,8 @@ async function schedulesPage(main, info) {
         s.paused ? el("button", { type: "button", class: "resume", onclick: () => act(s.name, "resume"), text: "Resume" })
           : el("button", { type: "button", class: "pause", onclick: () => act(s.name, "pause"), text: "Pause" }),
         " ", el("button", { type: "button", class: "trigger", onclick: () => act(s.name, "trigger"), text: "Trigger now" }),
-        ...(s.dynamic ? [" ", el("button", { type: "button", class: "delete danger", onclick: () => act(s.name, "delete"), text: "Delete" })] : [])) : (can ? el("td") : null);
+        ...(s.dynamic ? [" ", el("button", { type: "button", class: "edit", onclick: () => editing.replaceChildren(scheduleEditForm(act, s, () => editing.replaceChildren())), text: "Change" }),
+          " ", el("button", { type: "button", class: "delete danger", onclick: () => act(s.name, "delete"), text: "Delete" })] : [])) : (can ? el("td") : null);
       return el("tr", { "data-name": s.name },
         el("td", {}, el("strong", { text: s.name })), el("td", { text: s.workflow }), el("td", { class: "spec", text: s.spec }),
         el("td", {}, badge(state)), buttons, el("td", { class: "last-tick", text: fmtTime(s.last_tick_ms) }), el("td", { class: "next-tick", text: fmtTime(s.next_ms) }),
@@ -804,6 +815,36 @@ function scheduleForm(act) {
   el("label", {}, "queue ", el("input", { name: "queue", id: "schedule-queue", size: "8" })),
   el("button", { type: "submit", id: "schedule-submit", text: "Create" }));
   return el("section", { id: "schedule-create-section" }, el("h2", { text: "New schedule" }), form);
+}
+
+// The form that changes a schedule made at run time: only the fields filled
+// in change (a cron expression replaces an interval, and the other way round);
+// the schedule keeps its state and last tick.
+function scheduleEditForm(act, s, close) {
+  const form = el("form", { class: "action-form", id: "schedule-edit", onsubmit: async (e) => {
+    e.preventDefault();
+    const data = new FormData(form);
+    const text = (k) => String(data.get(k) || "").trim();
+    const body = {};
+    for (const k of ["cron", "every", "tz", "overlap", "catch_up", "queue"]) if (text(k)) body[k] = text(k);
+    if (text("input")) {
+      try { body.input = JSON.parse(text("input")); } catch (err) { document.getElementById("schedule-message").textContent = `the input is not JSON: ${err.message}`; return; }
+    }
+    if (await act(s.name, "update", body)) close();
+  } },
+  el("label", {}, "cron ", el("input", { name: "cron", id: "edit-cron", placeholder: "0 2 * * *", size: "12" })),
+  el("label", {}, "or every ", el("input", { name: "every", id: "edit-every", placeholder: "15m", size: "6" })),
+  el("label", {}, "time zone ", el("input", { name: "tz", id: "edit-tz", size: "12" })),
+  el("label", {}, "input ", el("input", { name: "input", id: "edit-input", placeholder: "JSON", size: "14" })),
+  el("label", {}, "overlap ", el("select", { name: "overlap", id: "edit-overlap" },
+    ["", "skip", "buffer_one", "allow", "cancel_other"].map((o) => el("option", { value: o, text: o || "(as it is)" })))),
+  el("label", {}, "catch up ", el("input", { name: "catch_up", id: "edit-catch-up", placeholder: "1h", size: "6" })),
+  el("label", {}, "queue ", el("input", { name: "queue", id: "edit-queue", size: "8" })),
+  el("button", { type: "submit", id: "schedule-update-submit", text: "Change" }),
+  " ", el("button", { type: "button", id: "schedule-edit-close", onclick: close, text: "Close" }));
+  return el("section", { id: "schedule-edit-section", "data-name": s.name },
+    el("h2", { text: `Change schedule ${s.name}` }),
+    el("p", { class: "muted small", text: `Now: ${s.spec}. Fields left empty stay as they are.` }), form);
 }
 
 // --- routing ---------------------------------------------------------------------------
