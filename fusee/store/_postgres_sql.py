@@ -19,7 +19,7 @@ from typing import Any, Final
 from fusee.store._base import UNFINISHED_STATUSES, RunRow, _unpack_attributes
 from fusee.store._postgres_schedules import schedules_format_4_sql, schedules_sql
 
-FORMAT: Final = 4
+FORMAT: Final = 5
 """The schema format this fusee writes; an older one is upgraded on open."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -73,6 +73,7 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         *schedules_sql(s),
         *schedules_format_4_sql(s),
         *_runs_format_4_sql(s),
+        *_lanes_sql(s),
     )
 
 
@@ -123,7 +124,8 @@ def queues_sql(s: str) -> tuple[str, ...]:
 # Statements that upgrade format N to N + 1, keyed by N (each takes the quoted
 # schema): format 2 adds the commands inbox, format 3 the workers, each
 # command's shard, the queue tables and the schedules, format 4 the schedules
-# made at run time and their last tick, and the version of each run and worker.
+# made at run time and their last tick, and the version of each run and worker,
+# format 5 the lanes of versions (`_lanes_sql`).
 def _format_3_sql(s: str) -> tuple[str, ...]:
     return (*_workers_sql(s), *queues_sql(s), *schedules_sql(s))
 
@@ -140,10 +142,37 @@ def _format_4_sql(s: str) -> tuple[str, ...]:
     return (*schedules_format_4_sql(s), *_runs_format_4_sql(s))
 
 
+def _lanes_sql(s: str) -> tuple[str, ...]:
+    # Format 5: a lane per engine version given to a worker (lane 0: workers
+    # that pin no version, and runs of versions no such worker gave). Lane k
+    # leases its own copy of the shards, slots k * shards to k * shards +
+    # shards - 1 of shard_leases, and writes its records under them.
+    # `lane_for` says which lane a command goes to: ``wanted`` when >= 0;
+    # with -1, the newest lane that has a live worker (a client's start);
+    # with NULL, the lane serving run ``run_id``: its version's, while that
+    # lane has a live worker, else the newest lane that has one.
+    return (
+        f"CREATE TABLE IF NOT EXISTS {s}.versions (version TEXT PRIMARY KEY,"
+        " lane INT NOT NULL UNIQUE)",
+        f"CREATE OR REPLACE FUNCTION {s}.lane_for(run_id TEXT, wanted INT) RETURNS INT"
+        " LANGUAGE sql STABLE AS $$"
+        " WITH live AS (SELECT DISTINCT coalesce(v.lane, 0) AS lane"
+        f" FROM {s}.workers AS w LEFT JOIN {s}.versions AS v ON v.version = w.version"
+        " WHERE w.lease_until >= now()),"
+        f" own AS (SELECT coalesce((SELECT v.lane FROM {s}.runs AS r JOIN {s}.versions AS v"
+        " ON v.version = r.version WHERE r.id = run_id), 0) AS lane)"
+        " SELECT CASE WHEN wanted >= 0 THEN wanted"
+        " WHEN wanted = -1 THEN coalesce((SELECT max(lane) FROM live), 0)"
+        " WHEN own.lane IN (SELECT lane FROM live) THEN own.lane"
+        " ELSE coalesce((SELECT max(lane) FROM live), own.lane) END FROM own $$",
+    )
+
+
 _MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {
     1: _commands_sql,
     2: _format_3_sql,
     3: _format_4_sql,
+    4: _lanes_sql,
 }
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
@@ -155,9 +184,10 @@ class _Sql:
 
     def __init__(self, q: str) -> None:
         unfinished = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE status = ANY($1::text[])"
+        # Over every lane's slots, not only lane 0's.
         self.last_lsn = (
-            "SELECT coalesce(max(m), 0) FROM generate_series(0, $1::int - 1) AS s,"
-            f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s) AS x"
+            f"SELECT coalesce(max(m), 0) FROM {q}.shard_leases AS s,"
+            f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s.shard) AS x"
         )
         self.insert_entries = (
             f"INSERT INTO {q}.journal (shard, lsn, id, run, data) SELECT * FROM"
@@ -199,7 +229,8 @@ class _Sql:
             f"UPDATE {q}.shard_leases AS l SET owner = $1, epoch = l.epoch + 1,"
             " lease_until = now() + make_interval(secs => $3)"
             f" FROM (SELECT shard FROM {q}.shard_leases"
-            " WHERE owner IS NULL OR lease_until < now() OR (owner = $1 AND $4)"
+            " WHERE shard BETWEEN $5 AND $6"
+            " AND (owner IS NULL OR lease_until < now() OR (owner = $1 AND $4))"
             " ORDER BY shard LIMIT $2 FOR UPDATE SKIP LOCKED) AS free"
             " WHERE l.shard = free.shard RETURNING l.shard, l.epoch"
         )
@@ -218,7 +249,25 @@ class _Sql:
             " VALUES ($1, now() + make_interval(secs => $2), $3)"
             " ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until,"
             " version = EXCLUDED.version)"
-            f" SELECT count(*) + 1 FROM {q}.workers WHERE owner <> $1 AND lease_until >= now()"
+            f" SELECT count(*) + 1 FROM {q}.workers AS w WHERE owner <> $1 AND lease_until >= now()"
+            f" AND coalesce((SELECT lane FROM {q}.versions AS v WHERE v.version = w.version), 0)"
+            " = $4"
+        )
+        # Each version's lane, and the lanes with a live worker.
+        self.lanes = f"SELECT version, lane FROM {q}.versions"
+        self.live_lanes = (
+            "SELECT DISTINCT coalesce(v.lane, 0)"
+            f" FROM {q}.workers AS w LEFT JOIN {q}.versions AS v ON v.version = w.version"
+            " WHERE w.lease_until >= now()"
+        )
+        self.lane_of = f"SELECT lane FROM {q}.versions WHERE version = $1"
+        self.new_lane = (
+            f"INSERT INTO {q}.versions (version, lane) SELECT $1, coalesce(max(lane), 0) + 1"
+            f" FROM {q}.versions RETURNING lane"
+        )
+        self.lane_leases = (
+            f"INSERT INTO {q}.shard_leases SELECT n, NULL, 0, '-infinity'"
+            " FROM generate_series($1::int, $2::int) AS n ON CONFLICT (shard) DO NOTHING"
         )
         self.leave = f"DELETE FROM {q}.workers WHERE owner = $1"
         self.live_workers = (
@@ -252,15 +301,17 @@ class _Sql:
         # sent at commit), and only a row really inserted announces itself.
         self.post_command = (
             f"WITH posted AS (INSERT INTO {q}.commands ({_POSTED_COLUMNS})"
-            " VALUES ($1, $2, $3, $4, $5, $6, 0, $8) ON CONFLICT (id) DO NOTHING RETURNING id)"
+            f" VALUES ($1, $2, $3, $4, $5, $6, 0, $8 + $9 * {q}.lane_for($3, $10))"
+            " ON CONFLICT (id) DO NOTHING RETURNING id)"
             " SELECT pg_notify($7, '') FROM posted"
         )
         # Commands a group commit posts with the records that cause them
         # (a child's end for its parent on another shard): one NOTIFY.
         self.post_commands = (
             f"WITH posted AS (INSERT INTO {q}.commands ({_POSTED_COLUMNS})"
-            " SELECT i, k, r, p, d, c, 0, s FROM unnest($1::text[], $2::text[], $3::text[],"
-            " $4::bytea[], $5::text[], $6::bigint[], $7::int[]) AS t(i, k, r, p, d, c, s)"
+            f" SELECT i, k, r, p, d, c, 0, s + $9 * {q}.lane_for(r, l)"
+            " FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],"
+            " $6::bigint[], $7::int[], $10::int[]) AS t(i, k, r, p, d, c, s, l)"
             " ON CONFLICT (id) DO NOTHING RETURNING id)"
             " SELECT pg_notify($8, '') WHERE EXISTS (SELECT FROM posted)"
         )

@@ -225,6 +225,12 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         self._pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]] = {}
         self._run_next = 1
         self._run_reserved = 0
+        # The lane this store object's worker serves (`serve_version`): its
+        # leases, records and taken commands are that lane's slots. A store
+        # object no worker serves through (a client's) starts runs on the
+        # newest version a live worker has.
+        self._lane = 0
+        self._serving = False
         self._run_lock = asyncio.Lock()
         self._fail_next: BaseException | None = None
         self._transactions = 0  # for tests: committed write transactions
@@ -384,7 +390,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
                         f"shards, not {self._shards_wanted}: the count is fixed when a store "
                         "is created; omit shards= or pass another schema"
                     )
-                last_lsn = await conn.fetchval(self._sql.last_lsn, shards)
+                last_lsn = await conn.fetchval(self._sql.last_lsn)
                 return shards, int(last_lsn), int(values.get("run_reserved", 0))
         except StoreError:
             raise
@@ -571,7 +577,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             )
             for r, blob in zip(runs, packed, strict=True)
         ]
-        fenced = tuple(sorted(fence.items())) if fence else ()
+        base = self._lane * shards
+        fenced = tuple(sorted((base + s, epoch) for s, epoch in fence.items())) if fence else ()
         fail, self._fail_next = self._fail_next, None
         write = self._submit(entries, rows, fenced, fail, tops, commands)
         pending = self._pending
@@ -676,16 +683,22 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             command.dedup,
             command.created_ms,
         )
-        # A stop is for whichever worker takes it; the rest go to their run's shard's owner.
+        # A stop is for whichever worker takes it; the rest go to their run's
+        # shard's owner in the lane serving the run (`lane_for`).
         shard = shard_of(command.run_id, self._shards) if command.kind != "stop" else None
-        await self._posts((*values, shard))
+        await self._posts((*values, shard, self._lane_wanted(command.kind)))
         return command.id
 
     async def _post_trip(self, posts: Sequence[tuple[Any, ...]]) -> list[None]:
         if len(posts) == 1:
             await self._query(
                 lambda conn: conn.execute(
-                    self._sql.post_command, *posts[0][:6], self.channel, posts[0][6]
+                    self._sql.post_command,
+                    *posts[0][:6],
+                    self.channel,
+                    posts[0][6],
+                    self._shards,
+                    posts[0][7],
                 ),
                 "posting a command to",
             )
@@ -693,7 +706,9 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         # One statement, one commit, one NOTIFY for the commands posted at once.
         columns = [builtins.list(c) for c in zip(*posts, strict=True)]
         await self._query(
-            lambda conn: conn.execute(self._sql.post_commands, *columns, self.channel),
+            lambda conn: conn.execute(
+                self._sql.post_commands, *columns[:7], self.channel, self._shards, columns[7]
+            ),
             "posting commands to",
         )
         return [None] * len(posts)
@@ -719,7 +734,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         """
         self._check_writable()
         taken = builtins.list(self._taken)
-        wanted = None if shards is None else sorted(set(shards))
+        base = self._lane * self._shards
+        wanted = None if shards is None else sorted({base + s for s in shards})
         rows = await self._query(
             lambda conn: conn.fetch(self._sql.take_commands, limit, taken, wanted),
             "taking commands from",
@@ -887,11 +903,20 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         _check_lease(owner, lease_s)
         if want <= 0:
             return {}
+        base = self._lane * self._shards
         taken = await self._query(
-            lambda conn: conn.fetch(self._sql.acquire, owner, want, float(lease_s), reclaim),
+            lambda conn: conn.fetch(
+                self._sql.acquire,
+                owner,
+                want,
+                float(lease_s),
+                reclaim,
+                base,
+                base + self._shards - 1,
+            ),
             "writing to",
         )
-        return {int(r[0]): int(r[1]) for r in taken}
+        return {int(r[0]) - base: int(r[1]) for r in taken}
 
     async def renew_shards(
         self, owner: str, shards: Iterable[int], lease_s: float
@@ -913,14 +938,15 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         """
         self._check_writable()
         _check_lease(owner, lease_s)
-        wanted = sorted(set(shards))
+        base = self._lane * self._shards
+        wanted = sorted({base + s for s in shards})
         if not wanted:
             return {}
         held = await self._query(
             lambda conn: conn.fetch(self._sql.renew, owner, wanted, float(lease_s)),
             "writing to",
         )
-        return {int(r[0]): int(r[1]) for r in held}
+        return {int(r[0]) - base: int(r[1]) for r in held}
 
     async def release_shards(self, owner: str, shards: Iterable[int]) -> None:
         """Gives ``owner``'s leases of ``shards`` back at once, for others to take.
@@ -936,18 +962,115 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         """
         self._check_writable()
         _check_lease(owner, 1.0)
-        wanted = sorted(set(shards))
+        base = self._lane * self._shards
+        wanted = sorted({base + s for s in shards})
         if wanted:
             await self._query(
                 lambda conn: conn.execute(self._sql.release, owner, wanted), "writing to"
             )
 
-    async def join(self, owner: str, lease_s: float, version: str = "") -> int:
-        """Counts ``owner`` live for ``lease_s`` more seconds; returns how many workers are live.
+    async def serve_version(self, version: str) -> int:
+        """Makes this store object's worker serve the lane of ``version``; returns the lane.
 
-        Workers call it with each renewal: the count is what a fair share
-        of the shards is reckoned from. ``version`` is the worker's engine
-        version (`workers` lists it).
+        Each engine version a worker is given has a lane (numbered from 1 in
+        the order versions first came; lane 0, ``version=""``, is that of
+        workers that pin no version). A lane leases its own copy of the
+        shards and writes its records under them, so that workers of
+        several versions serve the runs of their own at once: the leases,
+        records and commands of this store object are its lane's from here
+        on.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").serve_version("v1"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        self._serving = True
+        if not version:
+            self._lane = 0
+            return 0
+        sql, shards = self._sql, self._shards
+
+        async def register(conn: _Conn) -> int:
+            async with conn.transaction():
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('fusee.versions'), hashtext($1))",
+                    self._schema,
+                )
+                lane = await conn.fetchval(sql.lane_of, version)
+                if lane is None:
+                    lane = await conn.fetchval(sql.new_lane, version)
+                    lane = int(lane)
+                    await conn.execute(sql.lane_leases, lane * shards, lane * shards + shards - 1)
+                return int(lane)
+
+        self._lane = await self._query(register, "writing to")
+        return self._lane
+
+    @property
+    def lane(self) -> int:
+        """The lane this store object's worker serves (`serve_version`; 0 by default).
+
+        Example:
+            >>> PostgresStore("postgresql://h/db").lane
+            0
+        """
+        return self._lane
+
+    async def lanes(self) -> tuple[dict[str, int], builtins.set[int]]:
+        """Each registered version's lane, and the lanes that have a live worker.
+
+        A version missing from the first is lane 0's.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").lanes())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+
+        async def read(conn: _Conn) -> tuple[dict[str, int], builtins.set[int]]:
+            lanes = {str(r[0]): int(r[1]) for r in await conn.fetch(self._sql.lanes)}
+            live = {int(r[0]) for r in await conn.fetch(self._sql.live_lanes)}
+            return lanes, live
+
+        return await self._query(read, "reading")
+
+    async def lane_of(self, version: str) -> int:
+        """The lane of runs of ``version`` (0 for one no worker registered).
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").lane_of("v1"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+        found = await self._query(lambda conn: conn.fetchval(self._sql.lane_of, version), "reading")
+        return 0 if found is None else int(found)
+
+    def _lane_wanted(self, kind: str) -> int | None:
+        """`lane_for`'s ``wanted`` for a command of ``kind`` posted through this store object.
+
+        A start (or a fork's new run) posted by a worker starts on its own
+        version, one posted by a client (a store object no worker serves
+        through) on the newest version a live worker has; any other command
+        goes to the lane serving its run.
+        """
+        if kind not in ("start", "fork"):
+            return None
+        return self._lane if self._serving else -1
+
+    async def join(self, owner: str, lease_s: float, version: str = "") -> int:
+        """Counts ``owner`` live for ``lease_s`` more seconds; returns how many of its lane are.
+
+        Workers call it with each renewal: the count of live workers of this
+        store object's lane (`serve_version`) is what a fair share of its
+        shards is reckoned from. ``version`` is the worker's engine version
+        (`workers` lists it).
 
         Example:
             >>> import asyncio
@@ -958,7 +1081,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         _check_lease(owner, lease_s)
         self._check_writable()
         live = await self._query(
-            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s), version),
+            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s), version, self._lane),
             "writing to",
         )
         return int(live)
@@ -1001,7 +1124,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             Traceback (most recent call last):
             fusee.errors.StoreError: the store ... is closed; await store.open() first
         """
-        wanted = sorted(set(shards))
+        base = self._lane * self._shards
+        wanted = sorted({base + s for s in shards})
         found = await self._query(lambda conn: conn.fetchval(self._sql.max_lsn, wanted), "reading")
         return int(found)
 
