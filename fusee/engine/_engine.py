@@ -523,6 +523,11 @@ class Engine(BulkActions, Executes):
                 self.version,
             )
 
+    async def lanes_changed(self, shards: set[int]) -> None:
+        """The lanes with a live worker changed: what this engine serves of ``shards`` may have."""
+        await self.recover_orphans(shards)
+        await self.queues.recover(shards)
+
     def owns(self, id: str) -> bool:
         """Whether this engine serves run ``id`` (alone on its store: every run, until it closes).
 

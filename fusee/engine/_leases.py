@@ -253,7 +253,9 @@ class Leases:
             if not first and self.held:
                 # A lane lost its last worker (its runs may be this lane's
                 # to serve now), or came back.
-                engine.spawn(engine.recover_orphans(set(self.held)))
+                engine.spawn(engine.lanes_changed(set(self.held)))
+        if len(lanes_live) > 1 and not first:
+            engine.queues.look_again()
         fair = -(-self.count // max(live, 1))
         self._over = self._over + 1 if len(self.held) > fair else 0
         if len(self.held) < fair:

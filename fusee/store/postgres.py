@@ -1,6 +1,6 @@
 """The Postgres store: journals and run rows in a PostgreSQL schema, on asyncpg.
 
-Schema, format 4, in one schema of the database (``fusee`` by default; the
+Schema, format 5, in one schema of the database (``fusee`` by default; the
 store creates it, and upgrades an older format, on open)::
 
     meta(key TEXT PRIMARY KEY, value BIGINT)
@@ -14,6 +14,9 @@ store creates it, and upgrades an older format, on open)::
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id),
         (shard) of unfinished runs                -- recovery of the shards a worker holds
     shard_leases(shard INT PRIMARY KEY, owner TEXT, epoch BIGINT, lease_until TIMESTAMPTZ)
+                                                  -- lane k's shard s at k * shards + s
+    versions(version TEXT PRIMARY KEY, lane INT)  -- a lane per version (format 5)
+    lane_for(run_id, wanted) -> INT               -- the lane a command goes to
     commands(seq BIGSERIAL, id TEXT PRIMARY KEY, kind, run_id, payload BYTEA, dedup,
              created_ms, attempts, answered_ms, ok, answer BYTEA)
         index (seq) of unanswered commands        -- the inbox (format 2)
@@ -30,9 +33,18 @@ in its own transaction; the serving engine ``LISTEN``s on a connection of its
 own and, should that connection be lost, polls.
 
 A run's shard is ``zlib.crc32(id.encode()) % shards`` (`shard_of`), the
-engine's rule. Ids sort by code point (``COLLATE "C"``), as Python sorts
-them, so listings and their cursors agree with the other stores. Leases are
-timed by the database's clock (``now()``), never this process's.
+engine's rule. Each engine version given to a worker has a lane
+(`serve_version`; lane 0 for workers that pin none): a lane's workers lease
+their own copy of the shards, and a worker's records are written, and its
+commands taken, under its lane's slot of each shard (``lane * shards +
+shard`` in ``journal.shard``, ``shard_leases`` and ``commands.shard``), so
+that workers of two versions write one shard's runs at once. A posted
+command goes to the lane serving its run (``lane_for``), a start to the
+poster's lane, or a client's to the newest lane with a live worker.
+
+Ids sort by code point (``COLLATE "C"``), as Python sorts them, so
+listings and their cursors agree with the other stores. Leases are timed by
+the database's clock (``now()``), never this process's.
 
 The rule: only the writer task writes journals and rows, one transaction per
 group of appends, in call order (but for a queued run's first row, which

@@ -154,7 +154,13 @@ class Deploy:
         store = self.store()
         await store.open()
         engine = Engine(
-            store, [tally, auto_job], lease="1.5s", worker=name, watchdog=None, version=version
+            store,
+            [tally, auto_job],
+            lease="1.5s",
+            worker=name,
+            watchdog=None,
+            version=version,
+            queues=[fusee.Queue("line", concurrency=2)],
         )
         await engine.recover()
         self.engines.append(engine)
@@ -210,8 +216,14 @@ async def test_during_a_rolling_deploy_each_version_serves_its_own_runs_messages
     # worker's start runs on its own version.
     fresh = await client.start(tally, "fresh", 0)
     late = await a.start(tally, "late", 1)
-    versions = [(await b.get(id).describe()).version for id in ("old-0", "new-0", "fresh", "late")]
-    assert versions == ["v1", "v2", "v2", "v1"]
+    # A queued start has no version until it runs: the newest version's
+    # workers admit it (no worker here is without a version).
+    queued = await a.start(tally, "queued", 2, queue="line")
+    await eventually(lambda: "queued/first" in ran)
+    versions = [
+        (await b.get(id).describe()).version for id in ("old-0", "new-0", "fresh", "late", "queued")
+    ]
+    assert versions == ["v1", "v2", "v2", "v1", "v2"]
     # Messages to v1's runs sent from v2's worker and from a client reach
     # v1's worker and are answered; v2's runs hear from v1's worker.
     assert await b.get("old-0").query(count) == 0
@@ -224,19 +236,21 @@ async def test_during_a_rolling_deploy_each_version_serves_its_own_runs_messages
     for run in news:
         await a.get(run.id).signal(go, 10)
     await client.get("fresh").signal(go, 2)
+    await a.get("queued").signal(go, 2)
     assert [await b.get(r.id).result() for r in (olds[0], olds[1], olds[3])] == [10, 16, 13]
     with pytest.raises(fusee.Cancelled):
         await client.get("old-2").result()
     assert [await a.get(r.id).result() for r in news] == [10, 11, 12]
     assert await fresh.result() == 2
     assert await late.result() == 2
+    assert await queued.result() == 4
     # v2's worker never ran a pinned run of v1 (nor the other way): each
     # finished on the version it started on, each step once.
     for id in ("old-0", "old-1", "old-3", "late"):
         assert (await client.get(id).describe()).version == "v1"
-    for id in ("new-0", "new-1", "new-2", "fresh"):
+    for id in ("new-0", "new-1", "new-2", "fresh", "queued"):
         assert (await client.get(id).describe()).version == "v2"
-    assert len(ran) == len(set(ran)) == 2 * 9 - 1  # old-2 was cancelled before its second
+    assert len(ran) == len(set(ran)) == 2 * 10 - 1  # old-2 was cancelled before its second
 
 
 async def test_a_v1_run_waits_while_no_v1_worker_lives_and_finishes_on_v1_after_its_restart(
