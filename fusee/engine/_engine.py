@@ -462,7 +462,7 @@ class Engine(BulkActions, Executes):
 
     async def recover_shards(self, shards: set[int] | None) -> None:
         """Picks up the unfinished runs and queue items of ``shards`` (None: the whole store)."""
-        await self.recover_orphans(shards)
+        await self.recover_runs(shards)
         # A run that ended in continue-as-new starts its next run once its
         # `Done` is durable, in a later write: a row still "continued" at
         # open lost that write in a crash, so its next run starts now.
@@ -476,12 +476,12 @@ class Engine(BulkActions, Executes):
         # needs no unfinished run loaded first.
         self.spawn(self.queues.recover(shards))
 
-    async def recover_orphans(self, shards: set[int] | None) -> None:
+    async def recover_runs(self, shards: set[int] | None, *, orphans: bool = False) -> None:
         """Picks up the unfinished runs of ``shards`` this engine serves and has not loaded.
 
         On a shared store, those of its lane, and those of lanes with no
         live worker when its lane is the newest with one (`Leases.serving`);
-        called again whenever the live lanes change.
+        with ``orphans``, only the latter (the live lanes changed).
         """
         if shards is None:
             rows = await self.store.unfinished()
@@ -494,10 +494,10 @@ class Engine(BulkActions, Executes):
                 continue
             if row.status == RunStatus.QUEUED:
                 continue  # no code yet: `Queues.recover` admits it
-            if leases is not None and leases.serving(await leases.lane_of(row.version)) != (
-                leases.lane
-            ):
-                continue  # its lane's workers run it
+            if leases is not None:
+                lane = await leases.lane_of(row.version)
+                if leases.serving(lane) != leases.lane or (orphans and lane == leases.lane):
+                    continue  # its lane's workers run it, or this one already does
             wf = self.workflows.get(row.workflow)
             if (
                 self.pins
@@ -525,7 +525,7 @@ class Engine(BulkActions, Executes):
 
     async def lanes_changed(self, shards: set[int]) -> None:
         """The lanes with a live worker changed: what this engine serves of ``shards`` may have."""
-        await self.recover_orphans(shards)
+        await self.recover_runs(shards, orphans=True)
         await self.queues.recover(shards)
 
     def owns(self, id: str) -> bool:
