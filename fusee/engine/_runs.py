@@ -424,11 +424,10 @@ class Runs:
         try:
             state = await self.wake(id)
         except StaleLease:
-            if APPLYING.get():
+            if APPLYING.get() or not isinstance(completion, ChildCompleted):
                 raise
             # Another lane's run (or its shard moved as it loaded): its
-            # worker takes the delivery through the store's inbox.
-            assert isinstance(completion, ChildCompleted)
+            # worker takes the child's end through the store's inbox.
             await engine.store.post_command(deliver_command(id, run, seq, completion))
             return
         taken = state is not None and state.run == run and state.driver.complete(seq, completion)
