@@ -525,6 +525,8 @@ class Engine(BulkActions, Executes):
 
     async def lanes_changed(self, shards: set[int]) -> None:
         """The lanes with a live worker changed: what this engine serves of ``shards`` may have."""
+        assert self.leases is not None
+        await self.leases.reroute()
         await self.recover_runs(shards, orphans=True)
         await self.queues.recover(shards)
 

@@ -90,6 +90,8 @@ class LeasedStore(Protocol):
 
     async def lane_of(self, version: str) -> int: ...
 
+    async def reroute_commands(self) -> int: ...
+
 
 # Set while the inbox applies a command: a command whose run moved stays in
 # the store for the shard's holder to take (`Inbox._run`); posted again from
@@ -201,6 +203,10 @@ class Leases:
         if lane in live or not live:
             return lane
         return max(live)
+
+    async def reroute(self) -> None:
+        """Moves commands left to a lane with no live worker to the lane serving their runs."""
+        await self._store.reroute_commands()
 
     async def foreign(self, version: str) -> bool:
         """Whether the runs of ``version`` are another lane's than this worker's."""

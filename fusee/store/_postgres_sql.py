@@ -261,6 +261,14 @@ class _Sql:
             " WHERE w.lease_until >= now()"
         )
         self.lane_of = f"SELECT lane FROM {q}.versions WHERE version = $1"
+        # Unanswered commands for runs whose lane lost its last worker (or
+        # came back) move to the lane serving their run now; starts stay
+        # with the lane they were sent to.
+        self.reroute = (
+            f"UPDATE {q}.commands SET shard = shard % $1 + $1 * {q}.lane_for(run_id, NULL)"
+            " WHERE answered_ms IS NULL AND shard IS NOT NULL AND kind <> ALL($2::text[])"
+            f" AND shard / $1 <> {q}.lane_for(run_id, NULL)"
+        )
         self.new_lane = (
             f"INSERT INTO {q}.versions (version, lane) SELECT $1, coalesce(max(lane), 0) + 1"
             f" FROM {q}.versions RETURNING lane"

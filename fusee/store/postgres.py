@@ -1064,6 +1064,32 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         found = await self._query(lambda conn: conn.fetchval(self._sql.lane_of, version), "reading")
         return 0 if found is None else int(found)
 
+    async def reroute_commands(self) -> int:
+        """Moves the unanswered commands to the lane serving their runs now; returns how many.
+
+        A command posted to a lane whose last worker then stopped would
+        wait for a worker of that version; a run another lane serves now
+        hears it there. Starts stay with the lane they were sent to.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").reroute_commands())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        status: str = await self._query(
+            lambda conn: conn.execute(self._sql.reroute, self._shards, ["start", "fork"]),
+            "writing to",
+        )
+        moved = int(status.rsplit(" ", 1)[-1])
+        if moved:
+            await self._query(
+                lambda conn: conn.execute("SELECT pg_notify($1, '')", self.channel),
+                "writing to",
+            )
+        return moved
+
     def _lane_wanted(self, kind: str) -> int | None:
         """`lane_for`'s ``wanted`` for a command of ``kind`` posted through this store object.
 

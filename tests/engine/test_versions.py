@@ -10,6 +10,7 @@ connections and leases, as workers on two machines).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -262,15 +263,18 @@ async def test_a_v1_run_waits_while_no_v1_worker_lives_and_finishes_on_v1_after_
     moving = await a.start(auto_job, "moving")
     await eventually(lambda: "old/first" in ran)
     await deploy.crash(a)
+    client = await deploy.client()
+    # Sent while v1's worker still counts as live: left to v1's lane first.
+    sent = asyncio.ensure_future(client.get("moving").signal(go, 3))
     # Once its lease runs out, v2's worker serves what v1's left: the auto
-    # run moves to v2 at its next load, the pinned one waits, warned of.
+    # run moves to v2 at its next load (the signal reaches it there), the
+    # pinned one waits, warned of.
     await eventually(lambda: lane_of(a) not in (b.leases.live if b.leases else ()))
-    await b.get("moving").signal(go, 3)
+    await asyncio.wait_for(sent, 30)
     assert await b.get(moving.id).result() == 6
     assert (await b.get("moving").describe()).version == "v2"
     with pytest.raises(fusee.UnknownWorkflow, match="started on version 'v1'"):
         await b.get("old").signal(go, 1)
-    client = await deploy.client()
     with pytest.raises(fusee.UnknownWorkflow, match="pinned"):
         await client.get("old").update(bump, 1)
     store: Any = client.store
