@@ -463,16 +463,42 @@ class Engine(BulkActions, Executes):
 
     async def recover_shards(self, shards: set[int] | None) -> None:
         """Picks up the unfinished runs and queue items of ``shards`` (None: the whole store)."""
+        await self.recover_runs(shards)
+        # A run that ended in continue-as-new starts its next run once its
+        # `Done` is durable, in a later write: a row still "continued" at
+        # open lost that write in a crash, so its next run starts now.
+        for row in await self.store.list(status=RunStatus.CONTINUED):
+            if shards is not None and self.runs.shard_index(row.id) not in shards:
+                continue
+            # Before anything else is served: a message to the id goes to
+            # that next run.
+            await self._continue(row)
+        # In the background, as the runs above load: admitting queued runs
+        # needs no unfinished run loaded first.
+        self.spawn(self.queues.recover(shards))
+
+    async def recover_runs(self, shards: set[int] | None, *, orphans: bool = False) -> None:
+        """Picks up the unfinished runs of ``shards`` this engine serves and has not loaded.
+
+        On a shared store, those of its lane, and those of lanes with no
+        live worker when its lane is the newest with one (`Leases.serving`);
+        with ``orphans``, only the latter (the live lanes changed).
+        """
         if shards is None:
             rows = await self.store.unfinished()
         else:
             rows = await self.store.unfinished(shards=shards)  # type: ignore[call-arg]
+        leases = self.leases
         elsewhere: dict[str, int] = {}
         for row in rows:
             if self.runs.loaded(row.id) is not None or self.runs.is_loading(row.id):
                 continue
             if row.status == RunStatus.QUEUED:
                 continue  # no code yet: `Queues.recover` admits it
+            if leases is not None:
+                lane = await leases.lane_of(row.version)
+                if leases.serving(lane) != leases.lane or (orphans and lane == leases.lane):
+                    continue  # its lane's workers run it, or this one already does
             wf = self.workflows.get(row.workflow)
             if (
                 self.pins
@@ -497,18 +523,13 @@ class Engine(BulkActions, Executes):
                 version,
                 self.version,
             )
-        # A run that ended in continue-as-new starts its next run once its
-        # `Done` is durable, in a later write: a row still "continued" at
-        # open lost that write in a crash, so its next run starts now.
-        for row in await self.store.list(status=RunStatus.CONTINUED):
-            if shards is not None and self.runs.shard_index(row.id) not in shards:
-                continue
-            # Before anything else is served: a message to the id goes to
-            # that next run.
-            await self._continue(row)
-        # In the background, as the runs above load: admitting queued runs
-        # needs no unfinished run loaded first.
-        self.spawn(self.queues.recover(shards))
+
+    async def lanes_changed(self, shards: set[int]) -> None:
+        """The lanes with a live worker changed: what this engine serves of ``shards`` may have."""
+        assert self.leases is not None
+        await self.leases.reroute()
+        await self.recover_runs(shards, orphans=True)
+        await self.queues.recover(shards)
 
     def owns(self, id: str) -> bool:
         """Whether this engine serves run ``id`` (alone on its store: every run, until it closes).
@@ -1130,7 +1151,14 @@ class Engine(BulkActions, Executes):
         if run_id and not self.owns(run_id):
             await self.remote.complete(token, data)
             return
-        await self._check_completion(token, value)
+        try:
+            await self._check_completion(token, value)
+        except StaleLease:
+            # Its run is another lane's, or moved as it loaded: served there.
+            if not forwards(self):
+                raise
+            await self.remote.complete(token, data)
+            return
         await self.messages.complete(token, value)
 
     async def _check_completion(self, token: str, value: Any) -> None:
@@ -1180,6 +1208,10 @@ class Engine(BulkActions, Executes):
                     raise no_run(id)
                 if row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
                     return await self._finished_result(id, row)
+                if self.leases is not None and await self.leases.foreign(row.version):
+                    # A run of another version's lane: its end is told there,
+                    # and read from the store here.
+                    return await self.remote.result(id)
                 # A run this engine cannot host would wait forever: say so.
                 self.workflow(row.workflow)
                 if row.status in (RunStatus.RUNNING, RunStatus.PAUSED, RunStatus.DIVERGED) or (
@@ -1191,11 +1223,15 @@ class Engine(BulkActions, Executes):
                     # The dev profile loads a parked one too, so that a
                     # journal its code no longer replays is reported at once.
                     # StaleLease: it moved to another worker while it loaded
-                    # (the loop then waits for it there).
-                    with contextlib.suppress(StaleLease):
+                    # (the loop then waits for it there), or another lane
+                    # serves it (waited for through the store).
+                    try:
                         if await self.runs.wake(id) is None:
                             # It had ended after all; its row is on its way.
                             await self.committer.flush()
+                    except StaleLease:
+                        if self.owns(id):
+                            return await self.remote.result(id)
                     continue
                 if id in self._ends or self.runs.loaded(id) is not None or self.runs.is_loading(id):
                     # It woke, or ended, while the store was read: its end's

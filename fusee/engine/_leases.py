@@ -12,11 +12,23 @@ durable; a shard it loses (a renewal that finds it taken over, a write
 refused with `fusee.StaleLease`) it drops at once, with its records not
 yet written (`Committer.drop`).
 
+Workers of several versions share a store during a rolling deploy: each
+version given to a worker (``Engine.open(..., version=)``, `Engine.pins`)
+has a **lane** of its own (`LeasedStore.serve_version`; lane 0 is that of
+workers that pin no version). A lane leases its own copy of the shards, so
+each shard has one holder per lane, and a run belongs to the lane of the
+version it started on: its version's workers recover it, run it and answer
+for it. A run whose lane has no live worker is served by the newest lane
+that has one (`Leases.serving`), which runs it if it may (an ``auto``
+workflow's, one of no version, any run for an engine that does not pin)
+and otherwise answers that it waits for a worker of its version.
+
 The rule: the engine writes a shard's records only under its lease (the
 committer fences every append with the shard's epoch, see `Leases.fence`),
-and hosts a run only while `Leases.owns` its id: a message to a run of
-another shard goes through the store's inbox to its owner
-(`fusee.remote`).
+and hosts a run only while `Leases.owns` its id and the run is its lane's
+(`Leases.elsewhere`): a message to a run of another shard or lane goes
+through the store's inbox to its owner (`fusee.remote`), which the store
+routes by the lane serving the run.
 """
 
 from __future__ import annotations
@@ -71,6 +83,14 @@ class LeasedStore(Protocol):
     async def leave(self, owner: str) -> None: ...
 
     async def max_lsn(self, shards: Iterable[int]) -> int: ...
+
+    async def serve_version(self, version: str) -> int: ...
+
+    async def lanes(self) -> tuple[dict[str, int], set[int]]: ...
+
+    async def lane_of(self, version: str) -> int: ...
+
+    async def reroute_commands(self) -> int: ...
 
 
 # Set while the inbox applies a command: a command whose run moved stays in
@@ -145,6 +165,11 @@ class Leases:
         self._stopping = asyncio.Event()
         self._failing = False
         self._over = 0  # rounds in a row above the fair share
+        # This worker's lane (0 unless its engine pins its version), each
+        # version's lane as last read, and the lanes with a live worker.
+        self.lane = 0
+        self._lanes: dict[str, int] = {}
+        self.live: set[int] = set()
 
     def owns(self, id: str) -> bool:
         """Whether this engine serves run ``id`` (it holds the run's shard)."""
@@ -159,8 +184,42 @@ class Leases:
         """Run ``id``'s shard."""
         return shard_index(id, self.count)
 
+    async def lane_of(self, version: str) -> int:
+        """The lane of the runs of ``version`` (a run row's ``version``).
+
+        A version seen for the first time is looked up once: a worker
+        registers its version before it writes a run of it, so a version
+        not registered then is lane 0's for good.
+        """
+        lane = self._lanes.get(version)
+        if lane is None:
+            lane = await self._store.lane_of(version) if version else 0
+            self._lanes[version] = lane
+        return lane
+
+    def serving(self, lane: int) -> int:
+        """The lane serving runs of ``lane``: itself while it has a live worker, else the newest."""
+        live = self.live
+        if lane in live or not live:
+            return lane
+        return max(live)
+
+    async def reroute(self) -> None:
+        """Moves commands left to a lane with no live worker to the lane serving their runs."""
+        await self._store.reroute_commands()
+
+    async def foreign(self, version: str) -> bool:
+        """Whether the runs of ``version`` are another lane's than this worker's."""
+        return await self.lane_of(version) != self.lane
+
+    async def elsewhere(self, version: str) -> bool:
+        """Whether another lane than this worker's serves the runs of ``version``."""
+        return self.serving(await self.lane_of(version)) != self.lane
+
     async def start(self) -> None:
         """Takes a first share (recovering its runs), then keeps the leases in the background."""
+        engine = self._engine
+        self.lane = await self._store.serve_version(engine.version if engine.pins else "")
         await self._round(first=True)
         self._task = asyncio.get_running_loop().create_task(self._keep(), name="fusee-leases")
 
@@ -193,6 +252,16 @@ class Leases:
             if lost:
                 engine.lost_shards(lost)
         live = await store.join(self.owner, self.lease_s, self._engine.version)
+        lanes, lanes_live = await store.lanes()
+        self._lanes.update(lanes)
+        if lanes_live != self.live:
+            self.live = lanes_live
+            if not first and self.held:
+                # A lane lost its last worker (its runs may be this lane's
+                # to serve now), or came back.
+                engine.spawn(engine.lanes_changed(set(self.held)))
+        if len(lanes_live) > 1 and not first:
+            engine.queues.look_again()
         fair = -(-self.count // max(live, 1))
         self._over = self._over + 1 if len(self.held) > fair else 0
         if len(self.held) < fair:

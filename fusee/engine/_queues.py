@@ -422,13 +422,36 @@ class Queues:
 
     def _runnable(self, item: QueueItem) -> bool:
         # Its workflow is here, and so is its shard (on a store workers
-        # share), and it is not being cancelled.
+        # share, in the lane that admits queued runs), and it is not being
+        # cancelled.
         engine = self._engine
         return (
             item.workflow in engine.workflows
             and engine.owns(item.id)
+            and self.admits()
             and item.id not in self._cancelling
         )
+
+    def admits(self) -> bool:
+        """Whether this engine admits queued runs (on a store workers share, one lane does).
+
+        A queued run has no version until it starts: the lane serving runs
+        of no version (`Leases.serving` of lane 0) admits and starts them,
+        so that two lanes never both start one.
+        """
+        leases = self._engine.leases
+        return leases is None or leases.serving(0) == leases.lane
+
+    def look_again(self) -> None:
+        """Tries every queue's admission (workers of other lanes may have queued runs in it).
+
+        Called at each round of the leases while several lanes have live
+        workers: a run queued by a worker of a lane that does not admit
+        has no event here.
+        """
+        if self.admits():
+            for name in self.queues:
+                self.kick(name)
 
     def _run(self, item: QueueItem) -> None:
         engine = self._engine
@@ -670,7 +693,7 @@ class Queues:
             if row.status == RunStatus.QUEUED:
                 # Admitted, then a crash before its start was durable.
                 idle = not runs.is_loading(item.id) and runs.loaded(item.id) is None
-                if engine.owns(item.id) and idle:
+                if engine.owns(item.id) and idle and self.admits():
                     self._run(item)
             elif row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
                 # Ended, then a crash before its slot was freed.

@@ -21,6 +21,7 @@ from fusee._driver import ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import seed
 from fusee.engine._inbox import deliver_command
+from fusee.engine._leases import APPLYING
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
 from fusee.errors import FuseeError, RunQueued, StaleLease, UnknownWorkflow
@@ -233,10 +234,19 @@ class Runs:
         if row.status == RunStatus.QUEUED:
             # No journal yet: signals and cancels to it are handled by `Queues`.
             raise RunQueued(id)
+        leases = engine.leases
+        if leases is not None and not APPLYING.get() and await leases.elsewhere(row.version):
+            # A run of another version's lane: the store's inbox takes the
+            # caller's message to that lane's worker (a command routed here
+            # by the store is this lane's, whatever this worker last read).
+            raise StaleLease([self.shard_index(id)])
         wf = engine.workflows.get(row.workflow)
         if wf is None:
             raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))
         entries = await engine.store.load(id, row.run)
+        if leases is not None:
+            # Its records may be another lane's, numbered past this worker's.
+            engine.committer.advance(entries[-1][0])
         # The engine may have stopped while the store read (a close, or the
         # test host's crash): a run loaded now would never be closed, and its
         # code would be left to the garbage collector.
@@ -252,6 +262,12 @@ class Runs:
         records = through_end(decode_journal(id, row.run, entries))
         first = records[0]
         if isinstance(first, Start) and not self.may_run(wf, first.version):
+            if leases is not None and not APPLYING.get():
+                # Served here while its version's lane had no live worker, as
+                # this worker last read: the store routes the caller's
+                # message by what it knows now (back here, it is answered
+                # that the run waits for a worker of its version).
+                raise StaleLease([self.shard_index(id)])
             raise UnknownWorkflow(pinned_elsewhere(id, wf.name, row.version, engine.version))
         engine.record_watch.loaded(id, row.run, len(entries))
         engine.timers.disarm(id, -1)
@@ -409,7 +425,15 @@ class Runs:
             assert isinstance(completion, ChildCompleted)
             await engine.store.post_command(deliver_command(id, run, seq, completion))
             return
-        state = await self.wake(id)
+        try:
+            state = await self.wake(id)
+        except StaleLease:
+            if APPLYING.get() or not isinstance(completion, ChildCompleted):
+                raise
+            # Another lane's run (or its shard moved as it loaded): its
+            # worker takes the child's end through the store's inbox.
+            await engine.store.post_command(deliver_command(id, run, seq, completion))
+            return
         taken = state is not None and state.run == run and state.driver.complete(seq, completion)
         if taken and settle and state is not None:
             await engine.committer.durable(state.driver.machine.gate)

@@ -11,7 +11,8 @@ A run of a ``versioning="pinned"`` workflow (the default) runs on its
 version only, as Temporal's pinned workflows and DBOS's application versions
 do: an engine of another version neither recovers it nor loads it for a
 message; a worker of its version does (on Postgres, where workers of several
-versions share a store during a rolling deploy). A run of a
+versions share a store during a rolling deploy, each version's workers
+serve its runs: `fusee.engine._leases`). A run of a
 ``versioning="auto"`` workflow moves to the version of the engine that
 loads it next, which replays its journal: the code's changes go behind
 ``ctx.patched``. A run started before fusee recorded versions (its `Start`

@@ -70,6 +70,7 @@ class PostgresQueues:
     _q: str
     _sql: _Sql
     _shards: int
+    _lane: int
     _check_writable: Callable[[], None]
     _check_open: Callable[[], None]
     _query: Callable[..., Awaitable[Any]]
@@ -247,15 +248,17 @@ class PostgresQueues:
                 )
             admission = plan_admission(limits, items, now_ms, runnable)
             if admission.items and fence is not None:
+                # Under this worker's lane's leases (`PostgresStore.serve_version`).
+                base = self._lane * shards
                 wanted = sorted(
                     {
-                        (s, fence[s])
+                        (base + s, fence[s])
                         for i in admission.items
                         if (s := shard_of(i.id, shards)) in fence
                     }
                 )
                 held = {
-                    r[0]
+                    r[0] - base
                     for r in await conn.fetch(
                         self._sql.fence, [s for s, _ in wanted], [e for _, e in wanted]
                     )

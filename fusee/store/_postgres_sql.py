@@ -75,6 +75,7 @@ def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
         *schedules_format_4_sql(s),
         *_runs_format_4_sql(s),
         *_runs_format_5_sql(s),
+        *_lanes_sql(s),
     )
 
 
@@ -126,7 +127,7 @@ def queues_sql(s: str) -> tuple[str, ...]:
 # schema): format 2 adds the commands inbox, format 3 the workers, each
 # command's shard, the queue tables and the schedules, format 4 the schedules
 # made at run time and their last tick, and the version of each run and worker,
-# format 5 the error of a run paused by a bug.
+# format 5 the error of a run paused by a bug and the lanes of versions.
 def _format_3_sql(s: str) -> tuple[str, ...]:
     return (*_workers_sql(s), *queues_sql(s), *schedules_sql(s))
 
@@ -148,11 +149,41 @@ def _runs_format_5_sql(s: str) -> tuple[str, ...]:
     return (f"ALTER TABLE {s}.runs ADD COLUMN IF NOT EXISTS error TEXT",)
 
 
+def _format_5_sql(s: str) -> tuple[str, ...]:
+    return (*_runs_format_5_sql(s), *_lanes_sql(s))
+
+
+def _lanes_sql(s: str) -> tuple[str, ...]:
+    # Format 5: a lane per engine version given to a worker (lane 0: workers
+    # that pin no version, and runs of versions no such worker gave). Lane k
+    # leases its own copy of the shards, slots k * shards to k * shards +
+    # shards - 1 of shard_leases, and writes its records under them.
+    # `lane_for` says which lane a command goes to: ``wanted`` when >= 0;
+    # with -1, the newest lane that has a live worker (a client's start);
+    # with NULL, the lane serving run ``run_id``: its version's, while that
+    # lane has a live worker, else the newest lane that has one.
+    return (
+        f"CREATE TABLE IF NOT EXISTS {s}.versions (version TEXT PRIMARY KEY,"
+        " lane INT NOT NULL UNIQUE)",
+        f"CREATE OR REPLACE FUNCTION {s}.lane_for(run_id TEXT, wanted INT) RETURNS INT"
+        " LANGUAGE sql STABLE AS $$"
+        " WITH live AS (SELECT DISTINCT coalesce(v.lane, 0) AS lane"
+        f" FROM {s}.workers AS w LEFT JOIN {s}.versions AS v ON v.version = w.version"
+        " WHERE w.lease_until >= now()),"
+        f" own AS (SELECT coalesce((SELECT v.lane FROM {s}.runs AS r JOIN {s}.versions AS v"
+        " ON v.version = r.version WHERE r.id = run_id), 0) AS lane)"
+        " SELECT CASE WHEN wanted >= 0 THEN wanted"
+        " WHEN wanted = -1 THEN coalesce((SELECT max(lane) FROM live), 0)"
+        " WHEN own.lane IN (SELECT lane FROM live) THEN own.lane"
+        " ELSE coalesce((SELECT max(lane) FROM live), own.lane) END FROM own $$",
+    )
+
+
 _MIGRATIONS: Final[Mapping[int, Callable[[str], tuple[str, ...]]]] = {
     1: _commands_sql,
     2: _format_3_sql,
     3: _format_4_sql,
-    4: _runs_format_5_sql,
+    4: _format_5_sql,
 }
 
 _COMMAND_COLUMNS: Final = "id, kind, run_id, payload, dedup, created_ms, attempts"
@@ -164,9 +195,10 @@ class _Sql:
 
     def __init__(self, q: str) -> None:
         unfinished = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE status = ANY($1::text[])"
+        # Over every lane's slots, not only lane 0's.
         self.last_lsn = (
-            "SELECT coalesce(max(m), 0) FROM generate_series(0, $1::int - 1) AS s,"
-            f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s) AS x"
+            f"SELECT coalesce(max(m), 0) FROM {q}.shard_leases AS s,"
+            f" LATERAL (SELECT max(lsn) AS m FROM {q}.journal WHERE shard = s.shard) AS x"
         )
         self.insert_entries = (
             f"INSERT INTO {q}.journal (shard, lsn, id, run, data) SELECT * FROM"
@@ -208,7 +240,8 @@ class _Sql:
             f"UPDATE {q}.shard_leases AS l SET owner = $1, epoch = l.epoch + 1,"
             " lease_until = now() + make_interval(secs => $3)"
             f" FROM (SELECT shard FROM {q}.shard_leases"
-            " WHERE owner IS NULL OR lease_until < now() OR (owner = $1 AND $4)"
+            " WHERE shard BETWEEN $5 AND $6"
+            " AND (owner IS NULL OR lease_until < now() OR (owner = $1 AND $4))"
             " ORDER BY shard LIMIT $2 FOR UPDATE SKIP LOCKED) AS free"
             " WHERE l.shard = free.shard RETURNING l.shard, l.epoch"
         )
@@ -227,7 +260,33 @@ class _Sql:
             " VALUES ($1, now() + make_interval(secs => $2), $3)"
             " ON CONFLICT (owner) DO UPDATE SET lease_until = EXCLUDED.lease_until,"
             " version = EXCLUDED.version)"
-            f" SELECT count(*) + 1 FROM {q}.workers WHERE owner <> $1 AND lease_until >= now()"
+            f" SELECT count(*) + 1 FROM {q}.workers AS w WHERE owner <> $1 AND lease_until >= now()"
+            f" AND coalesce((SELECT lane FROM {q}.versions AS v WHERE v.version = w.version), 0)"
+            " = $4"
+        )
+        # Each version's lane, and the lanes with a live worker.
+        self.lanes = f"SELECT version, lane FROM {q}.versions"
+        self.live_lanes = (
+            "SELECT DISTINCT coalesce(v.lane, 0)"
+            f" FROM {q}.workers AS w LEFT JOIN {q}.versions AS v ON v.version = w.version"
+            " WHERE w.lease_until >= now()"
+        )
+        self.lane_of = f"SELECT lane FROM {q}.versions WHERE version = $1"
+        # Unanswered commands for runs whose lane lost its last worker (or
+        # came back) move to the lane serving their run now; starts stay
+        # with the lane they were sent to.
+        self.reroute = (
+            f"UPDATE {q}.commands SET shard = shard % $1 + $1 * {q}.lane_for(run_id, NULL)"
+            " WHERE answered_ms IS NULL AND shard IS NOT NULL AND kind <> ALL($2::text[])"
+            f" AND shard / $1 <> {q}.lane_for(run_id, NULL)"
+        )
+        self.new_lane = (
+            f"INSERT INTO {q}.versions (version, lane) SELECT $1, coalesce(max(lane), 0) + 1"
+            f" FROM {q}.versions RETURNING lane"
+        )
+        self.lane_leases = (
+            f"INSERT INTO {q}.shard_leases SELECT n, NULL, 0, '-infinity'"
+            " FROM generate_series($1::int, $2::int) AS n ON CONFLICT (shard) DO NOTHING"
         )
         self.leave = f"DELETE FROM {q}.workers WHERE owner = $1"
         self.live_workers = (
@@ -261,15 +320,17 @@ class _Sql:
         # sent at commit), and only a row really inserted announces itself.
         self.post_command = (
             f"WITH posted AS (INSERT INTO {q}.commands ({_POSTED_COLUMNS})"
-            " VALUES ($1, $2, $3, $4, $5, $6, 0, $8) ON CONFLICT (id) DO NOTHING RETURNING id)"
+            f" VALUES ($1, $2, $3, $4, $5, $6, 0, $8 + $9 * {q}.lane_for($3, $10))"
+            " ON CONFLICT (id) DO NOTHING RETURNING id)"
             " SELECT pg_notify($7, '') FROM posted"
         )
         # Commands a group commit posts with the records that cause them
         # (a child's end for its parent on another shard): one NOTIFY.
         self.post_commands = (
             f"WITH posted AS (INSERT INTO {q}.commands ({_POSTED_COLUMNS})"
-            " SELECT i, k, r, p, d, c, 0, s FROM unnest($1::text[], $2::text[], $3::text[],"
-            " $4::bytea[], $5::text[], $6::bigint[], $7::int[]) AS t(i, k, r, p, d, c, s)"
+            f" SELECT i, k, r, p, d, c, 0, s + $9 * {q}.lane_for(r, l)"
+            " FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[],"
+            " $6::bigint[], $7::int[], $10::int[]) AS t(i, k, r, p, d, c, s, l)"
             " ON CONFLICT (id) DO NOTHING RETURNING id)"
             " SELECT pg_notify($8, '') WHERE EXISTS (SELECT FROM posted)"
         )

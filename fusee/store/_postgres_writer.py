@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,7 +35,7 @@ class _Write:
 
     entries: tuple[Entry, ...]
     rows: builtins.list[tuple[Any, ...]]
-    fence: tuple[tuple[int, int], ...]  # (shard, epoch), sorted
+    fence: tuple[tuple[int, int], ...]  # (lease slot, epoch), sorted
     fail: BaseException | None  # test hook: raised inside the transaction
     tops: dict[int, int]  # shard -> the write's highest LSN in it
     commands: tuple[Command, ...]  # posted in the same transaction
@@ -73,8 +74,14 @@ class _PostgresWriter(_PostgresErrors):
     _last_failure: StoreError | None
     _pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]]
     _transactions: int
+    _lane: int
+    _lane_wanted: Callable[[str], int | None]
 
     _schema: str
+
+    def _unslot(self, slot: int) -> int:
+        """The shard of a lease slot of this store object's lane."""
+        return slot - self._lane * self._shards
 
     def _submit(
         self,
@@ -139,13 +146,15 @@ class _PostgresWriter(_PostgresErrors):
                 errors.append(self._behind())
                 continue
             if lost.intersection(write.fence):
-                errors.append(StaleLease(shard for shard, _ in lost.intersection(write.fence)))
+                errors.append(
+                    StaleLease(self._unslot(s) for s, _ in lost.intersection(write.fence))
+                )
                 continue
             try:
                 await self._commit_surviving([write])
                 errors.append(None)
             except _Stale as e:
-                errors.append(StaleLease(shard for shard, _ in e.pairs))
+                errors.append(StaleLease(self._unslot(s) for s, _ in e.pairs))
             except Exception as e:
                 errors.append(self._failure(e))
         return errors
@@ -189,12 +198,12 @@ class _PostgresWriter(_PostgresErrors):
         entries = [e for w in writes for e in w.entries]
         if not entries:
             return False  # rows only: writing them again changes nothing
-        shards = self._shards
+        shards, base = self._shards, self._lane * self._shards
         assert self._pool is not None
         async with self._pool.acquire() as conn:
             found = await conn.fetchval(
                 self._sql.count_entries,
-                [shard_of(e.id, shards) for e in entries],
+                [base + shard_of(e.id, shards) for e in entries],
                 [e.lsn for e in entries],
                 [e.id for e in entries],
                 [e.data for e in entries],
@@ -226,10 +235,10 @@ class _PostgresWriter(_PostgresErrors):
                 if missing:
                     raise _Stale(frozenset(missing))
             if entries:
-                shards = self._shards
+                shards, base = self._shards, self._lane * self._shards
                 await conn.execute(
                     sql.insert_entries,
-                    [shard_of(e.id, shards) for e in entries],
+                    [base + shard_of(e.id, shards) for e in entries],
                     [e.lsn for e in entries],
                     [e.id for e in entries],
                     [e.run for e in entries],
@@ -250,6 +259,8 @@ class _PostgresWriter(_PostgresErrors):
                     [c.created_ms for c in commands],
                     [shard_of(c.run_id, self._shards) for c in commands],
                     _channel(self._schema),
+                    self._shards,
+                    [self._lane_wanted(c.kind) for c in commands],
                 )
             for w in writes:
                 if w.fail is not None:

@@ -1,6 +1,6 @@
 """The Postgres store: journals and run rows in a PostgreSQL schema, on asyncpg.
 
-Schema, format 4, in one schema of the database (``fusee`` by default; the
+Schema, format 5, in one schema of the database (``fusee`` by default; the
 store creates it, and upgrades an older format, on open)::
 
     meta(key TEXT PRIMARY KEY, value BIGINT)
@@ -14,6 +14,9 @@ store creates it, and upgrades an older format, on open)::
         index (started_ms, id), (status, started_ms, id), (workflow, started_ms, id),
         (shard) of unfinished runs                -- recovery of the shards a worker holds
     shard_leases(shard INT PRIMARY KEY, owner TEXT, epoch BIGINT, lease_until TIMESTAMPTZ)
+                                                  -- lane k's shard s at k * shards + s
+    versions(version TEXT PRIMARY KEY, lane INT)  -- a lane per version (format 5)
+    lane_for(run_id, wanted) -> INT               -- the lane a command goes to
     commands(seq BIGSERIAL, id TEXT PRIMARY KEY, kind, run_id, payload BYTEA, dedup,
              created_ms, attempts, answered_ms, ok, answer BYTEA)
         index (seq) of unanswered commands        -- the inbox (format 2)
@@ -30,9 +33,18 @@ in its own transaction; the serving engine ``LISTEN``s on a connection of its
 own and, should that connection be lost, polls.
 
 A run's shard is ``zlib.crc32(id.encode()) % shards`` (`shard_of`), the
-engine's rule. Ids sort by code point (``COLLATE "C"``), as Python sorts
-them, so listings and their cursors agree with the other stores. Leases are
-timed by the database's clock (``now()``), never this process's.
+engine's rule. Each engine version given to a worker has a lane
+(`serve_version`; lane 0 for workers that pin none): a lane's workers lease
+their own copy of the shards, and a worker's records are written, and its
+commands taken, under its lane's slot of each shard (``lane * shards +
+shard`` in ``journal.shard``, ``shard_leases`` and ``commands.shard``), so
+that workers of two versions write one shard's runs at once. A posted
+command goes to the lane serving its run (``lane_for``), a start to the
+poster's lane, or a client's to the newest lane with a live worker.
+
+Ids sort by code point (``COLLATE "C"``), as Python sorts them, so
+listings and their cursors agree with the other stores. Leases are timed by
+the database's clock (``now()``), never this process's.
 
 The rule: only the writer task writes journals and rows, one transaction per
 group of appends, in call order (but for a queued run's first row, which
@@ -225,6 +237,12 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         self._pending: dict[str, tuple[RunRow, asyncio.Future[StoreError | None]]] = {}
         self._run_next = 1
         self._run_reserved = 0
+        # The lane this store object's worker serves (`serve_version`): its
+        # leases, records and taken commands are that lane's slots. A store
+        # object no worker serves through (a client's) starts runs on the
+        # newest version a live worker has.
+        self._lane = 0
+        self._serving = False
         self._run_lock = asyncio.Lock()
         self._fail_next: BaseException | None = None
         self._transactions = 0  # for tests: committed write transactions
@@ -384,7 +402,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
                         f"shards, not {self._shards_wanted}: the count is fixed when a store "
                         "is created; omit shards= or pass another schema"
                     )
-                last_lsn = await conn.fetchval(self._sql.last_lsn, shards)
+                last_lsn = await conn.fetchval(self._sql.last_lsn)
                 return shards, int(last_lsn), int(values.get("run_reserved", 0))
         except StoreError:
             raise
@@ -572,7 +590,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             )
             for r, blob in zip(runs, packed, strict=True)
         ]
-        fenced = tuple(sorted(fence.items())) if fence else ()
+        base = self._lane * shards
+        fenced = tuple(sorted((base + s, epoch) for s, epoch in fence.items())) if fence else ()
         fail, self._fail_next = self._fail_next, None
         write = self._submit(entries, rows, fenced, fail, tops, commands)
         pending = self._pending
@@ -677,16 +696,22 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             command.dedup,
             command.created_ms,
         )
-        # A stop is for whichever worker takes it; the rest go to their run's shard's owner.
+        # A stop is for whichever worker takes it; the rest go to their run's
+        # shard's owner in the lane serving the run (`lane_for`).
         shard = shard_of(command.run_id, self._shards) if command.kind != "stop" else None
-        await self._posts((*values, shard))
+        await self._posts((*values, shard, self._lane_wanted(command.kind)))
         return command.id
 
     async def _post_trip(self, posts: Sequence[tuple[Any, ...]]) -> list[None]:
         if len(posts) == 1:
             await self._query(
                 lambda conn: conn.execute(
-                    self._sql.post_command, *posts[0][:6], self.channel, posts[0][6]
+                    self._sql.post_command,
+                    *posts[0][:6],
+                    self.channel,
+                    posts[0][6],
+                    self._shards,
+                    posts[0][7],
                 ),
                 "posting a command to",
             )
@@ -694,7 +719,9 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         # One statement, one commit, one NOTIFY for the commands posted at once.
         columns = [builtins.list(c) for c in zip(*posts, strict=True)]
         await self._query(
-            lambda conn: conn.execute(self._sql.post_commands, *columns, self.channel),
+            lambda conn: conn.execute(
+                self._sql.post_commands, *columns[:7], self.channel, self._shards, columns[7]
+            ),
             "posting commands to",
         )
         return [None] * len(posts)
@@ -720,7 +747,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         """
         self._check_writable()
         taken = builtins.list(self._taken)
-        wanted = None if shards is None else sorted(set(shards))
+        base = self._lane * self._shards
+        wanted = None if shards is None else sorted({base + s for s in shards})
         rows = await self._query(
             lambda conn: conn.fetch(self._sql.take_commands, limit, taken, wanted),
             "taking commands from",
@@ -888,11 +916,20 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         _check_lease(owner, lease_s)
         if want <= 0:
             return {}
+        base = self._lane * self._shards
         taken = await self._query(
-            lambda conn: conn.fetch(self._sql.acquire, owner, want, float(lease_s), reclaim),
+            lambda conn: conn.fetch(
+                self._sql.acquire,
+                owner,
+                want,
+                float(lease_s),
+                reclaim,
+                base,
+                base + self._shards - 1,
+            ),
             "writing to",
         )
-        return {int(r[0]): int(r[1]) for r in taken}
+        return {int(r[0]) - base: int(r[1]) for r in taken}
 
     async def renew_shards(
         self, owner: str, shards: Iterable[int], lease_s: float
@@ -914,14 +951,15 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         """
         self._check_writable()
         _check_lease(owner, lease_s)
-        wanted = sorted(set(shards))
+        base = self._lane * self._shards
+        wanted = sorted({base + s for s in shards})
         if not wanted:
             return {}
         held = await self._query(
             lambda conn: conn.fetch(self._sql.renew, owner, wanted, float(lease_s)),
             "writing to",
         )
-        return {int(r[0]): int(r[1]) for r in held}
+        return {int(r[0]) - base: int(r[1]) for r in held}
 
     async def release_shards(self, owner: str, shards: Iterable[int]) -> None:
         """Gives ``owner``'s leases of ``shards`` back at once, for others to take.
@@ -937,18 +975,141 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         """
         self._check_writable()
         _check_lease(owner, 1.0)
-        wanted = sorted(set(shards))
+        base = self._lane * self._shards
+        wanted = sorted({base + s for s in shards})
         if wanted:
             await self._query(
                 lambda conn: conn.execute(self._sql.release, owner, wanted), "writing to"
             )
 
-    async def join(self, owner: str, lease_s: float, version: str = "") -> int:
-        """Counts ``owner`` live for ``lease_s`` more seconds; returns how many workers are live.
+    async def serve_version(self, version: str) -> int:
+        """Makes this store object's worker serve the lane of ``version``; returns the lane.
 
-        Workers call it with each renewal: the count is what a fair share
-        of the shards is reckoned from. ``version`` is the worker's engine
-        version (`workers` lists it).
+        Each engine version a worker is given has a lane (numbered from 1 in
+        the order versions first came; lane 0, ``version=""``, is that of
+        workers that pin no version). A lane leases its own copy of the
+        shards and writes its records under them, so that workers of
+        several versions serve the runs of their own at once: the leases,
+        records and commands of this store object are its lane's from here
+        on.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").serve_version("v1"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        self._serving = True
+        if not version:
+            self._lane = 0
+            return 0
+        sql, shards = self._sql, self._shards
+
+        async def register(conn: _Conn) -> int:
+            async with conn.transaction():
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext('fusee.versions'), hashtext($1))",
+                    self._schema,
+                )
+                lane = await conn.fetchval(sql.lane_of, version)
+                if lane is None:
+                    lane = await conn.fetchval(sql.new_lane, version)
+                    lane = int(lane)
+                    await conn.execute(sql.lane_leases, lane * shards, lane * shards + shards - 1)
+                return int(lane)
+
+        self._lane = await self._query(register, "writing to")
+        return self._lane
+
+    @property
+    def lane(self) -> int:
+        """The lane this store object's worker serves (`serve_version`; 0 by default).
+
+        Example:
+            >>> PostgresStore("postgresql://h/db").lane
+            0
+        """
+        return self._lane
+
+    async def lanes(self) -> tuple[dict[str, int], builtins.set[int]]:
+        """Each registered version's lane, and the lanes that have a live worker.
+
+        A version missing from the first is lane 0's.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").lanes())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+
+        async def read(conn: _Conn) -> tuple[dict[str, int], builtins.set[int]]:
+            lanes = {str(r[0]): int(r[1]) for r in await conn.fetch(self._sql.lanes)}
+            live = {int(r[0]) for r in await conn.fetch(self._sql.live_lanes)}
+            return lanes, live
+
+        return await self._query(read, "reading")
+
+    async def lane_of(self, version: str) -> int:
+        """The lane of runs of ``version`` (0 for one no worker registered).
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").lane_of("v1"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+        found = await self._query(lambda conn: conn.fetchval(self._sql.lane_of, version), "reading")
+        return 0 if found is None else int(found)
+
+    async def reroute_commands(self) -> int:
+        """Moves the unanswered commands to the lane serving their runs now; returns how many.
+
+        A command posted to a lane whose last worker then stopped would
+        wait for a worker of that version; a run another lane serves now
+        hears it there. Starts stay with the lane they were sent to.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").reroute_commands())
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_writable()
+        status: str = await self._query(
+            lambda conn: conn.execute(self._sql.reroute, self._shards, ["start", "fork"]),
+            "writing to",
+        )
+        moved = int(status.rsplit(" ", 1)[-1])
+        if moved:
+            await self._query(
+                lambda conn: conn.execute("SELECT pg_notify($1, '')", self.channel),
+                "writing to",
+            )
+        return moved
+
+    def _lane_wanted(self, kind: str) -> int | None:
+        """`lane_for`'s ``wanted`` for a command of ``kind`` posted through this store object.
+
+        A start (or a fork's new run) posted by a worker starts on its own
+        version, one posted by a client (a store object no worker serves
+        through) on the newest version a live worker has; any other command
+        goes to the lane serving its run.
+        """
+        if kind not in ("start", "fork"):
+            return None
+        return self._lane if self._serving else -1
+
+    async def join(self, owner: str, lease_s: float, version: str = "") -> int:
+        """Counts ``owner`` live for ``lease_s`` more seconds; returns how many of its lane are.
+
+        Workers call it with each renewal: the count of live workers of this
+        store object's lane (`serve_version`) is what a fair share of its
+        shards is reckoned from. ``version`` is the worker's engine version
+        (`workers` lists it).
 
         Example:
             >>> import asyncio
@@ -959,7 +1120,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         _check_lease(owner, lease_s)
         self._check_writable()
         live = await self._query(
-            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s), version),
+            lambda conn: conn.fetchval(self._sql.join, owner, float(lease_s), version, self._lane),
             "writing to",
         )
         return int(live)
@@ -1002,7 +1163,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             Traceback (most recent call last):
             fusee.errors.StoreError: the store ... is closed; await store.open() first
         """
-        wanted = sorted(set(shards))
+        base = self._lane * self._shards
+        wanted = sorted({base + s for s in shards})
         found = await self._query(lambda conn: conn.fetchval(self._sql.max_lsn, wanted), "reading")
         return int(found)
 

@@ -312,6 +312,61 @@ async def test_a_second_writer_of_the_same_lsn_is_refused_by_the_primary_key(
         await other.append([entry(1)])
 
 
+# -- lanes: workers of several versions on one store -------------------------------------
+
+
+async def test_each_version_a_worker_serves_has_a_lane_with_its_own_copy_of_the_shards(
+    store: PostgresStore, new_store: NewStore
+) -> None:
+    v2 = new_store(schema=store.schema)
+    client = new_store(schema=store.schema, client=True)
+    await v2.open()
+    await client.open()
+    assert (await store.serve_version("v1"), await v2.serve_version("v2")) == (1, 2)
+    assert await store.serve_version("v1") == 1  # a version keeps its lane
+    await store.join("w1", 30, "v1")
+    await v2.join("w2", 30, "v2")
+    assert await store.lanes() == ({"v1": 1, "v2": 2}, {1, 2})
+    # Each lane's worker holds every shard of its own lane, and both write
+    # one shard at once, each under its own lane's slot of it.
+    held1 = await store.acquire_shards("w1", 8, lease_s=30)
+    held2 = await v2.acquire_shards("w2", 8, lease_s=30)
+    assert set(held1) == set(held2) == set(range(8))
+    s = shard_of("a", 8)
+    await store.append(
+        [entry(1, "a")], [RunRow("a", 1, "wf", "running", 0, version="v1")], fence={s: held1[s]}
+    )
+    await v2.append(
+        [entry(1, "b")],
+        [RunRow("b", 1, "wf", "running", 0, version="v2")],
+        fence={shard_of("b", 8): held2[shard_of("b", 8)]},
+    )
+    conn = await asyncpg.connect(store._dsn)
+    try:
+        journal = {
+            r["id"]: r["shard"]
+            for r in await conn.fetch(f"SELECT id, shard FROM {store.schema}.journal")
+        }
+    finally:
+        await conn.close()
+    assert journal == {"a": 8 + s, "b": 16 + shard_of("b", 8)}
+    # A command reaches the lane of its run's version; a worker's start its
+    # own lane, a client's the newest lane with a live worker.
+    await client.post_command(Command.new("signal", "a"))
+    await client.post_command(Command.new("signal", "b"))
+    await client.post_command(Command.new("start", "c"))
+    await store.post_command(Command.new("start", "d"))
+    taken1 = await store.take_commands(shards=range(8))
+    taken2 = await v2.take_commands(shards=range(8))
+    assert sorted(c.run_id for c in taken1) == ["a", "d"]
+    assert sorted(c.run_id for c in taken2) == ["b", "c"]
+    # With no live worker of v1, its runs' commands go to the newest lane.
+    await store.leave("w1")
+    assert (await store.lanes())[1] == {2}
+    await client.post_command(Command.new("cancel", "a"))
+    assert [c.run_id for c in await v2.take_commands(shards=range(8))] == ["a"]
+
+
 # -- format, shards, reopening -----------------------------------------------------------
 
 
