@@ -300,6 +300,8 @@ class Committer:
             StoreError: The store failed; nothing after its last good write is
                 durable. Or (``bounded``) the store took no write for
                 `write_timeout_s`: nothing acknowledged is lost.
+            FuseeError: The engine crashed (`abandon`), or closed with
+                something still to write.
         """
         if self._abandoned:
             # The crash dropped the batches not yet stored, and with them the
