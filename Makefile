@@ -38,13 +38,15 @@ pytest: install system-deps
 test: lint typecheck pytest
 
 # The seeded simulator (tests/sim): SEEDS seeds from 1 (or the one SEED) on
-# STORE (memory, sqlite or both). A failing seed prints the command that
+# STORE (memory, sqlite or both); LATE_READS=1 answers the engine's reads of
+# a run's row a few loop turns late. A failing seed prints the command that
 # reproduces it. `make test` runs a fixed list of seeds (tests/sim/test_sim.py).
 MACHINE_CASES ?= 10000
 SEEDS ?= 20
 STORE ?= both
 sim: install
-	$(BIN)/python -m tests.sim --seeds $(SEEDS) --store $(STORE) $(if $(SEED),--seed $(SEED))
+	$(BIN)/python -m tests.sim --seeds $(SEEDS) --store $(STORE) $(if $(SEED),--seed $(SEED)) \
+		$(if $(LATE_READS),--late-reads)
 	FUSEE_MACHINE_CASES=$(MACHINE_CASES) $(BIN)/pytest -q -o timeout=0 tests/test_machine_model.py
 
 # Not in CI: SIGKILLs of real worker processes on SQLite (or TORTURE_STORE: a

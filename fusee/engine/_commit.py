@@ -72,6 +72,8 @@ _BOUNDED, _UNBOUNDED, _READ = 0, 1, 2
 
 _Waiters = list[tuple[int, int, asyncio.Future[None], int]]
 
+_CLOSED = "this engine is closed; open a new one with fusee.Engine.open(...)"
+
 # One batch being written and one queued behind it: enough to keep the disk
 # busy; more would only split what the next batch could carry.
 _WRITERS = 2
@@ -215,6 +217,8 @@ class Committer:
         self._failed_batches = 0  # waiting for their retry, or being retried
         self._closing = False
         self._stopped = False
+        # Set by `abandon`: what was handed over and not stored is gone.
+        self._abandoned = False
         self._backing_off = False
         self.retried_writes = 0
 
@@ -296,7 +300,15 @@ class Committer:
             StoreError: The store failed; nothing after its last good write is
                 durable. Or (``bounded``) the store took no write for
                 `write_timeout_s`: nothing acknowledged is lost.
+            FuseeError: The engine crashed (`abandon`), or closed with
+                something still to write.
         """
+        if self._abandoned:
+            # The crash dropped the batches not yet stored, and with them the
+            # count that says which ones a caller's changes rode in: none of
+            # them may be acknowledged as stored (an ATTACH start that found
+            # another call's queue item, a signal held for a queued run).
+            raise FuseeError(_CLOSED)
         number = self._taken + 1 if self._pending() else self._taken
         if number > self._stored:
             await self._wait(self._batch_waiters, number, _BOUNDED if bounded else _UNBOUNDED)
@@ -368,7 +380,7 @@ class Committer:
         if self._stopped:
             # Nothing writes any more (the engine closed, or crashed under the
             # test host): a caller still working in it must not wait forever.
-            raise FuseeError("this engine is closed; open a new one with fusee.Engine.open(...)")
+            raise FuseeError(_CLOSED)
         fut = self._loop.create_future()
         heapq.heappush(waiters, (at, next(self._order), fut, kind))
         if kind == _BOUNDED and self.outage is not None:
@@ -736,6 +748,7 @@ class Committer:
     def abandon(self) -> None:
         """Stops at once, losing what is not durable yet (a simulated crash)."""
         self._stopped = True
+        self._abandoned = True
         for task in self._tasks:
             task.cancel()
         self._tasks = []

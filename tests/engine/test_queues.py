@@ -421,6 +421,78 @@ async def test_a_repeated_queued_start_is_acknowledged_only_once_the_first_is_du
         assert await t.get("r").result() == "r done"
 
 
+class LateReads:
+    """Answers a store's reads of a run's row late: each once the test opens its gate.
+
+    The read itself is made at once; only its answer waits, as one from a
+    starved reader thread reaches the loop after whatever ran meanwhile.
+    """
+
+    def __init__(self, store: Store, calls: int) -> None:
+        self.store = store
+        self.real = store.get
+        self.gates = [asyncio.Event() for _ in range(calls)]
+        self.read = asyncio.Event()  # every call has its answer, waiting for its gate
+        self._calls = 0
+
+    async def get(self, id: str) -> RunRow | None:
+        gate = self.gates[self._calls] if self._calls < len(self.gates) else None
+        self._calls += 1
+        row = await self.real(id)
+        if gate is None:
+            return row
+        if self._calls >= len(self.gates):
+            self.read.set()
+        await gate.wait()
+        return row
+
+    def __enter__(self) -> LateReads:
+        self.store.get = self.get  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for gate in self.gates:
+            gate.set()
+        self.store.get = self.real  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("store_kind", ALONE)
+async def test_a_repeated_queued_start_the_engine_answers_after_crashing_is_not_acknowledged(
+    host: Host,
+) -> None:
+    # A client's start and its resend (ATTACH) both read the id's row; the
+    # first start's queue item goes to the book and waits for its write,
+    # and the process dies before the write is made. The resend's read
+    # answers after that: it finds the item in the dead engine's book, and
+    # "it exists" would be a lie, as nothing of the run was written.
+    gauge = Gauge()
+    wf = tracked(gauge)
+    q = fusee.Queue("one", concurrency=1)
+    async with host(workflows=[wf], queues=[q]) as t:
+        with LateReads(t.engine.store, calls=2) as late:
+            first = asyncio.ensure_future(t.start(wf, "r", "k", queue=q))
+            again = asyncio.ensure_future(
+                t.start(wf, "r", "k", queue=q, id_policy=fusee.IdPolicy.ATTACH)
+            )
+            await late.read.wait()
+            late.gates[0].set()
+            # One turn: the first start books its item and waits for the
+            # write, which the committer makes on its next turn: too late.
+            await asyncio.sleep(0)
+            await t.crash()
+            late.gates[1].set()
+            answers = await asyncio.gather(first, again, return_exceptions=True)
+        assert await t.store.get("r") is None
+        assert isinstance(answers[0], BaseException)
+        assert isinstance(answers[1], fusee.FuseeError), answers[1]
+        # The client sends it again to the engine now running: it runs once.
+        await t.start(wf, "r", "k", queue=q, id_policy=fusee.IdPolicy.ATTACH)
+        await t.settle()
+        await t.crash()
+        assert await t.get("r").result() == "r done"
+        assert gauge.order == ["r"]
+
+
 async def test_two_engines_on_one_postgres_database_share_a_queue_s_concurrency(
     postgres_cluster: Cluster,
 ) -> None:

@@ -20,6 +20,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=1, help="the first seed")
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("--store", choices=[*STORES, "both"], default="memory")
+    parser.add_argument(
+        "--late-reads",
+        action="store_true",
+        help="answer reads of a run's row a few loop turns late (a starved reader thread)",
+    )
+    parser.add_argument(
+        "--log", action="store_true", help="print each failing seed's event log (calls, crashes)"
+    )
     args = parser.parse_args(argv)
     # The simulated crashes and store failures log errors by design.
     logging.disable(logging.CRITICAL)
@@ -28,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     stores = list(STORES) if args.store == "both" else [args.store]
     failing = []
     for store in stores:
-        reports = run_seeds(seeds, store)
+        reports = run_seeds(seeds, store, late_reads=args.late_reads)
         failing += [r for r in reports if r.violations]
     total = len(seeds) * len(stores)
     print(f"{total - len(failing)} of {total} seeds passed")
@@ -36,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {report.command}")
         for v in report.violations:
             print(f"    {v}")
+        if args.log:
+            for event in report.events:
+                print(f"      {event}")
     return 1 if failing else 0
 
 

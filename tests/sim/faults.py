@@ -9,6 +9,11 @@ process would make). The simulator arms one fault at a time:
   no hole behind a failed write).
 - `hold`: appends wait, in call order, until `release` (a delayed flush); a
   crash meanwhile loses them (the unflushed tail).
+- ``late_reads`` (given at construction, a random of its own): the answer of
+  each read of a run's row (`get`) reaches its caller a seed-chosen number of
+  loop turns late, as one from a starved reader thread does (SQLite's): a
+  crash meanwhile hands it to the dead engine, which must not acknowledge
+  anything on its strength.
 - `tear_next`: the next append stores only a prefix of its entries and no
   rows, then raises `StoreError`. The engine's contract says an append is all
   or nothing, so this models a store bug (or a disk that lies); the simulator
@@ -25,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from fusee._status import RunStatus
 from fusee.errors import StoreError
 from fusee.record import Step, decode
 from fusee.store import Answer, Command, Entry, RunRow, ScheduleRow, Store
@@ -39,8 +46,9 @@ __all__ = ["FaultyStore"]
 class FaultyStore:
     """A `fusee.store.Store` that delegates to a real store and injects faults."""
 
-    def __init__(self, make: Callable[[], Store]) -> None:
+    def __init__(self, make: Callable[[], Store], late_reads: random.Random | None = None) -> None:
         self._make = make
+        self._late = late_reads
         self.inner = make()
         self._closed = False
         self._order: asyncio.Lock | None = None
@@ -53,6 +61,8 @@ class FaultyStore:
         # (id, run, seq) of each step result stored, as far as this wrapper knows.
         self.durable_steps: set[tuple[str, int, int]] = set()
         self.faults: dict[str, int] = {}
+        # Told what each append stored or refused (the simulator's event log).
+        self.note: Callable[[str], None] | None = None
 
     def _count(self, fault: str) -> None:
         self.faults[fault] = self.faults.get(fault, 0) + 1
@@ -131,6 +141,7 @@ class FaultyStore:
             for e in entries:
                 self.journals.add((e.id, e.run))
             if self._failing is not None:
+                self._tell("refused", entries, runs)
                 raise self._failing
             if self._tear is not None and entries:
                 keep = int(len(entries) * self._tear)
@@ -140,9 +151,25 @@ class FaultyStore:
                 if keep:
                     await self.inner.append(entries[:keep], ())
                     self._stored(entries[:keep])
+                self._tell(f"tore after {keep}", entries, runs)
                 raise self._failing
             await self.inner.append(entries, runs, items=items, forget=forget)
             self._stored(entries)
+            self._tell("stored", entries, runs, items)
+
+    def _tell(
+        self,
+        what: str,
+        entries: Sequence[Entry],
+        runs: Sequence[RunRow],
+        items: Sequence[QueueItem] = (),
+    ) -> None:
+        if self.note is None:
+            return
+        records = " ".join(f"{e.lsn}:{e.id}/{type(decode(e.data)).__name__}" for e in entries)
+        rows = " ".join(f"{r.id}={RunStatus(r.status).name}" for r in runs)
+        queued = " ".join(f"{i.id}={i.state}" for i in items)
+        self.note(f"append {what}: records [{records}] rows [{rows}] items [{queued}]")
 
     def _stored(self, entries: Sequence[Entry]) -> None:
         for e in entries:
@@ -156,7 +183,11 @@ class FaultyStore:
         return await self.inner.load(id, run, after_lsn=after_lsn)
 
     async def get(self, id: str) -> RunRow | None:
-        return await self.inner.get(id)
+        row = await self.inner.get(id)
+        if self._late is not None:
+            for _ in range(self._late.randint(0, 6)):
+                await asyncio.sleep(0)
+        return row
 
     async def list(
         self,

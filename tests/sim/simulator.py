@@ -33,9 +33,15 @@ The checkers (`Sim.check`, after every recovery, and at the end):
   per-key bound or rate (some starts, and some parents' children, go
   through `workload.queues`).
 
+Each report carries the seed's event log (`Sim.note`): every call sent and
+how it was answered, with the life it was sent in; every append stored,
+refused or torn; every fault and crash (``python -m tests.sim --log``).
+
 The rule: the simulator's only randomness is its `random.Random(seed)`, so a
 seed replays the same script; on the memory store the whole run is then the
-same each time (SQLite adds its writer thread's timing).
+same each time (SQLite adds its writer thread's timing). ``late_reads``
+brings that timing's effect to the memory store deterministically: reads of
+a run's row answer a few loop turns late, by a random of the seed's own.
 """
 
 from __future__ import annotations
@@ -87,9 +93,10 @@ STORES = ("memory", "sqlite")
 _HOUR_MS = 3_600_000
 
 
-def reproduce_command(seed: int, store: str) -> str:
+def reproduce_command(seed: int, store: str, *, late_reads: bool = False) -> str:
     """The one-line command that runs ``seed`` again on ``store``."""
-    return f"make sim SEEDS=1 SEED={seed} STORE={store}"
+    late = " LATE_READS=1" if late_reads else ""
+    return f"make sim SEEDS=1 SEED={seed} STORE={store}{late}"
 
 
 @dataclasses.dataclass
@@ -100,10 +107,13 @@ class Report:
     store: str
     violations: list[str] = dataclasses.field(default_factory=list)
     figures: dict[str, int] = dataclasses.field(default_factory=dict)
+    # The seed's event log (`Sim.note`): each call, its answer, each fault and crash.
+    events: list[str] = dataclasses.field(default_factory=list)
+    late_reads: bool = False
 
     @property
     def command(self) -> str:
-        return reproduce_command(self.seed, self.store)
+        return reproduce_command(self.seed, self.store, late_reads=self.late_reads)
 
     def summary(self) -> str:
         if not self.violations:
@@ -237,6 +247,12 @@ class Sim:
         self.durable_at_crash: list[frozenset[tuple[str, int, int]]] = []
         self.counter = 0
         self.figures: dict[str, int] = {"crashes": 0, "jumps": 0, "checks": 0}
+        self.events: list[str] = []
+        store.note = self.note
+
+    def note(self, event: str) -> None:
+        """Logs ``event`` with the life and the virtual time it happened in."""
+        self.events.append(f"life {self.t.crashes} t={self.t.clock.now_ms()}: {event}")
 
     # --- outside callers ---------------------------------------------------------------------
 
@@ -244,6 +260,7 @@ class Sim:
         text = f"[{checker}] {detail}"
         if text not in self.violations:
             self.violations.append(text)
+            self.note(f"VIOLATION {text}")
 
     def _call(self, op: _Op) -> Coroutine[Any, Any, Any]:
         t = self.t
@@ -269,6 +286,7 @@ class Sim:
             self.ops.append(op)
         op.in_flight = True
         life = self.t.crashes
+        self.note(f"send {_describe(op)}")
         task = asyncio.ensure_future(self._run_op(op, life))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -278,6 +296,7 @@ class Sim:
             result = await self._call(op)
         except (Exception, asyncio.CancelledError) as e:
             crashed = self.t.crashes != life
+            self.note(f"raised {type(e).__name__} (sent in life {life}): {_describe(op)}: {e}")
             if isinstance(e, fusee.FuseeError) and _says_finished(e):
                 op.refused = True
             elif not crashed and not isinstance(e, fusee.FuseeError | asyncio.CancelledError):
@@ -292,6 +311,7 @@ class Sim:
                 )
             op.acked = True
             op.result = result
+            self.note(f"acknowledged (sent in life {life}): {_describe(op)}")
             if op.replace:
                 self.figures["replaced"] = self.figures.get("replaced", 0) + 1
         finally:
@@ -359,8 +379,10 @@ class Sim:
         """Crashes wherever the engine is, recovers, and runs the checkers."""
         self.durable_at_crash.append(frozenset(self.store.durable_steps))
         self.store.release()
+        self.note("crash")
         await self.t.crash()
         self.figures["crashes"] += 1
+        self.note("recovered")
         await self.check()
 
     async def fault_phase(self, actions: int) -> None:
@@ -388,6 +410,8 @@ class Sim:
         for _ in range(actions):
             move = rng.choices(names, weights)[0]
             failed = t.engine.committer.failed is not None
+            if move in ("advance", "jump", "fail", "hold", "tear"):
+                self.note(f"move {move}")
             if move == "start":
                 self._new_start()
             elif move in ("signal", "update", "cancel", "stop"):
@@ -411,6 +435,7 @@ class Sim:
                 t.clock.advance_to(t.clock.now_ms() + rng.randint(1, 30 * 24) * _HOUR_MS)
                 await t.settle()
             elif move == "crash":
+                self.note("move crash")
                 await self.turns()
                 await self.crash()
             elif move == "fail":
@@ -421,6 +446,7 @@ class Sim:
                 store.hold()
                 await self.turns()
                 if rng.random() < 0.5:
+                    self.note("release")
                     store.release()  # a delayed flush
                     await self.turns()
                 else:
@@ -818,6 +844,12 @@ def _check_inbox(
         )
 
 
+def _describe(op: _Op) -> str:
+    how = f" queue={op.queue} key={op.qkey}" if op.queue else ""
+    how += " REPLACE" if op.replace else ""
+    return f"{op.kind} {op.id} {op.key}{how}"
+
+
 def _says_finished(e: BaseException) -> bool:
     return type(e).__name__ == "RunFinished" or "has finished" in str(e) or "ended" in str(e)
 
@@ -836,20 +868,27 @@ def torn_prefix(records: list[Any]) -> bool:
     return sum(1 for r in records if isinstance(r, Start)) > 1
 
 
-async def simulate(seed: int, store: str = "memory", actions: int | None = None) -> Report:
+async def simulate(
+    seed: int, store: str = "memory", actions: int | None = None, *, late_reads: bool = False
+) -> Report:
     """Runs one seed on ``store`` (``"memory"`` or ``"sqlite"``) and checks it.
 
     Args:
         seed: The seed: the same seed makes the same script.
         store: Which real store the fault wrapper wraps.
         actions: How many fault-phase moves (default: 30 to 70, chosen by the seed).
+        late_reads: Answer reads of a run's row late, by turns a random of
+            the seed's own chooses (`FaultyStore`): on the memory store this
+            makes, deterministically, the interleavings a starved reader
+            thread makes on SQLite, and leaves the seed's script as it is.
 
     Returns:
         The report: the violations found (none: the seed passed) and figures.
     """
-    report = Report(seed, store)
+    report = Report(seed, store, late_reads=late_reads)
     with tempfile.TemporaryDirectory(prefix=f"fusee-sim-{seed}-") as tmp:
-        faulty = FaultyStore(_make_store(store, Path(tmp) / "store"))
+        late = random.Random(f"late-reads-{seed}") if late_reads else None
+        faulty = FaultyStore(_make_store(store, Path(tmp) / "store"), late)
         t = TestEngine(WORKFLOWS, faulty, queues=queues())
         sim = Sim(seed, t, faulty)
         async with t:
@@ -869,6 +908,7 @@ async def simulate(seed: int, store: str = "memory", actions: int | None = None)
                 with contextlib.suppress(Exception):
                     await asyncio.gather(*sim.tasks, return_exceptions=True)
         report.violations = sim.violations
+        report.events = sim.events
         report.figures = {
             **sim.figures,
             **faulty.faults,
@@ -880,12 +920,16 @@ async def simulate(seed: int, store: str = "memory", actions: int | None = None)
 
 
 def run_seeds(
-    seeds: list[int], store: str, say: Callable[[str], Awaitable[None] | None] = print
+    seeds: list[int],
+    store: str,
+    say: Callable[[str], Awaitable[None] | None] = print,
+    *,
+    late_reads: bool = False,
 ) -> list[Report]:
     """Runs each seed in a fresh event loop, printing a line per seed."""
     reports = []
     for seed in seeds:
-        report = asyncio.run(simulate(seed, store))
+        report = asyncio.run(simulate(seed, store, late_reads=late_reads))
         say(report.summary())
         reports.append(report)
     return reports
