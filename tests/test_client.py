@@ -74,7 +74,10 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         cluster: Cluster = request.getfixturevalue("postgres_cluster")
         store = cluster.new_store()
         async with serving(store):
-            theirs = PostgresStore(cluster.dsn, schema=store.schema, client=True)
+            # Answers come by notification: a poll for them would wait an hour.
+            theirs = PostgresStore(
+                cluster.dsn, schema=store.schema, client=True, answer_poll_s=3600
+            )
             await theirs.open()
             try:
                 async with await fusee.Client.connect(theirs) as c:

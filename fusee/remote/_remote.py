@@ -116,6 +116,12 @@ class Remote:
 
     async def wait_answer(self, id: str, timeout_s: float | None = None) -> Answer | None:
         """The answer to command ``id``; None when ``timeout_s`` passes first."""
+        wait = getattr(self.store, "wait_answer", None)
+        if wait is not None:
+            # The store hears of answers (Postgres: LISTEN), polling only as a fallback.
+            self.check_open()
+            answer: Answer | None = await wait(id, timeout_s)
+            return answer
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         polling = Polling()

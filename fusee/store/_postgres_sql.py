@@ -45,6 +45,16 @@ def _channel(schema: str) -> str:
     return f"fusee_commands_{schema}"[:63]
 
 
+def _answers_channel(schema: str) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel of a store's answers (63 bytes at most)."""
+    return f"fusee_answers_{schema}"[:63]
+
+
+# The longest list of answered ids a notification carries (a payload is
+# under 8,000 bytes); a longer one is sent empty: "look for all of yours".
+_NOTIFY_IDS_MAX: Final = 7_500
+
+
 def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
     unfinished = ", ".join(f"'{status}'" for status in sorted(UNFINISHED_STATUSES))
     return (
@@ -281,10 +291,16 @@ class _Sql:
             " WHERE id = $1 AND answered_ms IS NOT NULL"
         )
         # What many callers asked at once, in one statement (`Batched`).
+        # One NOTIFY per batch, naming the ids answered (a JSON list), for
+        # the posters waiting on them (`PostgresStore.wait_answer`).
         self.answer_commands = (
-            f"UPDATE {q}.commands AS c SET answered_ms = $2, ok = t.ok, answer = t.answer"
+            f"WITH answered AS (UPDATE {q}.commands AS c"
+            " SET answered_ms = $2, ok = t.ok, answer = t.answer"
             " FROM unnest($1::text[], $3::bool[], $4::bytea[]) AS t(id, ok, answer)"
-            " WHERE c.id = t.id AND c.answered_ms IS NULL"
+            " WHERE c.id = t.id AND c.answered_ms IS NULL RETURNING c.id)"
+            " SELECT pg_notify($5, CASE WHEN octet_length(ids) <= "
+            f"{_NOTIFY_IDS_MAX} THEN ids ELSE '' END)"
+            " FROM (SELECT json_agg(id)::text AS ids FROM answered) AS a WHERE ids IS NOT NULL"
         )
         self.get_answers = (
             f"SELECT id, ok, answer, answered_ms FROM {q}.commands"
