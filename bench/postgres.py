@@ -118,6 +118,12 @@ class Server:
         return self.cluster.dsn_for(name)
 
 
+def process_cpu_s(pid: int) -> float:
+    """The CPU time process ``pid`` has used so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_cpu_s(cluster: Cluster) -> float:
     """The CPU time the server's processes have used so far (those alive now), in seconds."""
     pid = int((cluster.data / "postmaster.pid").read_text().split()[0])
@@ -221,25 +227,45 @@ async def w2_split(
 
 
 async def w2_by_client(
-    url: str, workers: int, runs: int, steps: int, tmp: Path
+    cluster: Cluster, url: str, workers: int, runs: int, steps: int, tmp: Path
 ) -> dict[str, float]:
-    """W2 served by ``workers`` processes and driven by a Client (its steps/s)."""
+    """W2 served by ``workers`` processes and driven by a Client.
+
+    Returns:
+        steps/s; the CPU per step of the workers, of the server and of this
+        process (the Client); the seconds until every start was answered.
+    """
     crew = await start_workers(url, workers, "10s", tmp / "steps.log")
     try:
         async with await fusee.Client.connect(url) as client:
+            started_s = 0.0
 
             async def w2(prefix: str, count: int) -> None:
+                nonlocal started_s
+                t0 = time.perf_counter()
                 started: list[fusee.Run[Any]] = await asyncio.gather(
                     *(client.start("w2", f"{prefix}w2-{k}", [k, steps]) for k in range(count))
                 )
+                started_s = time.perf_counter() - t0
                 for run in started:
                     if (got := await run.result()) != steps:
                         raise RuntimeError(f"W2 returned {got!r}, expected {steps}")
 
             await w2("warm-", 2)
+            cpu = [process_cpu_s(w.proc.pid) for w in crew]
+            server, own = server_cpu_s(cluster), time.process_time()
             t0 = time.perf_counter()
             await w2("", runs)
-            return {"steps_per_s": runs * steps / (time.perf_counter() - t0)}
+            seconds = time.perf_counter() - t0
+            total = runs * steps
+            worker_s = sum(process_cpu_s(w.proc.pid) for w in crew) - sum(cpu)
+            return {
+                "steps_per_s": total / seconds,
+                "worker_cpu_us_per_step": worker_s * 1e6 / total,
+                "server_cpu_us_per_step": (server_cpu_s(cluster) - server) * 1e6 / total,
+                "client_cpu_us_per_step": (time.process_time() - own) * 1e6 / total,
+                "starts_answered_s": started_s,
+            }
     finally:
         for w in crew:
             await w.stop()
@@ -378,7 +404,7 @@ async def measure(
         return lambda url, r, s, tmp: w2_split(cluster, url, n, r, s, tmp)
 
     def by_client(n: int) -> Config:
-        return lambda url, r, s, tmp: w2_by_client(url, n, r, s, tmp)
+        return lambda url, r, s, tmp: w2_by_client(cluster, url, n, r, s, tmp)
 
     configs: dict[str, Config] = {
         "embedded": peer_side(Path(sys.executable), "fusee"),
@@ -421,7 +447,9 @@ async def measure(
     rows = []
     for key, values in figures.items():
         more = {
-            metric: round(statistics.median(f[metric] for f in values), 1)
+            metric: round(
+                statistics.median(f[metric] for f in values), 3 if metric.endswith("_s") else 1
+            )
             for metric in values[0]
             if metric != "steps_per_s"
         }

@@ -258,6 +258,7 @@ class _Sql:
         )
         self.has_run = f"SELECT 1 FROM {q}.journal WHERE id = $1 AND run = $2 LIMIT 1"
         self.get = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = $1"
+        self.get_many = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = ANY($1::text[])"
         # One statement: the row and its NOTIFY commit together (a NOTIFY is
         # sent at commit), and only a row really inserted announces itself.
         self.post_command = (

@@ -216,6 +216,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         self._posts: Batched[tuple[Any, ...], None] = Batched(self._post_trip)
         self._answering: Batched[tuple[str, bool, bytes], None] = Batched(self._answer_trip)
         self._reading_answers: Batched[str, Answer | None] = Batched(self._read_answers_trip)
+        # Rows read at once (a worker's starts, each checking its id) too.
+        self._reading_rows: Batched[str, RunRow | None] = Batched(self._read_rows_trip)
         self._queries: set[asyncio.Future[Any]] = set()
         self._listener: Any = None
         self._notified = asyncio.Event()
@@ -1256,8 +1258,17 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             if done.result() is None:
                 return row
         self._check_open()
-        found = await self._query(lambda conn: conn.fetchrow(self._sql.get, id), "reading")
-        return None if found is None else _row(found)
+        return await self._reading_rows(id)
+
+    async def _read_rows_trip(self, ids: Sequence[str]) -> list[RunRow | None]:
+        if len(ids) == 1:
+            found = await self._query(lambda conn: conn.fetchrow(self._sql.get, ids[0]), "reading")
+            return [None if found is None else _row(found)]
+        rows = await self._query(
+            lambda conn: conn.fetch(self._sql.get_many, builtins.list(set(ids))), "reading"
+        )
+        by_id = {row.id: row for row in map(_row, rows)}
+        return [by_id.get(id) for id in ids]
 
     async def list(
         self,
