@@ -154,13 +154,19 @@ class Remote:
     async def result(self, id: str) -> Any:
         """Waits for run ``id`` to end (polling its row); its result, or its failure raised."""
         polling = Polling()
+        # A store that reads a row with its end record in one trip (Postgres).
+        get_ended = getattr(self.store, "get_ended", None)
         while True:
             self.check_open()
-            row = await self.store.get(id)
+            end: tuple[int, bytes] | None = None
+            if get_ended is not None:
+                row, end = await get_ended(id)
+            else:
+                row = await self.store.get(id)
             if row is None:
                 raise no_run(id)
             if row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
-                entries = await self.store.load(id, row.run)
+                entries = [end] if end is not None else await self.store.load(id, row.run)
                 done = decode_journal(id, row.run, entries[-1:])[0]
                 if not isinstance(done, Done):
                     raise StoreError(

@@ -259,6 +259,13 @@ class _Sql:
         self.has_run = f"SELECT 1 FROM {q}.journal WHERE id = $1 AND run = $2 LIMIT 1"
         self.get = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = $1"
         self.get_many = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = ANY($1::text[])"
+        # Rows and, for those of runs that ended, their journal's last record.
+        self.get_ended = (
+            f"SELECT {_ROW_COLUMNS}, e.lsn, e.data FROM {q}.runs AS r LEFT JOIN LATERAL"
+            f" (SELECT lsn, data FROM {q}.journal AS j WHERE r.status = ANY($2::text[])"
+            " AND j.id = r.id AND j.run = r.run ORDER BY lsn DESC LIMIT 1) AS e ON true"
+            " WHERE r.id = ANY($1::text[])"
+        )
         # One statement: the row and its NOTIFY commit together (a NOTIFY is
         # sent at commit), and only a row really inserted announces itself.
         self.post_command = (

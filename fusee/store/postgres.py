@@ -61,7 +61,7 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 
-from fusee._status import RunStatus
+from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.errors import CorruptRecord, NotFound, StoreError
 from fusee.store._base import (
     UNFINISHED_STATUSES,
@@ -218,6 +218,9 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         self._reading_answers: Batched[str, Answer | None] = Batched(self._read_answers_trip)
         # Rows read at once (a worker's starts, each checking its id) too.
         self._reading_rows: Batched[str, RunRow | None] = Batched(self._read_rows_trip)
+        self._reading_ends: Batched[str, tuple[RunRow | None, tuple[int, bytes] | None]] = Batched(
+            self._read_ends_trip
+        )
         self._queries: set[asyncio.Future[Any]] = set()
         self._listener: Any = None
         self._notified = asyncio.Event()
@@ -1259,6 +1262,43 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
                 return row
         self._check_open()
         return await self._reading_rows(id)
+
+    async def get_ended(self, id: str) -> tuple[RunRow | None, tuple[int, bytes] | None]:
+        """The row of ``id`` and, when it says the run ended, that run's last record: one read.
+
+        What a `fusee.Client` waiting for a result reads: the row, and the
+        ``(lsn, data)`` of the end record once there is one (None before,
+        and for a finished status `FINISHED_STATUSES` does not hold).
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").get_ended("a"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+        if id in self._pending:
+            # Being written here: read as `get` and `load` read it.
+            row = await self.get(id)
+            if row is None or row.status not in FINISHED_STATUSES:
+                return row, None
+            return row, (await self.load(id, row.run))[-1]
+        return await self._reading_ends(id)
+
+    async def _read_ends_trip(
+        self, ids: Sequence[str]
+    ) -> list[tuple[RunRow | None, tuple[int, bytes] | None]]:
+        rows = await self._query(
+            lambda conn: conn.fetch(
+                self._sql.get_ended, builtins.list(set(ids)), sorted(FINISHED_STATUSES)
+            ),
+            "reading",
+        )
+        found = {
+            r[0]: (_row(r[:-2]), None if r[-2] is None else (int(r[-2]), bytes(r[-1])))
+            for r in rows
+        }
+        return [found.get(id, (None, None)) for id in ids]
 
     async def _read_rows_trip(self, ids: Sequence[str]) -> list[RunRow | None]:
         if len(ids) == 1:
