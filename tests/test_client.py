@@ -300,6 +300,41 @@ async def test_starts_made_at_once_start_each_run_once_and_fail_only_their_own_c
     assert await client.get("taken").result() == "first"
 
 
+async def test_starts_posted_at_once_are_applied_by_a_postgres_worker_in_one_transaction(
+    postgres_cluster: Cluster,
+) -> None:
+    import asyncpg
+
+    # Their Start records share the worker's commit, their answers its next
+    # one (the row a transaction wrote last says which: its xmin).
+    store = postgres_cluster.new_store()
+    async with serving(store):
+        theirs = PostgresStore(
+            postgres_cluster.dsn, schema=store.schema, client=True, answer_poll_s=3600
+        )
+        await theirs.open()
+        try:
+            async with await fusee.Client.connect(theirs) as client:
+                ids = [f"e-{k}" for k in range(20)]
+                runs = await asyncio.gather(*(client.start(wfs.echo, id, id) for id in ids))
+                assert [await run.result() for run in runs] == ids
+        finally:
+            await theirs.close()
+    conn = await asyncpg.connect(postgres_cluster.dsn)
+    try:
+        q = f'"{store.schema}"'
+        starts = await conn.fetchval(
+            "SELECT count(DISTINCT xmin::text) FROM"
+            f" (SELECT DISTINCT ON (id) xmin FROM {q}.journal ORDER BY id, lsn) AS first"
+        )
+        answers = await conn.fetchval(
+            f"SELECT count(DISTINCT xmin::text) FROM {q}.commands WHERE kind = 'start'"
+        )
+    finally:
+        await conn.close()
+    assert (starts, answers) == (1, 1)
+
+
 async def test_a_client_creates_backfills_updates_and_deletes_a_schedule_on_the_worker(
     client: fusee.Client,
 ) -> None:
