@@ -383,7 +383,7 @@ async def measure(
     dbos_note = ""
     try:
         if clients_only:
-            raise SetupError("--clients: the Client rows and the embedded reference only")
+            raise SetupError("--clients: the Client rows and the fusee rows beside them only")
         dbos_python = ensure_dbos_venv()
     except SetupError as e:
         dbos_note = f"DBOS not measured: {e}".splitlines()[0]
@@ -413,8 +413,6 @@ async def measure(
         "client 1": by_client(1),
         "client 2": by_client(2),
     }
-    if clients_only:
-        del configs["split 1"], configs["split 2"]
     if dbos_python is not None:
         configs["dbos"] = peer_side(dbos_python, "dbos")
     load = round(os.getloadavg()[0], 2)
@@ -462,8 +460,7 @@ async def measure(
         ]
     else:
         rows.append({"bench": BENCH, "figure": "W2 steps/s, DBOS", "value": "-", "note": dbos_note})
-    if not clients_only:
-        rows.append(ratio("W2 ratio 2 workers / 1 worker", sps["split 2"], sps["split 1"], ""))
+    rows.append(ratio("W2 ratio 2 workers / 1 worker", sps["split 2"], sps["split 1"], ""))
     rows += [
         ratio("W2 ratio 2 / 1 worker, by a Client", sps["client 2"], sps["client 1"], ">= 1.6"),
         # The Client's cost: embedded over the best of the Client's rows.
@@ -488,7 +485,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="20 workflows, 1 repetition")
     parser.add_argument(
-        "--clients", action="store_true", help="W2 embedded and by a Client only (no DBOS)"
+        "--clients",
+        action="store_true",
+        help="W2 by a Client beside fusee's own rows only (no DBOS, no takeover)",
     )
     parser.add_argument("--workflows", type=int, default=200)
     args = parser.parse_args()
