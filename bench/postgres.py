@@ -359,7 +359,9 @@ def row(figure: str, values: Sequence[float], digits: int, **more: Any) -> dict[
     }
 
 
-def ratio(figure: str, ours: Sequence[float], theirs: Sequence[float], goal: str) -> dict[str, Any]:
+def ratio(
+    figure: str, ours: Sequence[float], theirs: Sequence[float], goal: str, **more: Any
+) -> dict[str, Any]:
     value = statistics.median(ours) / statistics.median(theirs)
     return {
         "bench": BENCH,
@@ -368,6 +370,7 @@ def ratio(figure: str, ours: Sequence[float], theirs: Sequence[float], goal: str
         "goal": goal,
         "repeat": min(len(ours), len(theirs)),
         "note": f"of medians over repetitions interleaved in one run; {NOISE}",
+        **more,
     }
 
 
@@ -431,7 +434,8 @@ async def measure(
                 url = await server.new_database("takeover_")
                 takeovers.setdefault(lease, []).append(await takeover(url, lease, 60, tmp))
                 log(f"takeover, lease {lease}: {takeovers[lease][-1]:.2f} s")
-    common = {"size": {"steps": steps, "workflows": runs}, "note": NOISE, "load_1m_at_start": load}
+    loads = {"load_1m_at_start": load, "load_1m_at_end": round(os.getloadavg()[0], 2)}
+    common = {"size": {"steps": steps, "workflows": runs}, "note": NOISE, **loads}
     dbos = f"DBOS {versions.get('dbos', DBOS_VERSION)}"
     titles = {
         "embedded": "fusee embedded, 1 engine starting its runs (as DBOS's side)",
@@ -460,15 +464,22 @@ async def measure(
         ]
     else:
         rows.append({"bench": BENCH, "figure": "W2 steps/s, DBOS", "value": "-", "note": dbos_note})
-    rows.append(ratio("W2 ratio 2 workers / 1 worker", sps["split 2"], sps["split 1"], ""))
+    rows.append(ratio("W2 ratio 2 workers / 1 worker", sps["split 2"], sps["split 1"], "", **loads))
     rows += [
-        ratio("W2 ratio 2 / 1 worker, by a Client", sps["client 2"], sps["client 1"], ">= 1.6"),
+        ratio(
+            "W2 ratio 2 / 1 worker, by a Client",
+            sps["client 2"],
+            sps["client 1"],
+            ">= 1.6",
+            **loads,
+        ),
         # The Client's cost: embedded over the best of the Client's rows.
         ratio(
             "W2 ratio fusee embedded / started by a Client",
             sps["embedded"],
             max(sps["client 1"], sps["client 2"], key=statistics.median),
             "<= 1.5",
+            **loads,
         ),
     ]
     for lease, times_s in takeovers.items():
