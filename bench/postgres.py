@@ -118,6 +118,12 @@ class Server:
         return self.cluster.dsn_for(name)
 
 
+def process_cpu_s(pid: int) -> float:
+    """The CPU time process ``pid`` has used so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_cpu_s(cluster: Cluster) -> float:
     """The CPU time the server's processes have used so far (those alive now), in seconds."""
     pid = int((cluster.data / "postmaster.pid").read_text().split()[0])
@@ -221,25 +227,45 @@ async def w2_split(
 
 
 async def w2_by_client(
-    url: str, workers: int, runs: int, steps: int, tmp: Path
+    cluster: Cluster, url: str, workers: int, runs: int, steps: int, tmp: Path
 ) -> dict[str, float]:
-    """W2 served by ``workers`` processes and driven by a Client (its steps/s)."""
+    """W2 served by ``workers`` processes and driven by a Client.
+
+    Returns:
+        steps/s; the CPU per step of the workers, of the server and of this
+        process (the Client); the seconds until every start was answered.
+    """
     crew = await start_workers(url, workers, "10s", tmp / "steps.log")
     try:
         async with await fusee.Client.connect(url) as client:
+            started_s = 0.0
 
             async def w2(prefix: str, count: int) -> None:
+                nonlocal started_s
+                t0 = time.perf_counter()
                 started: list[fusee.Run[Any]] = await asyncio.gather(
                     *(client.start("w2", f"{prefix}w2-{k}", [k, steps]) for k in range(count))
                 )
+                started_s = time.perf_counter() - t0
                 for run in started:
                     if (got := await run.result()) != steps:
                         raise RuntimeError(f"W2 returned {got!r}, expected {steps}")
 
             await w2("warm-", 2)
+            cpu = [process_cpu_s(w.proc.pid) for w in crew]
+            server, own = server_cpu_s(cluster), time.process_time()
             t0 = time.perf_counter()
             await w2("", runs)
-            return {"steps_per_s": runs * steps / (time.perf_counter() - t0)}
+            seconds = time.perf_counter() - t0
+            total = runs * steps
+            worker_s = sum(process_cpu_s(w.proc.pid) for w in crew) - sum(cpu)
+            return {
+                "steps_per_s": total / seconds,
+                "worker_cpu_us_per_step": worker_s * 1e6 / total,
+                "server_cpu_us_per_step": (server_cpu_s(cluster) - server) * 1e6 / total,
+                "client_cpu_us_per_step": (time.process_time() - own) * 1e6 / total,
+                "starts_answered_s": started_s,
+            }
     finally:
         for w in crew:
             await w.stop()
@@ -333,7 +359,9 @@ def row(figure: str, values: Sequence[float], digits: int, **more: Any) -> dict[
     }
 
 
-def ratio(figure: str, ours: Sequence[float], theirs: Sequence[float], goal: str) -> dict[str, Any]:
+def ratio(
+    figure: str, ours: Sequence[float], theirs: Sequence[float], goal: str, **more: Any
+) -> dict[str, Any]:
     value = statistics.median(ours) / statistics.median(theirs)
     return {
         "bench": BENCH,
@@ -342,6 +370,7 @@ def ratio(figure: str, ours: Sequence[float], theirs: Sequence[float], goal: str
         "goal": goal,
         "repeat": min(len(ours), len(theirs)),
         "note": f"of medians over repetitions interleaved in one run; {NOISE}",
+        **more,
     }
 
 
@@ -357,7 +386,7 @@ async def measure(
     dbos_note = ""
     try:
         if clients_only:
-            raise SetupError("--clients: the Client rows and the embedded reference only")
+            raise SetupError("--clients: the Client rows and the fusee rows beside them only")
         dbos_python = ensure_dbos_venv()
     except SetupError as e:
         dbos_note = f"DBOS not measured: {e}".splitlines()[0]
@@ -378,7 +407,7 @@ async def measure(
         return lambda url, r, s, tmp: w2_split(cluster, url, n, r, s, tmp)
 
     def by_client(n: int) -> Config:
-        return lambda url, r, s, tmp: w2_by_client(url, n, r, s, tmp)
+        return lambda url, r, s, tmp: w2_by_client(cluster, url, n, r, s, tmp)
 
     configs: dict[str, Config] = {
         "embedded": peer_side(Path(sys.executable), "fusee"),
@@ -387,8 +416,6 @@ async def measure(
         "client 1": by_client(1),
         "client 2": by_client(2),
     }
-    if clients_only:
-        del configs["split 1"], configs["split 2"]
     if dbos_python is not None:
         configs["dbos"] = peer_side(dbos_python, "dbos")
     load = round(os.getloadavg()[0], 2)
@@ -407,7 +434,8 @@ async def measure(
                 url = await server.new_database("takeover_")
                 takeovers.setdefault(lease, []).append(await takeover(url, lease, 60, tmp))
                 log(f"takeover, lease {lease}: {takeovers[lease][-1]:.2f} s")
-    common = {"size": {"steps": steps, "workflows": runs}, "note": NOISE, "load_1m_at_start": load}
+    loads = {"load_1m_at_start": load, "load_1m_at_end": round(os.getloadavg()[0], 2)}
+    common = {"size": {"steps": steps, "workflows": runs}, "note": NOISE, **loads}
     dbos = f"DBOS {versions.get('dbos', DBOS_VERSION)}"
     titles = {
         "embedded": "fusee embedded, 1 engine starting its runs (as DBOS's side)",
@@ -421,7 +449,9 @@ async def measure(
     rows = []
     for key, values in figures.items():
         more = {
-            metric: round(statistics.median(f[metric] for f in values), 1)
+            metric: round(
+                statistics.median(f[metric] for f in values), 3 if metric.endswith("_s") else 1
+            )
             for metric in values[0]
             if metric != "steps_per_s"
         }
@@ -434,16 +464,22 @@ async def measure(
         ]
     else:
         rows.append({"bench": BENCH, "figure": "W2 steps/s, DBOS", "value": "-", "note": dbos_note})
-    if not clients_only:
-        rows.append(ratio("W2 ratio 2 workers / 1 worker", sps["split 2"], sps["split 1"], ""))
+    rows.append(ratio("W2 ratio 2 workers / 1 worker", sps["split 2"], sps["split 1"], "", **loads))
     rows += [
-        ratio("W2 ratio 2 / 1 worker, by a Client", sps["client 2"], sps["client 1"], ">= 1.6"),
+        ratio(
+            "W2 ratio 2 / 1 worker, by a Client",
+            sps["client 2"],
+            sps["client 1"],
+            ">= 1.6",
+            **loads,
+        ),
         # The Client's cost: embedded over the best of the Client's rows.
         ratio(
             "W2 ratio fusee embedded / started by a Client",
             sps["embedded"],
             max(sps["client 1"], sps["client 2"], key=statistics.median),
             "<= 1.5",
+            **loads,
         ),
     ]
     for lease, times_s in takeovers.items():
@@ -460,7 +496,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="20 workflows, 1 repetition")
     parser.add_argument(
-        "--clients", action="store_true", help="W2 embedded and by a Client only (no DBOS)"
+        "--clients",
+        action="store_true",
+        help="W2 by a Client beside fusee's own rows only (no DBOS, no takeover)",
     )
     parser.add_argument("--workflows", type=int, default=200)
     args = parser.parse_args()

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# Run only when named (`python bench/run.py restate_compare`, `make bench-restate`).
-OPTIONAL = {"restate_compare"}
+# Run only when named (`python bench/run.py restate_compare`, `make bench-restate`;
+# `python bench/run.py postgres_clients`).
+OPTIONAL = {"restate_compare", "postgres_clients"}
 
 
 def machine() -> str:

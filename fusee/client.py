@@ -182,6 +182,7 @@ class Client(BulkActions, Starts):
         if trace is not None:
             fields["trace"] = trace
         await self._remote.call("start", id, fields)
+        self._remote.started(id)
         return Run(self, id)
 
     def get(self, id: str) -> Run[Any]:

@@ -74,7 +74,10 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         cluster: Cluster = request.getfixturevalue("postgres_cluster")
         store = cluster.new_store()
         async with serving(store):
-            theirs = PostgresStore(cluster.dsn, schema=store.schema, client=True)
+            # Answers come by notification: a poll for them would wait an hour.
+            theirs = PostgresStore(
+                cluster.dsn, schema=store.schema, client=True, answer_poll_s=3600
+            )
             await theirs.open()
             try:
                 async with await fusee.Client.connect(theirs) as c:
@@ -295,6 +298,84 @@ async def test_starts_made_at_once_start_each_run_once_and_fail_only_their_own_c
     runs = [info.id async for info in client.list()]
     assert sorted(runs) == sorted([*ids, "taken"])  # each once; the refused ones not at all
     assert await client.get("taken").result() == "first"
+
+
+async def test_starts_posted_at_once_are_applied_by_a_postgres_worker_in_one_transaction(
+    postgres_cluster: Cluster,
+) -> None:
+    import asyncpg
+
+    # Their Start records share the worker's commit, their answers its next
+    # one (the row a transaction wrote last says which: its xmin).
+    store = postgres_cluster.new_store()
+    async with serving(store):
+        theirs = PostgresStore(
+            postgres_cluster.dsn, schema=store.schema, client=True, answer_poll_s=3600
+        )
+        await theirs.open()
+        try:
+            async with await fusee.Client.connect(theirs) as client:
+                ids = [f"e-{k}" for k in range(20)]
+                runs = await asyncio.gather(*(client.start(wfs.echo, id, id) for id in ids))
+                assert [await run.result() for run in runs] == ids
+        finally:
+            await theirs.close()
+    conn = await asyncpg.connect(postgres_cluster.dsn)
+    try:
+        q = f'"{store.schema}"'
+        starts = await conn.fetchval(
+            "SELECT count(DISTINCT xmin::text) FROM"
+            f" (SELECT DISTINCT ON (id) xmin FROM {q}.journal ORDER BY id, lsn) AS first"
+        )
+        answers = await conn.fetchval(
+            f"SELECT count(DISTINCT xmin::text) FROM {q}.commands WHERE kind = 'start'"
+        )
+    finally:
+        await conn.close()
+    assert (starts, answers) == (1, 1)
+
+
+async def test_results_awaited_one_by_one_on_postgres_are_read_ahead_in_one_trip(
+    postgres_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = postgres_cluster.new_store()
+    async with serving(store) as engine:
+        theirs = PostgresStore(
+            postgres_cluster.dsn, schema=store.schema, client=True, answer_poll_s=3600
+        )
+        await theirs.open()
+        try:
+            async with await fusee.Client.connect(theirs) as client:
+                ids = [f"e-{k}" for k in range(12)]
+                runs = await asyncio.gather(*(client.start(wfs.echo, id, id) for id in ids))
+                cancelled = await client.start(wfs.tally, "t-1", 1)
+                await cancelled.cancel("no more")
+                waiting = await client.start(wfs.tally, "t-2", 2)
+                for id in ids:
+                    await engine.get(id).result()
+                with pytest.raises(fusee.Cancelled):
+                    await engine.get("t-1").result()
+                trips: list[str] = []
+                query = theirs._query
+
+                async def counted(fn: Any, doing: str) -> Any:
+                    trips.append(doing)
+                    return await query(fn, doing)
+
+                monkeypatch.setattr(theirs, "_query", counted)
+                # The first read finds its run ended: the next one reads the
+                # other runs this client started (ended or not) at once.
+                assert [await run.result() for run in runs] == ids
+                with pytest.raises(fusee.Cancelled, match="no more"):
+                    await cancelled.result()
+                assert len(trips) == 2
+                # Read ahead once: now from the store, with t-2 (not ended) read ahead again.
+                assert await runs[0].result() == "e-0"
+                assert len(trips) == 4
+                await waiting.signal(wfs.add, 0)
+                assert await waiting.result() == 2
+        finally:
+            await theirs.close()
 
 
 async def test_a_client_creates_backfills_updates_and_deletes_a_schedule_on_the_worker(

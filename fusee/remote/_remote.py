@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 import types
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from fusee import _codec
@@ -28,7 +28,7 @@ from fusee.remote._journal import decode_journal, end_value, no_run
 from fusee.remote._readers import StreamReader, read_event, timed_out
 from fusee.remote._token import CompletionToken
 from fusee.remote._wire import answer_fields, encode_payload
-from fusee.store import Answer, Command, Store
+from fusee.store import Answer, Command, RunRow, Store
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
@@ -40,6 +40,10 @@ __all__ = ["CLIENT_CLOSED", "Polling", "Remote"]
 # live worker answers within milliseconds), then less often.
 _FIRST_POLL_S: Final = 0.002
 _MAX_POLL_S: Final = 0.1
+# Runs started here whose results are not read yet, remembered for read-ahead.
+_STARTED_MAX: Final = 1_000
+# At most this many of them read ahead in one trip.
+_READ_AHEAD: Final = 500
 
 CLIENT_CLOSED: Final = "this client is closed; connect a new one with fusee.Client.connect"
 
@@ -86,6 +90,17 @@ class Remote:
         self._closed_message = closed_message
         # Workflows named by definition: their results decode to their types.
         self.workflows: dict[str, WorkflowDef[Any, Any]] = {} if workflows is None else workflows
+        # Runs started through this remote whose results are not read yet,
+        # with the row and end record read ahead once they ended (None before).
+        self._started: dict[str, tuple[RunRow, tuple[int, bytes]] | None] = {}
+
+    def started(self, id: str) -> None:
+        """Notes that run ``id`` was started here: its result may be read ahead (`result`)."""
+        started = self._started
+        started.pop(id, None)
+        started[id] = None
+        if len(started) > _STARTED_MAX:
+            del started[next(iter(started))]  # the oldest: read as any other run
 
     def close(self) -> None:
         """Every call from now on raises at once (the store is its owner's to close)."""
@@ -116,6 +131,12 @@ class Remote:
 
     async def wait_answer(self, id: str, timeout_s: float | None = None) -> Answer | None:
         """The answer to command ``id``; None when ``timeout_s`` passes first."""
+        wait = getattr(self.store, "wait_answer", None)
+        if wait is not None:
+            # The store hears of answers (Postgres: LISTEN), polling only as a fallback.
+            self.check_open()
+            answer: Answer | None = await wait(id, timeout_s)
+            return answer
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
         polling = Polling()
@@ -146,22 +167,61 @@ class Remote:
     # --- what a `fusee.Run` handle does, for a run served elsewhere ----------------------
 
     async def result(self, id: str) -> Any:
-        """Waits for run ``id`` to end (polling its row); its result, or its failure raised."""
+        """Waits for run ``id`` to end (polling its row); its result, or its failure raised.
+
+        On a store that reads a row with its end record in one trip
+        (Postgres: ``get_ended``), a run found ended has the runs started
+        here whose results are not read yet read in one more trip: started
+        together, they mostly end together, and a loop awaiting their
+        results one by one then reads the store twice, not once per run.
+        What was read ahead is the end of the run started here, read once.
+        """
+        self.check_open()
+        get_ended = getattr(self.store, "get_ended", None)
+        known = self._started.pop(id, None)
+        if known is not None:
+            return self._end_value(id, known[0], [known[1]])
         polling = Polling()
         while True:
             self.check_open()
-            row = await self.store.get(id)
+            end: tuple[int, bytes] | None = None
+            if get_ended is not None:
+                row, end = await get_ended(id)
+            else:
+                row = await self.store.get(id)
             if row is None:
                 raise no_run(id)
             if row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
-                entries = await self.store.load(id, row.run)
-                done = decode_journal(id, row.run, entries[-1:])[0]
-                if not isinstance(done, Done):
-                    raise StoreError(
-                        f"run '{id}' is marked {row.status} but its journal has no end record"
-                    )
-                return end_value(self.decoder(row.workflow), done)
+                if end is not None:
+                    if get_ended is not None and self._started:
+                        await self._read_ahead(get_ended)
+                    return self._end_value(id, row, [end])
+                return self._end_value(id, row, await self.store.load(id, row.run))
             await polling.wait()
+
+    async def _read_ahead(
+        self,
+        get_ended: Callable[[str], Awaitable[tuple[RunRow | None, tuple[int, bytes] | None]]],
+    ) -> None:
+        ids = [id for id, known in self._started.items() if known is None][:_READ_AHEAD]
+        if not ids:
+            return
+        # Made at once: the store reads them in one trip.
+        found = await asyncio.gather(*(get_ended(id) for id in ids))
+        for id, (row, end) in zip(ids, found, strict=True):
+            # Not ended yet: read again with the next run found ended (a
+            # trip at most per result read from the store).
+            if row is None or end is None or row.status == RunStatus.CONTINUED:
+                continue
+            if id in self._started:  # not read meanwhile
+                self._started[id] = (row, end)
+
+    def _end_value(self, id: str, row: RunRow, entries: Sequence[tuple[int, bytes]]) -> Any:
+        """The result of ended run ``row`` from its journal's last record, or its failure raised."""
+        done = decode_journal(id, row.run, entries[-1:])[0]
+        if not isinstance(done, Done):
+            raise StoreError(f"run '{id}' is marked {row.status} but its journal has no end record")
+        return end_value(self.decoder(row.workflow), done)
 
     def decoder(self, workflow: str) -> WorkflowDef[Any, Any]:
         """How a result of ``workflow`` decodes: its definition's, else to plain values."""

@@ -46,6 +46,16 @@ def _channel(schema: str) -> str:
     return f"fusee_commands_{schema}"[:63]
 
 
+def _answers_channel(schema: str) -> str:
+    """The ``LISTEN``/``NOTIFY`` channel of a store's answers (63 bytes at most)."""
+    return f"fusee_answers_{schema}"[:63]
+
+
+# The longest list of answered ids a notification carries (a payload is
+# under 8,000 bytes); a longer one is sent empty: "look for all of yours".
+_NOTIFY_IDS_MAX: Final = 7_500
+
+
 def _schema_sql(s: str, shards: int) -> tuple[str, ...]:
     unfinished = ", ".join(f"'{status}'" for status in sorted(UNFINISHED_STATUSES))
     return (
@@ -316,6 +326,14 @@ class _Sql:
         )
         self.has_run = f"SELECT 1 FROM {q}.journal WHERE id = $1 AND run = $2 LIMIT 1"
         self.get = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = $1"
+        self.get_many = f"SELECT {_ROW_COLUMNS} FROM {q}.runs WHERE id = ANY($1::text[])"
+        # Rows and, for those of runs that ended, their journal's last record.
+        self.get_ended = (
+            f"SELECT {_ROW_COLUMNS}, e.lsn, e.data FROM {q}.runs AS r LEFT JOIN LATERAL"
+            f" (SELECT lsn, data FROM {q}.journal AS j WHERE r.status = ANY($2::text[])"
+            " AND j.id = r.id AND j.run = r.run ORDER BY lsn DESC LIMIT 1) AS e ON true"
+            " WHERE r.id = ANY($1::text[])"
+        )
         # One statement: the row and its NOTIFY commit together (a NOTIFY is
         # sent at commit), and only a row really inserted announces itself.
         self.post_command = (
@@ -351,10 +369,16 @@ class _Sql:
             " WHERE id = $1 AND answered_ms IS NOT NULL"
         )
         # What many callers asked at once, in one statement (`Batched`).
+        # One NOTIFY per batch, naming the ids answered (a JSON list), for
+        # the posters waiting on them (`PostgresStore.wait_answer`).
         self.answer_commands = (
-            f"UPDATE {q}.commands AS c SET answered_ms = $2, ok = t.ok, answer = t.answer"
+            f"WITH answered AS (UPDATE {q}.commands AS c"
+            " SET answered_ms = $2, ok = t.ok, answer = t.answer"
             " FROM unnest($1::text[], $3::bool[], $4::bytea[]) AS t(id, ok, answer)"
-            " WHERE c.id = t.id AND c.answered_ms IS NULL"
+            " WHERE c.id = t.id AND c.answered_ms IS NULL RETURNING c.id)"
+            " SELECT pg_notify($5, CASE WHEN octet_length(ids) <= "
+            f"{_NOTIFY_IDS_MAX} THEN ids ELSE '' END)"
+            " FROM (SELECT json_agg(id)::text AS ids FROM answered) AS a WHERE ids IS NOT NULL"
         )
         self.get_answers = (
             f"SELECT id, ok, answer, answered_ms FROM {q}.commands"

@@ -30,7 +30,11 @@ store creates it, and upgrades an older format, on open)::
 
 A posted command sends a ``NOTIFY`` on the store's channel (`PostgresStore.channel`)
 in its own transaction; the serving engine ``LISTEN``s on a connection of its
-own and, should that connection be lost, polls.
+own and, should that connection be lost, polls. Its answers go the other
+way: one ``NOTIFY`` per batch answered, on the answers' channel, names the
+commands answered, and a poster waiting for an answer (`wait_answer`)
+``LISTEN``s there, reading the store again only when one of its commands is
+named (or, slowly, should a notification never come).
 
 A run's shard is ``zlib.crc32(id.encode()) % shards`` (`shard_of`), the
 engine's rule. Each engine version given to a worker has a lane
@@ -65,10 +69,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 
-from fusee._status import RunStatus
+from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.errors import CorruptRecord, NotFound, StoreError
 from fusee.store._base import (
     UNFINISHED_STATUSES,
@@ -95,6 +100,7 @@ from fusee.store._postgres_sql import (
     _ROW_COLUMNS,
     _SCHEMA_NAME,
     FORMAT,
+    _answers_channel,
     _channel,
     _row,
     _schema_sql,
@@ -132,6 +138,13 @@ _RUN_BLOCK: Final = 128
 # blobs Postgres cannot look into).
 _PREFETCH: Final = 512
 
+# How a poster waits for an answer while it cannot listen for one (no
+# connection for LISTEN): reads soon at first, then less often.
+_FIRST_POLL_S: Final = 0.002
+_MAX_POLL_S: Final = 0.1
+# After a failed attempt to connect for LISTEN, the next one waits this long.
+_RELISTEN_S: Final = 1.0
+
 _T = TypeVar("_T")
 
 
@@ -155,10 +168,14 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             creates the schema if there is none, and appends nothing.
         pool_size: At most this many connections (one writes at a time).
         connect_timeout_s: How long connecting to the server may take.
+        answer_poll_s: How often `wait_answer` reads the store while it
+            listens for answers: the fallback should a notification never
+            come (a worker of an older fusee answers without one).
 
     Raises:
         ValueError: An unknown ``durability``, a bad schema name, a shard
-            count below 1, or a pool of fewer than 2 connections.
+            count below 1, a pool of fewer than 2 connections, or an
+            ``answer_poll_s`` not above 0.
 
     Example:
         >>> store = PostgresStore("postgresql://app:secret@db.internal/app")
@@ -177,6 +194,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         client: bool = False,
         pool_size: int = 4,
         connect_timeout_s: float = 10.0,
+        answer_poll_s: float = 1.0,
     ) -> None:
         _check_durability(durability)
         if not _SCHEMA_NAME.fullmatch(schema) or schema.lower().startswith("pg_"):
@@ -190,6 +208,8 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             raise ValueError(
                 f"pool_size must be 2 or more (a writer and a reader), not {pool_size}"
             )
+        if not answer_poll_s > 0:
+            raise ValueError(f"answer_poll_s must be more than 0 seconds, not {answer_poll_s!r}")
         self._dsn = dsn
         self._shown = redact_dsn(dsn)
         self._secrets = secrets_of(dsn)
@@ -208,9 +228,21 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         self._posts: Batched[tuple[Any, ...], None] = Batched(self._post_trip)
         self._answering: Batched[tuple[str, bool, bytes], None] = Batched(self._answer_trip)
         self._reading_answers: Batched[str, Answer | None] = Batched(self._read_answers_trip)
+        # Rows read at once (a worker's starts, each checking its id) too.
+        self._reading_rows: Batched[str, RunRow | None] = Batched(self._read_rows_trip)
+        self._reading_ends: Batched[str, tuple[RunRow | None, tuple[int, bytes] | None]] = Batched(
+            self._read_ends_trip
+        )
         self._queries: set[asyncio.Future[Any]] = set()
         self._listener: Any = None
         self._notified = asyncio.Event()
+        # Waiting for answers: the LISTEN connection, its connecting, and
+        # each waiting call's wake-up by the id of its command.
+        self._answer_poll_s = answer_poll_s
+        self._answers: Any = None
+        self._answers_connecting: asyncio.Future[None] | None = None
+        self._relisten_at = 0.0
+        self._answer_waits: dict[str, builtins.list[asyncio.Event]] = {}
         self._pool_size = pool_size
         self._connect_timeout_s = connect_timeout_s
         self._pool: asyncpg.Pool | None = None
@@ -482,6 +514,7 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
                 # Queries whose callers were cancelled, still on their way.
                 await asyncio.wait(self._queries, timeout=self._connect_timeout_s)
             await self._stop_listening()
+            await self._stop_listening_for_answers()
             await self._close_pool()
         finally:
             self._state = "closed"
@@ -841,8 +874,11 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
 
     async def _answer_trip(self, answers: Sequence[tuple[str, bool, bytes]]) -> list[None]:
         ids, oks, payloads = (builtins.list(c) for c in zip(*answers, strict=True))
+        channel = _answers_channel(self._schema)
         await self._query(
-            lambda conn: conn.execute(self._sql.answer_commands, ids, _now_ms(), oks, payloads),
+            lambda conn: conn.execute(
+                self._sql.answer_commands, ids, _now_ms(), oks, payloads, channel
+            ),
             "answering commands in",
         )
         return [None] * len(answers)
@@ -865,6 +901,135 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
         )
         found = {r[0]: Answer(bool(r[1]), bytes(r[2] or b""), int(r[3])) for r in rows}
         return [found.get(id) for id in ids]
+
+    async def wait_answer(self, id: str, timeout_s: float | None = None) -> Answer | None:
+        """The answer to command ``id`` once it has one; None when ``timeout_s`` passes first.
+
+        It listens for the engines' notifications of answers (one
+        connection for every call waiting) and reads the store again when
+        one names ``id``; it reads every ``answer_poll_s`` too, should a
+        notification never come. While it cannot listen (the connection
+        lost, the server refusing another), it polls, soon at first, and
+        listens again once it can.
+
+        Raises:
+            StoreError: A closed store (closing it ends every wait), or the
+                server failed a read.
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").wait_answer("c", 1))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        woken = asyncio.Event()
+        waits = self._answer_waits.setdefault(id, [])
+        waits.append(woken)
+        polling = _FIRST_POLL_S
+        try:
+            while True:
+                # Listening before the read: an answer stored after the read
+                # is announced to this wait.
+                listening = timeout_s != 0 and await self._listen_for_answers()
+                woken.clear()
+                answer = await self.get_answer(id)
+                if answer is not None:
+                    return answer
+                if listening:
+                    wait = self._answer_poll_s
+                else:
+                    wait, polling = polling, min(polling * 2, _MAX_POLL_S)
+                if deadline is not None:
+                    left = deadline - loop.time()
+                    if left <= 0:
+                        return None
+                    wait = min(wait, left)
+                if not woken.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), wait)
+                self._check_open()
+        finally:
+            waits.remove(woken)
+            if not waits and self._answer_waits.get(id) is waits:
+                del self._answer_waits[id]
+
+    async def _listen_for_answers(self) -> bool:
+        """Whether the answers' ``LISTEN`` connection is up, connecting it first when need be."""
+        conn = self._answers
+        if conn is not None and not conn.is_closed():
+            return True
+        self._answers = None
+        loop = asyncio.get_running_loop()
+        connecting = self._answers_connecting
+        if connecting is None:
+            if loop.time() < self._relisten_at:
+                return False
+            # One connection for every wait; not cut short by a cancelled waiter.
+            connecting = self._answers_connecting = asyncio.ensure_future(
+                self._finished_alone(self._connect_answers())
+            )
+        try:
+            await asyncio.shield(connecting)
+        except Exception:
+            self._relisten_at = loop.time() + _RELISTEN_S
+            return False
+        finally:
+            if self._answers_connecting is connecting and connecting.done():
+                self._answers_connecting = None
+        return self._answers is not None
+
+    async def _connect_answers(self) -> None:
+        driver = _import_asyncpg()
+        conn = await driver.connect(
+            self._dsn,
+            timeout=self._connect_timeout_s,
+            server_settings={"application_name": "fusee-answers"},
+        )
+        try:
+            await conn.add_listener(_answers_channel(self._schema), self._on_answers)
+            conn.add_termination_listener(self._answers_lost)
+        except BaseException:
+            await conn.close()
+            raise
+        if self._state != "open":  # closed while connecting
+            await conn.close()
+            return
+        self._answers = conn
+
+    def _on_answers(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        waits = self._answer_waits
+        if not waits:
+            return
+        try:
+            ids = json.loads(payload) if payload else None
+        except ValueError:
+            ids = None
+        if not isinstance(ids, builtins.list):
+            # Too many to name: every waiting call looks.
+            ids = builtins.list(waits)
+        for id in ids:
+            for woken in waits.get(id, ()) if isinstance(id, str) else ():
+                woken.set()
+
+    def _answers_lost(self, *_: object) -> None:
+        # Answers announced from now on are not heard: every waiting call
+        # reads again, and listens again (or polls).
+        self._answers = None
+        for waits in self._answer_waits.values():
+            for woken in waits:
+                woken.set()
+
+    async def _stop_listening_for_answers(self) -> None:
+        conn, self._answers = self._answers, None
+        self._answers_lost()  # the waits read again, and find the store closed
+        if conn is not None:
+            try:
+                await asyncio.wait_for(conn.close(), self._connect_timeout_s)
+            except Exception:
+                conn.terminate()
 
     async def forget_commands(self, answered_before_ms: int) -> int:
         """Deletes the commands answered before ``answered_before_ms``; returns how many.
@@ -1259,8 +1424,54 @@ class PostgresStore(PostgresQueues, _PostgresWriter, PostgresSchedules, Postgres
             if done.result() is None:
                 return row
         self._check_open()
-        found = await self._query(lambda conn: conn.fetchrow(self._sql.get, id), "reading")
-        return None if found is None else _row(found)
+        return await self._reading_rows(id)
+
+    async def get_ended(self, id: str) -> tuple[RunRow | None, tuple[int, bytes] | None]:
+        """The row of ``id`` and, when it says the run ended, that run's last record: one read.
+
+        What a `fusee.Client` waiting for a result reads: the row, and the
+        ``(lsn, data)`` of the end record once there is one (None before,
+        and for a finished status `FINISHED_STATUSES` does not hold).
+
+        Example:
+            >>> import asyncio
+            >>> asyncio.run(PostgresStore("postgresql://h/db").get_ended("a"))
+            Traceback (most recent call last):
+            fusee.errors.StoreError: the store ... is closed; await store.open() first
+        """
+        self._check_open()
+        if id in self._pending:
+            # Being written here: read as `get` and `load` read it.
+            row = await self.get(id)
+            if row is None or row.status not in FINISHED_STATUSES:
+                return row, None
+            return row, (await self.load(id, row.run))[-1]
+        return await self._reading_ends(id)
+
+    async def _read_ends_trip(
+        self, ids: Sequence[str]
+    ) -> list[tuple[RunRow | None, tuple[int, bytes] | None]]:
+        rows = await self._query(
+            lambda conn: conn.fetch(
+                self._sql.get_ended, builtins.list(set(ids)), sorted(FINISHED_STATUSES)
+            ),
+            "reading",
+        )
+        found = {
+            r[0]: (_row(r[:-2]), None if r[-2] is None else (int(r[-2]), bytes(r[-1])))
+            for r in rows
+        }
+        return [found.get(id, (None, None)) for id in ids]
+
+    async def _read_rows_trip(self, ids: Sequence[str]) -> list[RunRow | None]:
+        if len(ids) == 1:
+            found = await self._query(lambda conn: conn.fetchrow(self._sql.get, ids[0]), "reading")
+            return [None if found is None else _row(found)]
+        rows = await self._query(
+            lambda conn: conn.fetch(self._sql.get_many, builtins.list(set(ids))), "reading"
+        )
+        by_id = {row.id: row for row in map(_row, rows)}
+        return [by_id.get(id) for id in ids]
 
     async def list(
         self,

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 from _postgres import Cluster
+from engine.conftest import eventually
 
 from fusee.errors import StoreError
 from fusee.store import (
@@ -291,3 +292,116 @@ async def test_a_format_1_postgres_store_gains_the_inbox_when_it_opens(
         assert [c.id for c in await store.take_commands()] == ["c-1"]
     finally:
         await store.close()
+
+
+@pytest_asyncio.fixture
+async def postgres_pair(
+    postgres_cluster: Cluster,
+) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    """An engine's Postgres store and a client store beside it that polls for answers hourly."""
+    engine = postgres_cluster.new_store()
+    await engine.open()
+    client = PostgresStore(
+        postgres_cluster.dsn, schema=engine.schema, client=True, answer_poll_s=3600
+    )
+    await client.open()
+    try:
+        yield engine, client
+    finally:
+        await client.close()
+        await engine.close()
+
+
+async def test_answers_wake_each_of_their_waiting_posters_however_many_a_batch_answers(
+    postgres_pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    # 250 ids answered at once are too many to name in one notification:
+    # it names none, and every waiting poster looks.
+    engine, client = postgres_pair
+    for size in (3, 250):
+        ids = [f"batch{size}-{n:03}-{'x' * 24}" for n in range(size)]
+        await asyncio.gather(*(client.post_command(command(id)) for id in ids))
+        waits = [asyncio.ensure_future(client.wait_answer(id)) for id in ids]
+        assert await client.wait_answer(ids[0], timeout_s=0) is None
+        await engine.take_commands(limit=size)
+        await asyncio.gather(*(engine.answer_command(id, True, id.encode()) for id in ids))
+        answers = await asyncio.gather(*waits)  # the hourly poll never comes
+        assert [a.payload for a in answers if a is not None] == [id.encode() for id in ids]
+
+
+async def test_an_answer_stored_without_a_notification_is_found_by_the_slow_poll(
+    postgres_cluster: Cluster,
+) -> None:
+    import asyncpg
+
+    # A worker of an older fusee answers without a NOTIFY.
+    store = postgres_cluster.new_store()
+    await store.open()
+    client = PostgresStore(
+        postgres_cluster.dsn, schema=store.schema, client=True, answer_poll_s=0.05
+    )
+    await client.open()
+    conn = await asyncpg.connect(postgres_cluster.dsn)
+    try:
+        await client.post_command(command("c-1"))
+        waiting = asyncio.ensure_future(client.wait_answer("c-1"))
+        await store.take_commands()
+        await conn.execute(
+            f'UPDATE "{store.schema}".commands SET answered_ms = 1, ok = true, answer = $1'
+            " WHERE id = 'c-1'",
+            b"old",
+        )
+        answer = await waiting
+        assert answer is not None
+        assert (answer.ok, answer.payload) == (True, b"old")
+    finally:
+        await conn.close()
+        await client.close()
+        await store.close()
+
+
+async def test_a_wait_for_an_answer_listens_again_after_its_connection_is_cut(
+    postgres_pair: tuple[PostgresStore, PostgresStore], postgres_cluster: Cluster
+) -> None:
+    import asyncpg
+
+    engine, client = postgres_pair
+    await client.post_command(command("c-1"))
+    waiting = asyncio.ensure_future(client.wait_answer("c-1"))
+    conn = await asyncpg.connect(postgres_cluster.dsn)
+
+    async def listening() -> set[int]:
+        rows = await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'fusee-answers'"
+        )
+        return {int(r[0]) for r in rows}
+
+    try:
+        cut = await eventually(listening, "the listening connection")
+        await conn.execute("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", cut)
+        # The wait hears of the loss and listens on a new connection.
+        await eventually(lambda: _is_new(listening(), cut), "listening on a new connection")
+    finally:
+        await conn.close()
+    await engine.take_commands()
+    await engine.answer_command("c-1", True, b"heard")
+    answer = await waiting
+    assert answer is not None
+    assert answer.payload == b"heard"
+
+
+async def test_closing_a_store_ends_the_waits_for_answers_on_it(
+    postgres_pair: tuple[PostgresStore, PostgresStore],
+) -> None:
+    _, client = postgres_pair
+    await client.post_command(command("c-1"))
+    waiting = asyncio.ensure_future(client.wait_answer("c-1"))
+    await asyncio.sleep(0)
+    await client.close()
+    with pytest.raises(StoreError, match="closed"):
+        await waiting
+
+
+async def _is_new(pids: Awaitable[set[int]], old: set[int]) -> bool:
+    found = await pids
+    return bool(found) and not found & old

@@ -218,6 +218,49 @@ async def test_a_row_being_written_is_read_only_once_its_write_commits(
     assert ok.done()
 
 
+async def test_rows_read_at_once_share_a_read_each_ended_one_with_its_end_record(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.append([entry(1), entry(2)], [run_row()])
+    await store.append([entry(3, "b"), entry(4, "b")], [run_row("b", "completed")])
+    # A run of "c" ended, then "c" started again: its latest run has no end yet.
+    await store.append([entry(5, "c")], [run_row("c", "failed")])
+    await store.append([Entry(6, "c", 2, b"c/6")], [RunRow("c", 2, "checkout", "running", 0)])
+    trips: list[str] = []
+    query = store._query
+
+    async def counted(fn: Any, doing: str) -> Any:
+        trips.append(doing)
+        return await query(fn, doing)
+
+    monkeypatch.setattr(store, "_query", counted)
+    ids = ["a", "b", "c", "nobody", "a"]
+    rows = await asyncio.gather(*(store.get(id) for id in ids))
+    ended = await asyncio.gather(*(store.get_ended(id) for id in ids))
+
+    assert trips == ["reading", "reading"]
+    assert [r and (r.id, r.run, r.status) for r in rows] == [
+        ("a", 1, "running"),
+        ("b", 1, "completed"),
+        ("c", 2, "running"),
+        None,
+        ("a", 1, "running"),
+    ]
+    assert [(row, end) for row, end in ended] == [
+        (rows[0], None),
+        (rows[1], (4, b"b/4")),
+        (rows[2], None),
+        (None, None),
+        (rows[0], None),
+    ]
+    # A run ending in a write still under way reads once the write commits.
+    write = asyncio.ensure_future(store.append([entry(7, "d")], [run_row("d", "completed")]))
+    await asyncio.sleep(0)
+    row, end = await store.get_ended("d")
+    assert write.done()
+    assert (row and row.status, end) == ("completed", (7, b"d/7"))
+
+
 async def test_a_commit_whose_answer_was_lost_is_not_taken_for_another_workers_records(
     store: PostgresStore, new_store: NewStore
 ) -> None:
