@@ -16,6 +16,10 @@ Two rules more, TYPE_CHECKING imports included:
   ``fusee.ui``) import the engine's public names (``fusee.engine``) and
   ``fusee.remote``, never a private module of the engine.
 
+And one rule on the engine's run state: a field of ``RunState``
+(``fusee.engine._state``) is assigned in that module only; the other parts
+call its methods (``add_signal``, ``end``, ...), which keep its invariants.
+
 Run: ``python scripts/check_layers.py [PACKAGE_DIR]`` (exit 1 on a violation).
 """
 
@@ -155,6 +159,47 @@ def edges_of(module: str, source: str, modules: set[str], package: str) -> list[
     return out
 
 
+def state_fields(source: str) -> frozenset[str]:
+    """The fields ``class RunState`` declares (annotated names) in ``source``."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name == "RunState":
+            return frozenset(
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            )
+    return frozenset()
+
+
+def field_writes(source: str, fields: frozenset[str]) -> list[tuple[int, str]]:
+    """Assignments ``name.field = ...`` (``+=``, tuple targets too) to one of ``fields``.
+
+    An assignment through ``self`` is the object's own (another class's
+    field of the same name), not a run state's.
+    """
+    found: list[tuple[int, str]] = []
+
+    def check(target: ast.expr, line: int) -> None:
+        if isinstance(target, ast.Tuple | ast.List):
+            for elt in target.elts:
+                check(elt, line)
+        elif (
+            isinstance(target, ast.Attribute)
+            and target.attr in fields
+            and isinstance(target.value, ast.Name)
+            and target.value.id not in ("self", "cls")
+        ):
+            found.append((line, ast.unparse(target)))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                check(target, node.lineno)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            check(node.target, node.lineno)
+    return found
+
+
 def violations(root: Path) -> list[str]:
     """What breaks the contract in the package at ``root``, one line each."""
     paths = {module_name(root, p): p for p in sorted(root.rglob("*.py"))}
@@ -165,7 +210,15 @@ def violations(root: Path) -> list[str]:
     facade = f"{package}.engine._engine"
     outside = tuple(f"{package}.{name}" for name in _OUTSIDE)
     holders: set[str] = set()
+    state_module = f"{package}.engine._state"
+    fields = state_fields(paths[state_module].read_text()) if state_module in paths else frozenset()
     for module, path in paths.items():
+        if fields and module.startswith(f"{package}.engine.") and module != state_module:
+            for line, target in field_writes(path.read_text(), fields):
+                problems.append(
+                    f"{path}:{line}: {module} assigns {target}, a field of RunState: "
+                    "call a method of RunState (fusee/engine/_state.py) that keeps its invariants"
+                )
         own = rank_of(module)
         if own is None:
             problems.append(f"{module}: no rank; add it to RANKS in scripts/check_layers.py")

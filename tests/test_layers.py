@@ -128,6 +128,42 @@ def test_the_checker_keeps_the_facade_and_private_engine_modules_to_the_engine(
     assert any(found in p for p in problems), problems
 
 
+@pytest.mark.parametrize(
+    "write",
+    [
+        pytest.param("state.signals = []", id="assign"),
+        pytest.param("state.row_status += 1", id="augmented"),
+        pytest.param("row, state.final_row = state.final_row, None", id="tuple"),
+    ],
+)
+def test_the_checker_refuses_a_run_state_field_assigned_outside_its_module(
+    tmp_path: Path, write: str
+) -> None:
+    files = {
+        **_ENGINE,
+        "engine/_state.py": (
+            "class RunState:\n"
+            "    signals: list[int]\n"
+            "    row_status: int\n"
+            "    final_row: object\n"
+            "    def end(self) -> None:\n"
+            "        self.row_status = 1\n"
+        ),
+        "engine/_host.py": f"def turned(state, row):\n    {write}\n",
+    }
+    problems = check_layers.violations(_package(tmp_path, files))
+    assert any("a field of RunState" in p for p in problems), problems
+
+
+def test_a_part_may_assign_its_own_field_named_like_a_run_states(tmp_path: Path) -> None:
+    files = {
+        **_ENGINE,
+        "engine/_state.py": "class RunState:\n    signals: list[int]\n",
+        "engine/_timers.py": "class Timers:\n    def __init__(self):\n        self.signals = []\n",
+    }
+    assert check_layers.violations(_package(tmp_path, files)) == []
+
+
 def test_a_client_may_import_the_engines_public_names_and_the_remote_layer(
     tmp_path: Path,
 ) -> None:

@@ -544,7 +544,7 @@ class Engine(BulkActions, Executes):
             for state in list(shard.runs.values()):
                 # An end not durable yet is lost with the shard: its row,
                 # held back for the outbox, must never be written.
-                state.final_row = None
+                state.take_final_row()
                 self.runs.ending.pop(state.id, None)
                 for t in state.steps:
                     t.cancel()
@@ -698,7 +698,7 @@ class Engine(BulkActions, Executes):
         log.error("run %r stopped: %s", id, error)
         state = self.runs.loaded(id)
         if state is not None and state.driver.end is None:
-            state.row_status = RunStatus.DIVERGED
+            state.mark(RunStatus.DIVERGED)
             self.runs.put_row(state)
         for fut in self._results.pop(id, []):
             if not fut.done():
@@ -1020,17 +1020,13 @@ class Engine(BulkActions, Executes):
             if trace is not None:
                 start = dataclasses.replace(start, meta=_start_meta(trace, start.meta))
         lsn = self.committer.append(id, run, encode(start))
-        state = self.runs.make_state(wf, [start], lsn)
-        state.telemetry = telemetry
-        state.start_lsn = lsn
+        state = self.runs.make_state(wf, [start], lsn, telemetry=telemetry, start_lsn=lsn)
         state.shard.add(state)
         self.runs.put_row(state)
         self.deadlines.arm(state)
         for sig in signals:
             carried = Signal(run, sig.name, sig.dedup, sig.payload, sig.by)
-            if carried.dedup:
-                state.dedups.add(carried.dedup)
-            state.signals.append(carried)
+            state.add_signal(carried)
             state.driver.append_signal(carried)
         state.driver.start()
         return state.driver.machine.gate
@@ -1303,13 +1299,13 @@ class Engine(BulkActions, Executes):
         and child start it recorded confirmed): until then recovery picks it
         up again and delivers what a crash may have lost.
         """
-        state.row_status = _STATUS_OF_END.get(done.status, RunStatus.FAILED)
+        state.end(_STATUS_OF_END.get(done.status, RunStatus.FAILED))
         self.record_watch.ended(state.id, state.run)
         if state.telemetry is not None:
             state.telemetry.ended(state.row_status.value)
         final = self.runs.row(state, finished_ms=done.finished_ms)
         if state.outbox:
-            state.final_row = final
+            state.hold_final_row(final)
             self.runs.ending[state.id] = state
             # Until then it says "running" (a row saying "suspended", written
             # before the turn that ended it, would keep recovery from loading
@@ -1319,8 +1315,6 @@ class Engine(BulkActions, Executes):
             )
         else:
             self.committer.put_row(final)
-        if state.park_handle is not None:
-            state.park_handle.cancel()
         self.timers.disarm_waits(state)
         self.queues.ending(state.id, done.status)
         # The parent this end goes to once it is durable (None: none, or
@@ -1466,8 +1460,8 @@ class Engine(BulkActions, Executes):
         state.outbox.discard(seq)
         if state.outbox:
             return
-        if state.final_row is not None:
-            row, state.final_row = state.final_row, None
+        row = state.take_final_row()
+        if row is not None:
             self.committer.put_row(row)
             self.spawn(self._ended_row_stored(state))
         elif state.loaded and state.driver.end is None:

@@ -178,7 +178,7 @@ class EngineHost:
             case Event():
                 engine.committer.on_durable(lsn, lambda: engine.events.notify(id))
             case Cancel():
-                state.cancelled = True
+                state.mark_cancelled()
                 engine.timers.disarm_waits(state)
             case (
                 Start()
@@ -217,8 +217,7 @@ class EngineHost:
             driver.id,
             traceback.rstrip(),
         )
-        if state is not None and state.loaded and state.row_status != _PAUSED:
-            state.row_status = _PAUSED
+        if state is not None and state.loaded and state.pause():
             self._engine.runs.put_row(state)
 
     def turned(self, driver: RunDriver) -> None:
@@ -259,7 +258,7 @@ class EngineHost:
                     ", ".join(repr(p) for p in paused),
                     state.id,
                 )
-            state.row_status = status
+            state.mark(status)
             wake = engine.runs.wake_ms(state) if status is RunStatus.SUSPENDED else None
             engine.committer.put_row(engine.runs.row(state, wake_ms=wake))
             if status is RunStatus.SUSPENDED and engine.strict:
@@ -269,15 +268,15 @@ class EngineHost:
                 if driver.error is not None:
                     return
         if idle:
-            if state.park_handle is None:
-                clock = engine.clock
-                state.park_handle = clock.call_at(
+            clock = engine.clock
+            state.idle(
+                lambda: clock.call_at(
                     clock.now_ms() + engine.park_after_ms,
                     lambda: engine.spawn(engine.runs.park(state)),
                 )
-        elif state.park_handle is not None:
-            state.park_handle.cancel()
-            state.park_handle = None
+            )
+        else:
+            state.busy()
 
     def child_dropped(self, driver: RunDriver, seq: int, child: str) -> None:
         state: RunState | None = driver.host_data

@@ -148,11 +148,8 @@ class Messages:
 
     def _set_aside(self, state: RunState, ordinal: int, seq: int, error: PayloadError) -> None:
         """Logs signal ``ordinal`` set aside by wait ``seq`` (once per signal in this process)."""
-        if state.set_aside is None:
-            state.set_aside = set()
-        elif ordinal in state.set_aside:
+        if not state.set_aside_once(ordinal):
             return
-        state.set_aside.add(ordinal)
         log.warning(
             "run %r set aside signal %r #%d: its payload does not fit the type of the wait "
             "at #%d, which goes on waiting for one that does (%s)",
@@ -277,10 +274,8 @@ class Messages:
             # appended so far is, then).
             await engine.committer.durable(state.driver.machine.gate)
             return
-        if dedup:
-            state.dedups.add(dedup)
         sig = Signal(state.run, name, dedup, payload, by)
-        state.signals.append(sig)
+        state.add_signal(sig)
         state.driver.append_signal(sig)
         lsn = state.driver.machine.gate
         self.match(state)
@@ -368,15 +363,10 @@ class Messages:
         engine = self._engine
         state.outbox.add(rec.seq)
         if isinstance(rec, Child):
-            if state.starting is None:
-                state.starting = {}
-            state.starting[rec.id] = asyncio.Event()
+            state.child_starting(rec.id)
             engine.committer.on_durable(lsn, lambda: engine.spawn(self.start_child(state, rec)))
         else:
-            if state.sending is None:
-                state.sending = {}
-            before = state.sending.get(rec.target)
-            sent = state.sending[rec.target] = asyncio.Event()
+            before, sent = state.sending_to(rec.target)
             engine.committer.on_durable(
                 lsn, lambda: engine.spawn(self.send(state, rec, before, sent, not lsn))
             )
@@ -777,10 +767,9 @@ class Messages:
             return
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, "cancel")
-        if state.cancelled:
+        if not state.mark_cancelled():
             # A second cancel is a no-op: compensation runs to its end.
             return
-        state.cancelled = True
         state.driver.request_cancel(_codec.encode(reason))
         await engine.committer.durable(state.driver.machine.gate)
 

@@ -61,6 +61,7 @@ from fusee.store import RunRow
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
     from fusee.engine._engine import Engine
+    from fusee.engine._telemetry import RunTelemetry
 
 __all__ = ["Runs", "pinned_elsewhere", "unknown_workflow"]
 
@@ -150,7 +151,15 @@ class Runs:
 
     # --- making and loading ------------------------------------------------------------------
 
-    def make_state(self, wf: WorkflowDef[Any, Any], records: list[Record], gate: int) -> RunState:
+    def make_state(
+        self,
+        wf: WorkflowDef[Any, Any],
+        records: list[Record],
+        gate: int,
+        *,
+        telemetry: RunTelemetry | None = None,
+        start_lsn: int = 0,
+    ) -> RunState:
         """A new state for a run of ``wf`` with journal ``records`` (not loaded yet)."""
         engine = self._engine
         start = records[0]
@@ -159,12 +168,18 @@ class Runs:
         if (wf.on_error or engine.on_error) == "pause":
             driver.on_bug = engine.host.paused
         state = RunState(
-            driver, wf, start.started_ms, start.parent, start.policy, self.shard(start.id)
+            driver,
+            wf,
+            start.started_ms,
+            start.parent,
+            start.policy,
+            self.shard(start.id),
+            telemetry=telemetry,
+            start_lsn=start_lsn,
+            records=list(records) if engine.strict else None,
         )
         driver.host_data = state
         seed(state, start.meta)
-        if engine.strict:
-            state.records = list(records)
         return state
 
     async def wake(
@@ -252,11 +267,11 @@ class Runs:
             raise UnknownWorkflow(pinned_elsewhere(id, wf.name, row.version, engine.version))
         engine.record_watch.loaded(id, row.run, len(entries))
         engine.timers.disarm(id, -1)
-        state = self.make_state(wf, records, entries[-1][0])
         start = records[0]
         assert isinstance(start, Start)
-        state.telemetry = engine.telemetry.run(start, "recovered" if recovering else "woken")
-        state.row_status = RunStatus(row.status)
+        telemetry = engine.telemetry.run(start, "recovered" if recovering else "woken")
+        state = self.make_state(wf, records, entries[-1][0], telemetry=telemetry)
+        state.mark(RunStatus(row.status))
         state.shard.add(state)
         # A row that does not say "suspended" is not a parked run's: the run
         # was loaded when its process stopped (or its shard moved), and what
@@ -283,7 +298,7 @@ class Runs:
         # "suspended" row may still be on its way), so that a crash before it
         # parks again recovers it.
         if state.row_status == RunStatus.SUSPENDED:
-            state.row_status = RunStatus.RUNNING
+            state.mark(RunStatus.RUNNING)
         self.put_row(state)
         return state
 
@@ -303,9 +318,7 @@ class Runs:
         for rec in records:
             match rec:
                 case Signal():
-                    state.signals.append(rec)
-                    if rec.dedup:
-                        state.dedups.add(rec.dedup)
+                    state.add_signal(rec)
                 case Send():
                     sends.append(rec)
                 case Update():
@@ -333,7 +346,7 @@ class Runs:
                     state.attributes.update(_codec.decode(rec.payload))
                 case Cancel():
                     deadlines.clear()
-                    state.cancelled = True
+                    state.mark_cancelled()
                 case (
                     Start()
                     | Step()
@@ -446,7 +459,7 @@ class Runs:
 
     async def park(self, state: RunState) -> None:
         """Drops suspended ``state`` from memory once its records are durable."""
-        state.park_handle = None
+        state.park_timer_fired()
         engine = self._engine
         driver = state.driver
         if engine.closed or not self._parkable(state):
@@ -463,7 +476,7 @@ class Runs:
         driver.close()
         if state.telemetry is not None:
             state.telemetry.unloaded("parked")
-        state.row_status = RunStatus.SUSPENDED
+        state.mark(RunStatus.SUSPENDED)
         engine.committer.put_row(self.row(state, wake_ms=wake))
 
     def check_replay(self, state: RunState) -> None:
