@@ -83,7 +83,6 @@ ENGINE_HOLDERS: frozenset[str] = frozenset(
         "fusee.engine._leases",
         "fusee.engine._messages",
         "fusee.engine._queues",
-        "fusee.engine._retention",
         "fusee.engine._runs",
         "fusee.engine._schedules",
     }

@@ -274,7 +274,18 @@ class Engine(BulkActions, Executes):
         self.inbox = Inbox(self)
         self.queues = Queues(self, queues)
         self.schedules = Scheduler(self, schedules)
-        self.retention = Retention(self, retention_ms(retention))
+        self.retention = Retention(
+            retention_ms(retention),
+            store=self.store,
+            committer=self.committer,
+            clock=self.clock,
+            runs=self.runs,
+            spawn=self.spawn,
+            closed=lambda: self.closed,
+            check_open=self.check_open,
+            status_of=lambda state: self._info_of(self.runs.row(state)).status,
+            forget_runs=self.forget_runs,
+        )
 
     # --- opening and closing -----------------------------------------------------------------
 
