@@ -1296,7 +1296,21 @@ class Engine(BulkActions, Executes):
         if not self.owns(new_id):
             await self.remote.fork(id, new_id, at, input)
             return
-        await fork(self, id, new_id, at, input)
+        await fork(
+            id,
+            new_id,
+            at,
+            input,
+            store=self.store,
+            committer=self.committer,
+            runs=self.runs,
+            clock=self.clock,
+            workflow=self.workflow,
+            starting=self._starting,
+            version=self.version,
+            version_number=self.version_number,
+            check_open=self.check_open,
+        )
 
     def _info_of(self, row: RunRow) -> RunInfo:
         return info_of(row, self.runs.loaded(row.id), self._stuck.get(row.id))
