@@ -223,10 +223,14 @@ class Engine(BulkActions, Executes):
         self.leases: Leases | None = None
         if is_shared(store):
             self.leases = Leases(
-                self,
                 store,  # type: ignore[arg-type]
                 lease_s=parse_duration(lease),
                 owner=worker if worker is not None else default_worker(),
+                committer=self.committer,
+                version=self.version,
+                lost_shards=self.lost_shards,
+                recover_shards=self.recover_shards,
+                drop_shards=self.drop_shards,
             )
             shards = self.leases.count
             self.committer.fenced(self.leases.fence, self.leases.shard_of, self.lost_shards)
