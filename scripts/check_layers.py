@@ -82,7 +82,6 @@ ENGINE_HOLDERS: frozenset[str] = frozenset(
         "fusee.engine._messages",
         "fusee.engine._queues",
         "fusee.engine._runs",
-        "fusee.engine._schedules",
     }
 )
 # Processes without workflow code: public names and fusee.remote only.

@@ -277,7 +277,21 @@ class Engine(BulkActions, Executes):
         self._watchdog: Watchdog | None = None
         self.inbox = Inbox(self)
         self.queues = Queues(self, queues)
-        self.schedules = Scheduler(self, schedules)
+        self.schedules = Scheduler(
+            schedules,
+            store=self.store,
+            clock=self.clock,
+            workflows=self.workflows,
+            workflow=self.workflow,
+            resolve_queue=self.queues.resolve,
+            spawn=self.spawn,
+            closed=lambda: self.closed,
+            check_open=self.check_open,
+            start_tick=self.start_tick,
+            cancel=self._cancel,
+            describe=self._describe,
+            handle=lambda id: Run(self, id),
+        )
         self.retention = Retention(
             retention_ms(retention),
             store=self.store,
