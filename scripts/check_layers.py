@@ -80,7 +80,6 @@ ENGINE_HOLDERS: frozenset[str] = frozenset(
         "fusee.engine._host",
         "fusee.engine._inbox",
         "fusee.engine._messages",
-        "fusee.engine._queues",
         "fusee.engine._runs",
     }
 )

@@ -276,7 +276,24 @@ class Engine(BulkActions, Executes):
         )
         self._watchdog: Watchdog | None = None
         self.inbox = Inbox(self)
-        self.queues = Queues(self, queues)
+        self.queues = Queues(
+            queues,
+            store=self.store,
+            committer=self.committer,
+            clock=self.clock,
+            loop=self.loop,
+            runs=self.runs,
+            leases=self.leases,
+            workflows=self.workflows,
+            version=self.version,
+            version_number=self.version_number,
+            spawn=self.spawn,
+            closed=lambda: self.closed,
+            owns=self.owns,
+            result_ready=self.result_ready,
+            attached=self.attached,
+            create_run=self.create_run,
+        )
         self.schedules = Scheduler(
             schedules,
             store=self.store,
