@@ -46,7 +46,7 @@ from fusee.engine._events import Events
 from fusee.engine._fork import fork
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
-from fusee.engine._inbox import Inbox, deliver_command
+from fusee.engine._inbox import Inbox
 from fusee.engine._leases import Leases, default_worker, forwards, is_shared
 from fusee.engine._messages import Messages
 from fusee.engine._queues import Queues
@@ -85,6 +85,7 @@ from fusee.record import (
 from fusee.remote import CompletionToken, Remote
 from fusee.remote._journal import decode_journal, end_record, end_value, no_run
 from fusee.remote._versions import check_version, derived_version, version_number
+from fusee.remote._wire import deliver_command
 from fusee.store import RunRow, Store, open_store
 
 if TYPE_CHECKING:

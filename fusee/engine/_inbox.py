@@ -41,7 +41,7 @@ from fusee.store import Command
 if TYPE_CHECKING:
     from fusee.engine._engine import Engine
 
-__all__ = ["Inbox", "deliver_command"]
+__all__ = ["Inbox"]
 
 log = logging.getLogger("fusee")
 
@@ -57,26 +57,6 @@ _FORGET_EVERY_S: Final = 600.0
 # run): they follow the commands before them to their run, but the next
 # ones do not wait for them.
 _NOT_CHAINED: Final = frozenset({"update", "query"})
-
-
-def deliver_command(id: str, run: int, seq: int, completion: ChildCompleted) -> Command:
-    """The ``deliver`` command taking a child's end to parent ``id`` (run ``run``, op ``seq``).
-
-    Its id is the parent's position, so posting it again stores it once.
-
-    Example:
-        >>> from fusee.record import Status
-        >>> deliver_command("p", 1, 3, ChildCompleted(Status.OK, b"")).id
-        'deliver/p/1/3'
-    """
-    fields = {
-        "run": run,
-        "seq": seq,
-        "status": int(completion.status),
-        "payload": completion.payload,
-    }
-    payload = encode_payload(fields)
-    return Command(f"deliver/{id}/{run}/{seq}", "deliver", id, payload, None, _now_ms())
 
 
 class Inbox:

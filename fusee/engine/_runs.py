@@ -20,7 +20,6 @@ from fusee import _codec
 from fusee._driver import ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import seed
-from fusee.engine._inbox import deliver_command
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
 from fusee.errors import FuseeError, RunQueued, StaleLease, UnknownWorkflow
@@ -56,6 +55,7 @@ from fusee.record import (
 )
 from fusee.remote._journal import decode_journal, no_run
 from fusee.remote._versions import UNVERSIONED
+from fusee.remote._wire import deliver_command
 from fusee.store import RunRow
 
 if TYPE_CHECKING:
