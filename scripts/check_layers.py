@@ -83,7 +83,6 @@ RANKS: Mapping[str, int] = {
 ENGINE_HOLDERS: frozenset[str] = frozenset(
     {
         "fusee.engine._host",
-        "fusee.engine._inbox",
         "fusee.engine._messages",
         "fusee.engine._runs",
     }

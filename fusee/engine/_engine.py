@@ -276,7 +276,6 @@ class Engine(BulkActions, Executes):
             collections.OrderedDict()
         )
         self._watchdog: Watchdog | None = None
-        self.inbox = Inbox(self)
         self.queues = Queues(
             queues,
             store=self.store,
@@ -321,6 +320,21 @@ class Engine(BulkActions, Executes):
             check_open=self.check_open,
             status_of=lambda state: self._info_of(self.runs.row(state)).status,
             forget_runs=self.forget_runs,
+        )
+        self.inbox = Inbox(
+            store=self.store,
+            committer=self.committer,
+            runs=self.runs,
+            loop=self.loop,
+            leases=self.leases,
+            version=self.version,
+            closed=lambda: self.closed,
+            owns=self.owns,
+            telemetry=self.telemetry,
+            messages=self.messages,
+            retention=self.retention,
+            schedules=self.schedules,
+            operations=self,
         )
 
     # --- opening and closing -----------------------------------------------------------------
