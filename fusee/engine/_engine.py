@@ -236,7 +236,16 @@ class Engine(BulkActions, Executes):
             shards = self.leases.count
             self.committer.fenced(self.leases.fence, self.leases.shard_of, self.lost_shards)
         self.remote = Remote(store, workflows=self.workflows, closed_message=ENGINE_CLOSED)
-        self.host = EngineHost(self)
+        self.host = EngineHost(
+            committer=self.committer,
+            clock=self.clock,
+            hooks=self.hooks,
+            payloads=self.payloads,
+            strict=self.strict,
+            park_after_ms=self.park_after_ms,
+            spawn=self.spawn,
+            parts=self,
+        )
         self.runs = Runs(self, shards)
         self.timers = Timers(
             self.clock,
@@ -247,7 +256,7 @@ class Engine(BulkActions, Executes):
             lambda id, run: self.deadlines.expire(id, run),
         )
         self.messages = Messages(self)
-        self.deadlines = Deadlines(
+        self.deadlines: Deadlines = Deadlines(
             timers=self.timers,
             spawn=self.spawn,
             cancel=self.messages.cancel,
