@@ -83,7 +83,6 @@ RANKS: Mapping[str, int] = {
 ENGINE_HOLDERS: frozenset[str] = frozenset(
     {
         "fusee.engine._messages",
-        "fusee.engine._runs",
     }
 )
 # The rooms inside fusee.engine (issue 32), lowest first. A room's modules

@@ -246,7 +246,28 @@ class Engine(BulkActions, Executes):
             spawn=self.spawn,
             parts=self,
         )
-        self.runs = Runs(self, shards)
+        self.runs = Runs(
+            shards,
+            store=self.store,
+            committer=self.committer,
+            clock=self.clock,
+            loop=self.loop,
+            host=self.host,
+            workflows=self.workflows,
+            version=self.version,
+            version_number=self.version_number,
+            pins=self.pins,
+            strict=self.strict,
+            on_error=self.on_error,
+            record_watch=self.record_watch,
+            spawn=self.spawn,
+            check_open=self.check_open,
+            closed=lambda: self.closed,
+            owns=self.owns,
+            stuck_error=self.stuck_error,
+            fail_waiters=self.fail_waiters,
+            parts=self,
+        )
         self.timers = Timers(
             self.clock,
             self.loop,
@@ -269,7 +290,7 @@ class Engine(BulkActions, Executes):
         self.steps.max_payload = self.payloads.max_payload
         self.committer.watch = self.record_watch.count
         self.telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
-        self.closed = False
+        self.closed: bool = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
         # Starts in flight, by id: an ATTACH to one returns once it is durable.
         self._starting: dict[str, list[asyncio.Future[None]]] = {}
