@@ -82,7 +82,6 @@ RANKS: Mapping[str, int] = {
 # the rooms of issue 32 pass them narrow dependencies instead, one by one.
 ENGINE_HOLDERS: frozenset[str] = frozenset(
     {
-        "fusee.engine._messages",
     }
 )
 # The rooms inside fusee.engine (issue 32), lowest first. A room's modules

@@ -276,7 +276,27 @@ class Engine(BulkActions, Executes):
             self.runs.wake_soon,
             lambda id, run: self.deadlines.expire(id, run),
         )
-        self.messages = Messages(self)
+        self.messages = Messages(
+            store=self.store,
+            committer=self.committer,
+            clock=self.clock,
+            loop=self.loop,
+            runs=self.runs,
+            timers=self.timers,
+            host=self.host,
+            remote=self.remote,
+            leases=self.leases,
+            workflows=self.workflows,
+            workflow=self.workflow,
+            spawn=self.spawn,
+            check_open=self.check_open,
+            closed=lambda: self.closed,
+            owns=self.owns,
+            create_run=self.create_run,
+            outbox_done=self.outbox_done,
+            continue_run=self._continue,
+            parts=self,
+        )
         self.deadlines: Deadlines = Deadlines(
             timers=self.timers,
             spawn=self.spawn,
