@@ -79,11 +79,9 @@ RANKS: Mapping[str, int] = {
 
 
 # The engine's parts that still take the whole Engine (under TYPE_CHECKING):
-# the rooms of issue 32 pass them narrow dependencies instead, one by one.
-ENGINE_HOLDERS: frozenset[str] = frozenset(
-    {
-    }
-)
+# none. Each gets keyword-only arguments, callables or a small Protocol
+# (issue 32); the list stays for a part on its way there, and only shrinks.
+ENGINE_HOLDERS: frozenset[str] = frozenset()
 # The rooms inside fusee.engine (issue 32), lowest first. A room's modules
 # import only its own and lower rooms' (TYPE_CHECKING imports too), so that
 # the parts do not reach each other through a cycle no import shows.
