@@ -119,7 +119,9 @@ ROOMS: Mapping[str, int] = {
     "fusee.engine._schedules": 5,
     "fusee.engine._fork": 5,
     "fusee.engine._retention": 5,
-    # 6. what reaches runs served elsewhere: the inbox.
+    # 6. the router (the one place that chooses here or through the store)
+    # and the inbox, which applies what other processes post.
+    "fusee.engine._router": 6,
     "fusee.engine._inbox": 6,
     # 7. the composition root and public facade, and the API shapes it shares.
     "fusee.engine._engine": 7,

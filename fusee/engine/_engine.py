@@ -51,6 +51,7 @@ from fusee.engine._leases import Leases, default_worker, forwards, is_shared
 from fusee.engine._messages import Messages
 from fusee.engine._queues import Queues
 from fusee.engine._retention import Retention, retention_ms
+from fusee.engine._router import Router
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._schedules import Scheduler, check_schedules
@@ -297,10 +298,18 @@ class Engine(BulkActions, Executes):
             continue_run=self._continue,
             parts=self,
         )
+        self.router = Router(
+            messages=self.messages,
+            remote=self.remote,
+            runs=self.runs,
+            leases=self.leases,
+            owns=self.owns,
+            check_open=self.check_open,
+        )
         self.deadlines: Deadlines = Deadlines(
             timers=self.timers,
             spawn=self.spawn,
-            cancel=self.messages.cancel,
+            cancel=self.router.cancel,
             loaded_run=self._loaded_run,
         )
         self.streams = Streams(store, self.committer, self.check_open)
@@ -1236,7 +1245,7 @@ class Engine(BulkActions, Executes):
             await self.remote.complete(token, data)
             return
         await self._check_completion(token, value)
-        await self.messages.complete(token, value)
+        await self.router.complete(token, value)
 
     async def _check_completion(self, token: str, value: Any) -> None:
         # The value must fit the await_completion's declared result_type,
@@ -1327,20 +1336,20 @@ class Engine(BulkActions, Executes):
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> None:
         self.payloads.check_size(payload, f"signal '{name}' to run '{id}'")
-        await self.messages.signal(id, name, payload, dedup, by)
+        await self.router.signal(id, name, payload, dedup, by)
 
     async def _query(self, id: str, name: str, arg: bytes) -> Any:
-        return await self.messages.query(id, name, arg)
+        return await self.router.query(id, name, arg)
 
     async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
         self.payloads.check_size(payload, f"update '{name}' of run '{id}'")
-        return await self.messages.update(id, name, update_id, payload)
+        return await self.router.update(id, name, update_id, payload)
 
     async def _cancel(self, id: str, reason: str) -> None:
-        await self.messages.cancel(id, reason)
+        await self.router.cancel(id, reason)
 
     async def _resume(self, id: str) -> None:
-        await self.messages.resume(id)
+        await self.router.resume(id)
 
     async def _start_now(self, id: str) -> None:
         self.check_open()

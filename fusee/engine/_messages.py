@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -32,7 +31,6 @@ from fusee._definitions import KnownSignals
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import carried_of
-from fusee.engine._leases import APPLYING, forwards
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
 from fusee.engine._state import cancel_key
@@ -104,11 +102,24 @@ class Turning(Protocol):
     def turned(self, driver: RunDriver) -> None: ...
 
 
+class Routing(Protocol):
+    """What a run's sends and cancels ask of the router (`fusee.engine._router.Router`)."""
+
+    async def signal(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> None: ...
+
+    async def cancel(self, id: str, reason: str) -> None: ...
+
+
 class Parts(Protocol):
     """The engine's parts the messages room reaches, built after it (the Engine implements it)."""
 
     @property
     def queues(self) -> Queues: ...
+
+    @property
+    def router(self) -> Routing: ...
 
 
 class Messages:
@@ -221,96 +232,7 @@ class Messages:
             error,
         )
 
-    # --- routing: a run of a shard another worker holds is reached there ----------------------
-
-    async def _routed(
-        self, id: str, here: Callable[[], Awaitable[T]], there: Callable[[], Awaitable[T]]
-    ) -> T:
-        """``here()`` if this engine serves run ``id``, else (or once it moved) ``there()``."""
-        self._check_open()
-        if self._owns(id):
-            try:
-                return await here()
-            except StaleLease:
-                # Its shard's lease ran out meanwhile, and nothing of this was
-                # written: the store's inbox takes it to whoever holds the
-                # shard now (this engine too, under a lease taken again), and
-                # the caller never hears of the move.
-                if not forwards(self):
-                    raise
-        elif APPLYING.get():
-            raise StaleLease([self._runs.shard_index(id)])
-        return await there()
-
-    async def signal(
-        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
-    ) -> None:
-        """Records signal ``name`` for run ``id``; returns once it is durable.
-
-        Raises:
-            fusee.PayloadError: The payload does not fit the signal's known
-                definition (nothing is recorded).
-            fusee.RunFinished: The run has ended (or its end is being recorded).
-        """
-        self.known.check(id, name, payload)
-        await self._routed(
-            id,
-            lambda: self._signal_here(id, name, payload, dedup, by),
-            lambda: self._remote.signal(id, name, payload, dedup, by),
-        )
-
-    async def query(self, id: str, name: str, arg: bytes) -> Any:
-        """Asks run ``id``'s query handler (a finished run is replayed to ask it)."""
-        return await self._routed(
-            id,
-            lambda: self._query_here(id, name, arg),
-            lambda: self._remote.query(id, name, arg),
-        )
-
-    async def update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
-        """Offers update ``name`` to run ``id``; returns the handler's result once durable.
-
-        An update with an ``update_id`` is applied at most once: a repeat
-        returns (or raises) what the first did.
-
-        Raises:
-            fusee.UpdateRejected: The validator refused it (nothing recorded).
-            fusee.UpdateFailed: The handler raised.
-            fusee.RunFinished: The run has ended.
-        """
-        if update_id is None and self.leases is not None:
-            # On a shared store a move of the run's shard mid-update offers it
-            # again to the new holder: under one id, it is applied once.
-            update_id = f"{id}/update/{uuid.uuid4().hex}"
-        return await self._routed(
-            id,
-            lambda: self._update_here(id, name, update_id, payload),
-            lambda: self._remote.update(id, name, update_id, payload),
-        )
-
-    async def cancel(self, id: str, reason: str) -> None:
-        """Cancels run ``id``; returns once the request is durable."""
-        await self._routed(
-            id,
-            lambda: self._cancel_here(id, reason),
-            lambda: self._remote.cancel(id, reason),
-        )
-
-    async def resume(self, id: str) -> None:
-        """Gives run ``id``'s paused steps a fresh retry budget."""
-        await self._routed(id, lambda: self._resume_here(id), lambda: self._remote.resume(id))
-
-    async def complete(self, token: str, value: Any = None) -> None:
-        """Resolves the ``ctx.await_completion`` that handed out ``token``."""
-        id = CompletionToken.run_id(token)
-        data = _codec.encode(value, name="the completion's value")
-        await self._routed(
-            id,
-            lambda: self._complete_here(token, value),
-            lambda: self._remote.complete(token, data),
-        )
-
-    async def _signal_here(
+    async def signal_here(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> None:
         """Records signal ``name`` for run ``id``; returns once it is durable.
@@ -484,9 +406,9 @@ class Messages:
             try:
                 if rec.name == CANCEL_SEND:
                     # A second delivery (after a crash) finds it cancelled: a no-op.
-                    await self.cancel(rec.target, str(_codec.decode(rec.payload)))
+                    await self._parts.router.cancel(rec.target, str(_codec.decode(rec.payload)))
                 else:
-                    await self.signal(
+                    await self._parts.router.signal(
                         rec.target, rec.name, rec.payload, key, _codec.encode(sender.id)
                     )
             except (NotFound, FuseeError) as e:
@@ -696,13 +618,15 @@ class Messages:
         if parent_of == parent.id:
             # Else not started (it never will be), or not this parent's.
             with contextlib.suppress(RunFinished, NotFound):
-                await self.cancel(child, f"its parent '{parent.id}' stopped waiting for it")
+                await self._parts.router.cancel(
+                    child, f"its parent '{parent.id}' stopped waiting for it"
+                )
         # Not in a `finally`, as a send's: a cancel cut short stays owed.
         self._outbox_done(parent, cancel_key(seq))
 
     # --- queries and updates -----------------------------------------------------------------
 
-    async def _query_here(self, id: str, name: str, arg: bytes) -> Any:
+    async def query_here(self, id: str, name: str, arg: bytes) -> Any:
         """Asks run ``id``'s query handler (a finished run is replayed to ask it)."""
         self._check_open()
         state = await self._runs.wake(id)
@@ -719,7 +643,7 @@ class Messages:
         finally:
             replay.close()
 
-    async def _update_here(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
+    async def update_here(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
         """Offers update ``name`` to run ``id``; returns the handler's result once durable.
 
         An update with an ``update_id`` is applied at most once: a repeat
@@ -804,7 +728,7 @@ class Messages:
 
     # --- cancel, resume, complete ------------------------------------------------------------
 
-    async def _cancel_here(self, id: str, reason: str) -> None:
+    async def cancel_here(self, id: str, reason: str) -> None:
         """Cancels run ``id``; returns once the request is durable."""
         self._check_open()
         state = await self._target_or_queued(
@@ -820,7 +744,7 @@ class Messages:
         state.driver.request_cancel(_codec.encode(reason))
         await self._committer.durable(state.driver.machine.gate)
 
-    async def _resume_here(self, id: str) -> None:
+    async def resume_here(self, id: str) -> None:
         """Gives run ``id``'s paused steps a fresh retry budget."""
         self._check_open()
         state = await self._runs.wake(id)
@@ -836,7 +760,7 @@ class Messages:
         self._host.turned(state.driver)
         await self._committer.durable(state.driver.machine.gate)
 
-    async def _complete_here(self, token: str, value: Any = None) -> None:
+    async def complete_here(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``."""
         self._check_open()
         parsed = CompletionToken.parse(token)
@@ -857,7 +781,7 @@ class Messages:
     def release_updates_of(self, state: RunState) -> None:
         """Tells the update callers of ``state``'s run that it moved to another worker.
 
-        Each caller's update goes on there (`_routed`), under its id, so it is
+        Each caller's update goes on there (`Router.routed`), under its id, so it is
         applied once.
         """
         shard = self._runs.shard_index(state.id)
