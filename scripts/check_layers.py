@@ -16,6 +16,15 @@ Two rules more, TYPE_CHECKING imports included:
   ``fusee.ui``) import the engine's public names (``fusee.engine``) and
   ``fusee.remote``, never a private module of the engine.
 
+Inside the engine, its modules sit in ranked rooms (`ROOMS`, lowest
+first): an engine module imports only engine modules of its own room or
+below, TYPE_CHECKING imports included (the facade, ``_engine``, is left to
+the rule above), and a new engine module must be given a room.
+
+And one rule on the engine's run state: a field of ``RunState``
+(``fusee.engine._state``) is assigned in that module only; the other parts
+call its methods (``add_signal``, ``end``, ...), which keep its invariants.
+
 Run: ``python scripts/check_layers.py [PACKAGE_DIR]`` (exit 1 on a violation).
 """
 
@@ -70,20 +79,55 @@ RANKS: Mapping[str, int] = {
 
 
 # The engine's parts that still take the whole Engine (under TYPE_CHECKING):
-# the rooms of issue 32 pass them narrow dependencies instead, one by one.
-ENGINE_HOLDERS: frozenset[str] = frozenset(
-    {
-        "fusee.engine._fork",
-        "fusee.engine._host",
-        "fusee.engine._inbox",
-        "fusee.engine._leases",
-        "fusee.engine._messages",
-        "fusee.engine._queues",
-        "fusee.engine._retention",
-        "fusee.engine._runs",
-        "fusee.engine._schedules",
-    }
-)
+# none. Each gets keyword-only arguments, callables or a small Protocol
+# (issue 32); the list stays for a part on its way there, and only shrinks.
+ENGINE_HOLDERS: frozenset[str] = frozenset()
+# The rooms inside fusee.engine (issue 32), lowest first. A room's modules
+# import only its own and lower rooms' (TYPE_CHECKING imports too), so that
+# the parts do not reach each other through a cycle no import shows.
+ROOMS: Mapping[str, int] = {
+    # 1. a loaded run's state, the clock, and what every part names: a
+    # shard's alarms (`_state.Alarms`) hold the timers' `Alarm`s, so the
+    # timers sit here with the state; the run handles and their info; what
+    # a continue-as-new carries; spans and metrics; the test host's hooks.
+    "fusee.engine._state": 1,
+    "fusee.engine._clock": 1,
+    "fusee.engine._timers": 1,
+    "fusee.engine._run": 1,
+    "fusee.engine._carry": 1,
+    "fusee.engine._telemetry": 1,
+    "fusee.engine._hooks": 1,
+    # 2. group commit, streams, events, run deadlines, reports of slow steps
+    # and of code that does not yield.
+    "fusee.engine._commit": 2,
+    "fusee.engine._streams": 2,
+    "fusee.engine._events": 2,
+    "fusee.engine._deadlines": 2,
+    "fusee.engine._slowsteps": 2,
+    "fusee.engine._watchdog": 2,
+    # 3. the run table: loading, parking, waking; which shards' runs this
+    # engine serves (the leases: local operations ask whether a refused
+    # write goes on through the store).
+    "fusee.engine._runs": 3,
+    "fusee.engine._leases": 3,
+    # 4. steps and the host the drivers call.
+    "fusee.engine._steps": 4,
+    "fusee.engine._host": 4,
+    # 5. local operations on runs.
+    "fusee.engine._messages": 5,
+    "fusee.engine._queues": 5,
+    "fusee.engine._schedules": 5,
+    "fusee.engine._fork": 5,
+    "fusee.engine._retention": 5,
+    # 6. the router (the one place that chooses here or through the store)
+    # and the inbox, which applies what other processes post.
+    "fusee.engine._router": 6,
+    "fusee.engine._inbox": 6,
+    # 7. the composition root and public facade, and the API shapes it shares.
+    "fusee.engine._engine": 7,
+    "fusee.engine._starts": 7,
+    "fusee.engine._bulk": 7,
+}
 # Processes without workflow code: public names and fusee.remote only.
 _OUTSIDE: tuple[str, ...] = ("client", "cli", "ui")
 
@@ -155,6 +199,47 @@ def edges_of(module: str, source: str, modules: set[str], package: str) -> list[
     return out
 
 
+def state_fields(source: str) -> frozenset[str]:
+    """The fields ``class RunState`` declares (annotated names) in ``source``."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.name == "RunState":
+            return frozenset(
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            )
+    return frozenset()
+
+
+def field_writes(source: str, fields: frozenset[str]) -> list[tuple[int, str]]:
+    """Assignments ``name.field = ...`` (``+=``, tuple targets too) to one of ``fields``.
+
+    An assignment through ``self`` is the object's own (another class's
+    field of the same name), not a run state's.
+    """
+    found: list[tuple[int, str]] = []
+
+    def check(target: ast.expr, line: int) -> None:
+        if isinstance(target, ast.Tuple | ast.List):
+            for elt in target.elts:
+                check(elt, line)
+        elif (
+            isinstance(target, ast.Attribute)
+            and target.attr in fields
+            and isinstance(target.value, ast.Name)
+            and target.value.id not in ("self", "cls")
+        ):
+            found.append((line, ast.unparse(target)))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                check(target, node.lineno)
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            check(node.target, node.lineno)
+    return found
+
+
 def violations(root: Path) -> list[str]:
     """What breaks the contract in the package at ``root``, one line each."""
     paths = {module_name(root, p): p for p in sorted(root.rglob("*.py"))}
@@ -165,7 +250,22 @@ def violations(root: Path) -> list[str]:
     facade = f"{package}.engine._engine"
     outside = tuple(f"{package}.{name}" for name in _OUTSIDE)
     holders: set[str] = set()
+    engine_part = f"{package}.engine._"
+    for module in sorted(modules):
+        if module.startswith(engine_part) and module not in ROOMS:
+            problems.append(
+                f"{module}: no room; add it to ROOMS in scripts/check_layers.py "
+                "(the lowest room whose modules it needs)"
+            )
+    state_module = f"{package}.engine._state"
+    fields = state_fields(paths[state_module].read_text()) if state_module in paths else frozenset()
     for module, path in paths.items():
+        if fields and module.startswith(f"{package}.engine.") and module != state_module:
+            for line, target in field_writes(path.read_text(), fields):
+                problems.append(
+                    f"{path}:{line}: {module} assigns {target}, a field of RunState: "
+                    "call a method of RunState (fusee/engine/_state.py) that keeps its invariants"
+                )
         own = rank_of(module)
         if own is None:
             problems.append(f"{module}: no rank; add it to RANKS in scripts/check_layers.py")
@@ -191,6 +291,12 @@ def violations(root: Path) -> list[str]:
                     f"workflow code imports {package}.engine's public names and "
                     f"{package}.remote only"
                 )
+            if (
+                module.startswith(engine_part)
+                and e.target.startswith(engine_part)
+                and e.target != facade
+            ):
+                problems.extend(_room_problem(path, e))
             theirs = rank_of(e.target)
             if theirs is not None and theirs > own:
                 problems.append(
@@ -206,6 +312,17 @@ def violations(root: Path) -> list[str]:
         )
     problems.extend(_cycles(graph))
     return problems
+
+
+def _room_problem(path: Path, e: Edge) -> list[str]:
+    mine, theirs = ROOMS.get(e.source), ROOMS.get(e.target)
+    if mine is None or theirs is None or theirs <= mine:
+        return []
+    return [
+        f"{path}:{e.line}: {e.source} (room {mine}) imports {e.target} (room {theirs}): "
+        "an engine module imports its own room's and lower rooms' only; pass it what it "
+        "needs from above (a keyword-only argument, a callable, a small Protocol)"
+    ]
 
 
 def _cycles(graph: Mapping[str, Iterable[str]]) -> list[str]:

@@ -134,10 +134,7 @@ def carried_from_records(records: Iterable[Record]) -> Meta | None:
 def seed(state: RunState, meta: Meta | None) -> None:
     """Seeds a run's dedup sets with what its `Start` carried."""
     ids, outcomes = carried_of(meta)
-    state.carried_dedups = ids
-    state.dedups.update(ids)
-    for update_id, status, payload in outcomes:
-        state.carried_updates[update_id] = (status, payload)
+    state.carry(ids, outcomes)
 
 
 def _newest(items: list[T], kept: int, key: Callable[[T], K]) -> list[T]:

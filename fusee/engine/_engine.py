@@ -46,11 +46,12 @@ from fusee.engine._events import Events
 from fusee.engine._fork import fork
 from fusee.engine._hooks import Hooks
 from fusee.engine._host import EngineHost
-from fusee.engine._inbox import Inbox, deliver_command
+from fusee.engine._inbox import Inbox
 from fusee.engine._leases import Leases, default_worker, forwards, is_shared
 from fusee.engine._messages import Messages
 from fusee.engine._queues import Queues
 from fusee.engine._retention import Retention, retention_ms
+from fusee.engine._router import Router
 from fusee.engine._run import IdPolicy, Run, RunInfo, check_id, check_workflow, info_of
 from fusee.engine._runs import Runs, unknown_workflow
 from fusee.engine._schedules import Scheduler, check_schedules
@@ -86,6 +87,7 @@ from fusee.record import (
 from fusee.remote import CompletionToken, Remote
 from fusee.remote._journal import decode_journal, end_record, end_value, no_run
 from fusee.remote._versions import check_version, derived_version, version_number
+from fusee.remote._wire import deliver_command
 from fusee.store import RunRow, Store, open_store
 
 if TYPE_CHECKING:
@@ -224,16 +226,53 @@ class Engine(BulkActions, Executes):
         self.leases: Leases | None = None
         if is_shared(store):
             self.leases = Leases(
-                self,
                 store,  # type: ignore[arg-type]
                 lease_s=parse_duration(lease),
                 owner=worker if worker is not None else default_worker(),
+                committer=self.committer,
+                version=self.version,
+                lost_shards=self.lost_shards,
+                recover_shards=self.recover_shards,
+                drop_shards=self.drop_shards,
+                pins=self.pins,
+                lanes_changed=lambda shards: self.spawn(self.lanes_changed(shards)),
+                look_again=lambda: self.queues.look_again(),
             )
             shards = self.leases.count
             self.committer.fenced(self.leases.fence, self.leases.shard_of, self.lost_shards)
         self.remote = Remote(store, workflows=self.workflows, closed_message=ENGINE_CLOSED)
-        self.host = EngineHost(self)
-        self.runs = Runs(self, shards)
+        self.host = EngineHost(
+            committer=self.committer,
+            clock=self.clock,
+            hooks=self.hooks,
+            payloads=self.payloads,
+            strict=self.strict,
+            park_after_ms=self.park_after_ms,
+            spawn=self.spawn,
+            parts=self,
+        )
+        self.runs = Runs(
+            shards,
+            store=self.store,
+            committer=self.committer,
+            clock=self.clock,
+            loop=self.loop,
+            host=self.host,
+            workflows=self.workflows,
+            version=self.version,
+            version_number=self.version_number,
+            pins=self.pins,
+            strict=self.strict,
+            on_error=self.on_error,
+            record_watch=self.record_watch,
+            spawn=self.spawn,
+            check_open=self.check_open,
+            closed=lambda: self.closed,
+            owns=self.owns,
+            stuck_error=self.stuck_error,
+            fail_waiters=self.fail_waiters,
+            parts=self,
+        )
         self.timers = Timers(
             self.clock,
             self.loop,
@@ -242,11 +281,39 @@ class Engine(BulkActions, Executes):
             self.runs.wake_soon,
             lambda id, run: self.deadlines.expire(id, run),
         )
-        self.messages = Messages(self)
-        self.deadlines = Deadlines(
+        self.messages = Messages(
+            store=self.store,
+            committer=self.committer,
+            clock=self.clock,
+            loop=self.loop,
+            runs=self.runs,
+            timers=self.timers,
+            host=self.host,
+            remote=self.remote,
+            leases=self.leases,
+            workflows=self.workflows,
+            workflow=self.workflow,
+            spawn=self.spawn,
+            check_open=self.check_open,
+            closed=lambda: self.closed,
+            owns=self.owns,
+            create_run=self.create_run,
+            outbox_done=self.outbox_done,
+            continue_run=self._continue,
+            parts=self,
+        )
+        self.router = Router(
+            messages=self.messages,
+            remote=self.remote,
+            runs=self.runs,
+            leases=self.leases,
+            owns=self.owns,
+            check_open=self.check_open,
+        )
+        self.deadlines: Deadlines = Deadlines(
             timers=self.timers,
             spawn=self.spawn,
-            cancel=self.messages.cancel,
+            cancel=self.router.cancel,
             loaded_run=self._loaded_run,
         )
         self.streams = Streams(store, self.committer, self.check_open)
@@ -256,7 +323,7 @@ class Engine(BulkActions, Executes):
         self.steps.max_payload = self.payloads.max_payload
         self.committer.watch = self.record_watch.count
         self.telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
-        self.closed = False
+        self.closed: bool = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}
         # Starts in flight, by id: an ATTACH to one returns once it is durable.
         self._starting: dict[str, list[asyncio.Future[None]]] = {}
@@ -272,10 +339,66 @@ class Engine(BulkActions, Executes):
             collections.OrderedDict()
         )
         self._watchdog: Watchdog | None = None
-        self.inbox = Inbox(self)
-        self.queues = Queues(self, queues)
-        self.schedules = Scheduler(self, schedules)
-        self.retention = Retention(self, retention_ms(retention))
+        self.queues: Queues = Queues(
+            queues,
+            store=self.store,
+            committer=self.committer,
+            clock=self.clock,
+            loop=self.loop,
+            runs=self.runs,
+            leases=self.leases,
+            workflows=self.workflows,
+            version=self.version,
+            version_number=self.version_number,
+            spawn=self.spawn,
+            closed=lambda: self.closed,
+            owns=self.owns,
+            result_ready=self.result_ready,
+            attached=self.attached,
+            create_run=self.create_run,
+        )
+        self.schedules = Scheduler(
+            schedules,
+            store=self.store,
+            clock=self.clock,
+            workflows=self.workflows,
+            workflow=self.workflow,
+            resolve_queue=self.queues.resolve,
+            spawn=self.spawn,
+            closed=lambda: self.closed,
+            check_open=self.check_open,
+            start_tick=self.start_tick,
+            cancel=self._cancel,
+            describe=self._describe,
+            handle=lambda id: Run(self, id),
+        )
+        self.retention = Retention(
+            retention_ms(retention),
+            store=self.store,
+            committer=self.committer,
+            clock=self.clock,
+            runs=self.runs,
+            spawn=self.spawn,
+            closed=lambda: self.closed,
+            check_open=self.check_open,
+            status_of=lambda state: self._info_of(self.runs.row(state)).status,
+            forget_runs=self.forget_runs,
+        )
+        self.inbox = Inbox(
+            store=self.store,
+            committer=self.committer,
+            runs=self.runs,
+            loop=self.loop,
+            leases=self.leases,
+            version=self.version,
+            closed=lambda: self.closed,
+            owns=self.owns,
+            telemetry=self.telemetry,
+            messages=self.messages,
+            retention=self.retention,
+            schedules=self.schedules,
+            operations=self,
+        )
 
     # --- opening and closing -----------------------------------------------------------------
 
@@ -566,7 +689,7 @@ class Engine(BulkActions, Executes):
             for state in list(shard.runs.values()):
                 # An end not durable yet is lost with the shard: its row,
                 # held back for the outbox, must never be written.
-                state.final_row = None
+                state.take_final_row()
                 self.runs.ending.pop(state.id, None)
                 for t in state.steps:
                     t.cancel()
@@ -721,7 +844,7 @@ class Engine(BulkActions, Executes):
         log.error("run %r stopped: %s", id, error)
         state = self.runs.loaded(id)
         if state is not None and state.driver.end is None:
-            state.row_status = RunStatus.DIVERGED
+            state.mark(RunStatus.DIVERGED)
             self.runs.put_row(state)
         for fut in self._results.pop(id, []):
             if not fut.done():
@@ -1043,17 +1166,13 @@ class Engine(BulkActions, Executes):
             if trace is not None:
                 start = dataclasses.replace(start, meta=_start_meta(trace, start.meta))
         lsn = self.committer.append(id, run, encode(start))
-        state = self.runs.make_state(wf, [start], lsn)
-        state.telemetry = telemetry
-        state.start_lsn = lsn
+        state = self.runs.make_state(wf, [start], lsn, telemetry=telemetry, start_lsn=lsn)
         state.shard.add(state)
         self.runs.put_row(state)
         self.deadlines.arm(state)
         for sig in signals:
             carried = Signal(run, sig.name, sig.dedup, sig.payload, sig.by)
-            if carried.dedup:
-                state.dedups.add(carried.dedup)
-            state.signals.append(carried)
+            state.add_signal(carried)
             state.driver.append_signal(carried)
         state.driver.start()
         return state.driver.machine.gate
@@ -1159,7 +1278,7 @@ class Engine(BulkActions, Executes):
                 raise
             await self.remote.complete(token, data)
             return
-        await self.messages.complete(token, value)
+        await self.router.complete(token, value)
 
     async def _check_completion(self, token: str, value: Any) -> None:
         # The value must fit the await_completion's declared result_type,
@@ -1258,20 +1377,20 @@ class Engine(BulkActions, Executes):
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> None:
         self.payloads.check_size(payload, f"signal '{name}' to run '{id}'")
-        await self.messages.signal(id, name, payload, dedup, by)
+        await self.router.signal(id, name, payload, dedup, by)
 
     async def _query(self, id: str, name: str, arg: bytes) -> Any:
-        return await self.messages.query(id, name, arg)
+        return await self.router.query(id, name, arg)
 
     async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
         self.payloads.check_size(payload, f"update '{name}' of run '{id}'")
-        return await self.messages.update(id, name, update_id, payload)
+        return await self.router.update(id, name, update_id, payload)
 
     async def _cancel(self, id: str, reason: str) -> None:
-        await self.messages.cancel(id, reason)
+        await self.router.cancel(id, reason)
 
     async def _resume(self, id: str) -> None:
-        await self.messages.resume(id)
+        await self.router.resume(id)
 
     async def _start_now(self, id: str) -> None:
         self.check_open()
@@ -1327,7 +1446,21 @@ class Engine(BulkActions, Executes):
         if not self.owns(new_id):
             await self.remote.fork(id, new_id, at, input)
             return
-        await fork(self, id, new_id, at, input)
+        await fork(
+            id,
+            new_id,
+            at,
+            input,
+            store=self.store,
+            committer=self.committer,
+            runs=self.runs,
+            clock=self.clock,
+            workflow=self.workflow,
+            starting=self._starting,
+            version=self.version,
+            version_number=self.version_number,
+            check_open=self.check_open,
+        )
 
     def _info_of(self, row: RunRow) -> RunInfo:
         return info_of(row, self.runs.loaded(row.id), self._stuck.get(row.id))
@@ -1341,13 +1474,13 @@ class Engine(BulkActions, Executes):
         and child start it recorded confirmed): until then recovery picks it
         up again and delivers what a crash may have lost.
         """
-        state.row_status = _STATUS_OF_END.get(done.status, RunStatus.FAILED)
+        state.end(_STATUS_OF_END.get(done.status, RunStatus.FAILED))
         self.record_watch.ended(state.id, state.run)
         if state.telemetry is not None:
             state.telemetry.ended(state.row_status.value)
         final = self.runs.row(state, finished_ms=done.finished_ms)
         if state.outbox:
-            state.final_row = final
+            state.hold_final_row(final)
             self.runs.ending[state.id] = state
             # Until then it says "running" (a row saying "suspended", written
             # before the turn that ended it, would keep recovery from loading
@@ -1357,8 +1490,6 @@ class Engine(BulkActions, Executes):
             )
         else:
             self.committer.put_row(final)
-        if state.park_handle is not None:
-            state.park_handle.cancel()
         self.timers.disarm_waits(state)
         self.queues.ending(state.id, done.status)
         # The parent this end goes to once it is durable (None: none, or
@@ -1516,8 +1647,8 @@ class Engine(BulkActions, Executes):
         state.outbox.discard(seq)
         if state.outbox:
             return
-        if state.final_row is not None:
-            row, state.final_row = state.final_row, None
+        row = state.take_final_row()
+        if row is not None:
             self.committer.put_row(row)
             self.spawn(self._ended_row_stored(state))
         elif state.loaded and state.driver.end is None:

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fusee._definitions import checked
 from fusee._status import RunStatus
@@ -51,7 +51,11 @@ from fusee.remote._journal import decode_journal, no_run, position, seq_of
 from fusee.store import RunRow
 
 if TYPE_CHECKING:
-    from fusee.engine._engine import Engine
+    from fusee._definitions import WorkflowDef
+    from fusee.engine._clock import Clock
+    from fusee.engine._commit import Committer
+    from fusee.engine._runs import Runs
+    from fusee.store import Store
 
 __all__ = ["fork", "fork_records", "last_failure", "position"]
 
@@ -131,10 +135,28 @@ def fork_records(
     return out
 
 
-async def fork(engine: Engine, id: str, new_id: str, at: int | str, input: bytes | None) -> None:
-    """Forks run ``id`` of ``engine`` at ``at`` as ``new_id`` and starts it.
+async def fork(
+    id: str,
+    new_id: str,
+    at: int | str,
+    input: bytes | None,
+    *,
+    store: Store,
+    committer: Committer,
+    runs: Runs,
+    clock: Clock,
+    workflow: Callable[[str], WorkflowDef[Any, Any]],
+    starting: dict[str, list[asyncio.Future[None]]],
+    version: str,
+    version_number: int,
+    check_open: Callable[[], None],
+) -> None:
+    """Forks run ``id`` at ``at`` as ``new_id`` and starts it, on the engine these come from.
 
     ``input`` is the new run's encoded input; None keeps the old run's.
+    ``starting`` is the engine's starts in flight by id (an ATTACH start of
+    ``new_id`` meanwhile waits for the fork); ``workflow`` finds a workflow
+    by name; ``version`` and ``version_number`` are the engine's.
 
     Raises:
         ValueError: ``new_id`` is not a valid id, or ``at`` is no position.
@@ -144,54 +166,54 @@ async def fork(engine: Engine, id: str, new_id: str, at: int | str, input: bytes
         fusee.UnknownWorkflow: The engine was not given the run's workflow.
         fusee.PayloadError: ``input`` does not fit the workflow's input type.
     """
-    engine.check_open()
+    check_open()
     check_id(id, "a run")
     check_id(new_id, "a fork")
     # The old run's records still on their way to the store are part of it.
-    await engine.committer.flush()
-    row = await engine.store.get(id)
+    await committer.flush()
+    row = await store.get(id)
     if row is None:
         raise no_run(id)
     if row.status == RunStatus.QUEUED:
         raise RunQueued(id)  # no journal to copy yet
-    wf = engine.workflow(row.workflow)
+    wf = workflow(row.workflow)
     data = None
     if input is not None:
         what = f"the input of run '{new_id}'"
         data = checked(wf.decode_input(input), wf.decode_input, what, wf.input_type)
-    records = decode_journal(id, row.run, await engine.store.load(id, row.run))
+    records = decode_journal(id, row.run, await store.load(id, row.run))
     n = position(records, at, id)
     if (
-        new_id in engine._starting
-        or engine.runs.loaded(new_id) is not None
-        or engine.runs.is_loading(new_id)
-        or await engine.store.get(new_id) is not None
+        new_id in starting
+        or runs.loaded(new_id) is not None
+        or runs.is_loading(new_id)
+        or await store.get(new_id) is not None
     ):
         raise AlreadyExists(f"run '{new_id}' exists; fork to an id no run has")
-    if new_id in engine._starting:  # taken while the store was read
+    if new_id in starting:  # taken while the store was read
         raise AlreadyExists(f"run '{new_id}' is being started; fork to an id no run has")
-    now = engine.clock.now_ms()
+    now = clock.now_ms()
     copy = fork_records(records, new_id, n, input=data, started_ms=now)
     # The fork is a new run of this engine's code: its version.
-    copy[0] = dataclasses.replace(copy[0], version=engine.version_number)  # type: ignore[arg-type]
-    engine._starting[new_id] = []
+    copy[0] = dataclasses.replace(copy[0], version=version_number)  # type: ignore[arg-type]
+    starting[new_id] = []
     try:
         # No await from the first append to the row: the writer takes them
         # all in one batch, one store write.
         lsn = 0
         for rec in copy:
-            lsn = engine.committer.append(new_id, 1, encode(rec))
-        new_row = RunRow(new_id, 1, wf.name, RunStatus.RUNNING, now, version=engine.version)
-        engine.committer.put_row(new_row)
-        await engine.committer.durable(lsn)
-        await engine.committer.flush()
-        state = await engine.runs.wake(new_id, new_row)
+            lsn = committer.append(new_id, 1, encode(rec))
+        new_row = RunRow(new_id, 1, wf.name, RunStatus.RUNNING, now, version=version)
+        committer.put_row(new_row)
+        await committer.durable(lsn)
+        await committer.flush()
+        state = await runs.wake(new_id, new_row)
         if state is not None and state.telemetry is not None:
             state.telemetry.forked(id)
     except BaseException as e:
-        _settle(engine._starting.pop(new_id), e)
+        _settle(starting.pop(new_id), e)
         raise
-    _settle(engine._starting.pop(new_id), None)
+    _settle(starting.pop(new_id), None)
 
 
 def _settle(waiters: list[asyncio.Future[None]], error: BaseException | None) -> None:

@@ -12,7 +12,8 @@ stream's chunk read) waits until the record that produced it is durable.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, assert_never
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 from fusee import _codec
 from fusee._status import RunStatus
@@ -53,12 +54,17 @@ from fusee.record import (
 
 if TYPE_CHECKING:
     from fusee._driver import RunDriver
+    from fusee._payloads import Payloads
     from fusee._runtime import StepCall
     from fusee.engine._clock import Clock
     from fusee.engine._commit import Committer
-    from fusee.engine._engine import Engine
+    from fusee.engine._events import Events
     from fusee.engine._hooks import Hooks
+    from fusee.engine._runs import Runs
     from fusee.engine._state import RunState
+    from fusee.engine._steps import StepExecutor
+    from fusee.engine._streams import Streams
+    from fusee.engine._timers import Timers
     from fusee.errors import DeterminismError
 
 __all__ = ["EngineHost"]
@@ -92,6 +98,60 @@ _QUIET: frozenset[type[Record]] = frozenset(
 )
 
 
+class Owing(Protocol):
+    """What the host asks of the messages room: waits matched, a run's outbox filled."""
+
+    def match(self, state: RunState) -> None: ...
+
+    def owe(self, state: RunState, rec: Child | Send, lsn: int = 0) -> None: ...
+
+    def owe_cancel(self, state: RunState, seq: int, child: str) -> None: ...
+
+
+class Admitting(Protocol):
+    """What the host asks of the queues room: the runs an end admitted started."""
+
+    @property
+    def book(self) -> object | None: ...
+
+    def start_admitted(self) -> None: ...
+
+
+class Parts(Protocol):
+    """The engine's parts the host reaches, built after it (the Engine implements it).
+
+    The host is made first (the run table and the step executor take it),
+    so it asks for the others when a run calls back, never at its making;
+    it reports a run's end and divergence to the facade through `ended` and
+    `diverged`.
+    """
+
+    @property
+    def runs(self) -> Runs: ...
+
+    @property
+    def timers(self) -> Timers: ...
+
+    @property
+    def steps(self) -> StepExecutor: ...
+
+    @property
+    def streams(self) -> Streams: ...
+
+    @property
+    def events(self) -> Events: ...
+
+    @property
+    def messages(self) -> Owing: ...
+
+    @property
+    def queues(self) -> Admitting: ...
+
+    def ended(self, state: RunState, done: Done, lsn: int) -> None: ...
+
+    def diverged(self, id: str, error: DeterminismError) -> None: ...
+
+
 class EngineHost:
     """Implements `fusee._driver.RunHost` and `fusee.engine._steps.StepHost` for an engine.
 
@@ -101,26 +161,51 @@ class EngineHost:
 
     # What the step executor reads are plain attributes, not properties: it
     # reads them several times a step.
-    __slots__ = ("_engine", "clock", "closed", "committer", "hooks")
+    __slots__ = (
+        "_park_after_ms",
+        "_parts",
+        "_payloads",
+        "_spawn",
+        "_strict",
+        "clock",
+        "closed",
+        "committer",
+        "hooks",
+    )
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self.committer: Committer = engine.committer
-        self.clock: Clock = engine.clock
-        self.hooks: Hooks = engine.hooks
+    def __init__(
+        self,
+        *,
+        committer: Committer,
+        clock: Clock,
+        hooks: Hooks,
+        payloads: Payloads,
+        strict: bool,
+        park_after_ms: int,
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
+        parts: Parts,
+    ) -> None:
+        self._parts = parts
+        self._payloads = payloads
+        self._strict = strict
+        self._park_after_ms = park_after_ms
+        self._spawn = spawn
+        self.committer = committer
+        self.clock = clock
+        self.hooks = hooks
         # Set by `Engine` when it closes or is abandoned.
         self.closed = False
 
     async def sleep_until(self, at_ms: int) -> None:
-        await self._engine.timers.sleep_until(at_ms)
+        await self._parts.timers.sleep_until(at_ms)
 
     # --- RunHost ------------------------------------------------------------------------------
 
     def now_ms(self) -> int:
-        return self._engine.clock.now_ms()
+        return self.clock.now_ms()
 
     def append(self, driver: RunDriver, record: Record) -> int:
-        lsn = self._engine.committer.append(driver.id, driver.run, encode(record))
+        lsn = self.committer.append(driver.id, driver.run, encode(record))
         state: RunState | None = driver.host_data
         if state is None or not state.loaded:
             return lsn
@@ -139,49 +224,49 @@ class EngineHost:
             # The dev profile keeps every record: made, as `append` makes it.
             return self.append(driver, Step(driver.run, seq, name, attempt, status, payload))
         # A `Step` is quiet (`_QUIET`): nothing else to do for it.
-        payloads = self._engine.payloads
+        payloads = self._payloads
         sealed = payloads.seal_step(payload) if payloads.codecs else None
         if sealed is None:
             data = encode_step(driver.run, seq, name, attempt, status, payload)
-            return self._engine.committer.append(driver.id, driver.run, data)
+            return self.committer.append(driver.id, driver.run, data)
         data = encode_step(driver.run, seq, name, attempt, status, sealed)
-        lsn = self._engine.committer.append(driver.id, driver.run, data)
+        lsn = self.committer.append(driver.id, driver.run, data)
         payloads.presealed.add(lsn)
         return lsn
 
     def _react(self, state: RunState, record: Record, lsn: int) -> None:
-        engine = self._engine
+        parts = self._parts
         id, run = state.id, state.run
         # The cases are tried in order: every run ends with a `Done`.
         match record:
             case Done():
-                engine.ended(state, record, lsn)
+                parts.ended(state, record, lsn)
             case Timer():
-                engine.timers.arm(id, run, record.seq, record.fire_at_ms, TIMER)
+                parts.timers.arm(id, run, record.seq, record.fire_at_ms, TIMER)
             case Wait():
                 state.waits[record.seq] = record.name
                 if record.deadline_ms:
-                    engine.timers.arm(id, run, record.seq, record.deadline_ms, DEADLINE)
-                engine.messages.match(state)
+                    parts.timers.arm(id, run, record.seq, record.deadline_ms, DEADLINE)
+                parts.messages.match(state)
             case Waited():
                 state.waits.pop(record.seq, None)
-                engine.timers.disarm(id, record.seq)
+                parts.timers.disarm(id, record.seq)
             case Child() | Send():
-                engine.messages.owe(state, record, lsn)
+                parts.messages.owe(state, record, lsn)
             case Update():
                 state.update_ids[record.id] = len(state.update_ids)
             case UpdateDone():
                 state.update_outcomes[record.ordinal] = (record.status, record.payload)
             case Attributes():
                 state.attributes.update(_codec.decode(record.payload))
-                engine.runs.put_row(state)
+                parts.runs.put_row(state)
             case Chunk() | StreamEnd():
-                engine.committer.on_durable(lsn, lambda: engine.streams.notify(id))
+                self.committer.on_durable(lsn, lambda: parts.streams.notify(id))
             case Event():
-                engine.committer.on_durable(lsn, lambda: engine.events.notify(id))
+                self.committer.on_durable(lsn, lambda: parts.events.notify(id))
             case Cancel():
-                state.cancelled = True
-                engine.timers.disarm_waits(state)
+                state.mark_cancelled()
+                parts.timers.disarm_waits(state)
             case (
                 Start()
                 | Step()
@@ -206,10 +291,10 @@ class EngineHost:
         state: RunState | None = driver.host_data
         if state is None or not state.loaded:
             return
-        self._engine.steps.run(state, call)
+        self._parts.steps.run(state, call)
 
     def stuck(self, driver: RunDriver, error: DeterminismError) -> None:
-        self._engine.diverged(driver.id, error)
+        self._parts.diverged(driver.id, error)
 
     def paused(self, driver: RunDriver, traceback: str) -> None:
         state: RunState | None = driver.host_data
@@ -220,20 +305,19 @@ class EngineHost:
             driver.id,
             traceback.rstrip(),
         )
-        if state is not None and state.loaded and state.row_status != _PAUSED:
-            state.row_status = _PAUSED
-            self._engine.runs.put_row(state)
+        if state is not None and state.loaded and state.pause():
+            self._parts.runs.put_row(state)
 
     def turned(self, driver: RunDriver) -> None:
         state: RunState | None = driver.host_data
-        engine = self._engine
+        parts = self._parts
         if state is not None and state.steps:
             # A turn may drop a running step (a lost race, a cancel) or end
             # the run: the step hears it and its task is cancelled.
-            engine.steps.drop_unwanted(state)
-        if driver.end is not None and engine.queues.book is not None:
+            parts.steps.drop_unwanted(state)
+        if driver.end is not None and parts.queues.book is not None:
             # The runs its end admitted: their `Start`s join its `Done`'s write.
-            engine.queues.start_admitted()
+            parts.queues.start_admitted()
         if state is None or not state.loaded or driver.end is not None:
             return
         m = driver.machine
@@ -262,25 +346,25 @@ class EngineHost:
                     ", ".join(repr(p) for p in paused),
                     state.id,
                 )
-            state.row_status = status
-            wake = engine.runs.wake_ms(state) if status is RunStatus.SUSPENDED else None
-            engine.committer.put_row(engine.runs.row(state, wake_ms=wake))
-            if status is RunStatus.SUSPENDED and engine.strict:
+            state.mark(status)
+            wake = parts.runs.wake_ms(state) if status is RunStatus.SUSPENDED else None
+            self.committer.put_row(parts.runs.row(state, wake_ms=wake))
+            if status is RunStatus.SUSPENDED and self._strict:
                 # The dev profile checks the journal so far against the code
                 # at each wait, naming the step that differs.
-                engine.runs.check_replay(state)
+                parts.runs.check_replay(state)
                 if driver.error is not None:
                     return
         if idle:
-            if state.park_handle is None:
-                clock = engine.clock
-                state.park_handle = clock.call_at(
-                    clock.now_ms() + engine.park_after_ms,
-                    lambda: engine.spawn(engine.runs.park(state)),
+            clock = self.clock
+            state.idle(
+                lambda: clock.call_at(
+                    clock.now_ms() + self._park_after_ms,
+                    lambda: self._spawn(parts.runs.park(state)),
                 )
-        elif state.park_handle is not None:
-            state.park_handle.cancel()
-            state.park_handle = None
+            )
+        else:
+            state.busy()
 
     def child_dropped(self, driver: RunDriver, seq: int, child: str) -> None:
         state: RunState | None = driver.host_data
@@ -289,7 +373,7 @@ class EngineHost:
         # An attached child does not outlive the wait for it: cancelled once
         # the parent's records saying so are durable (a child not started yet
         # never starts: `Messages.start_child` checks `dropped_children`).
-        self._engine.messages.owe_cancel(state, seq, child)
+        self._parts.messages.owe_cancel(state, seq, child)
 
     # --- StepHost -----------------------------------------------------------------------------
 
@@ -299,7 +383,7 @@ class EngineHost:
         Not once the store failed: what the run did since its last good write
         is lost, and reopening the engine recovers it from its journal.
         """
-        return state.loaded and self._engine.committer.failed is None
+        return state.loaded and self.committer.failed is None
 
     def step_result(self, state: RunState, seq: int, status: Status, payload: bytes) -> None:
         if self._acting(state):
@@ -334,7 +418,7 @@ class EngineHost:
             if latest is not None and latest != data:
                 self.heartbeat(state, seq, latest)
 
-        self._engine.committer.on_durable(state.driver.machine.gate, sent)
+        self.committer.on_durable(state.driver.machine.gate, sent)
 
     def step_stream(self, state: RunState, seq: int, name: str) -> StepStream:
         return StepStream(state, seq, name)

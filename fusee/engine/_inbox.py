@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from fusee import _codec
 from fusee import errors as _errors
@@ -39,9 +39,18 @@ from fusee.remote._wire import decode_payload, encode_error, encode_payload
 from fusee.store import Command
 
 if TYPE_CHECKING:
-    from fusee.engine._engine import Engine
+    from fusee._definitions import WorkflowDef
+    from fusee._queue import Queue
+    from fusee.engine._commit import Committer
+    from fusee.engine._leases import Leases
+    from fusee.engine._messages import Messages
+    from fusee.engine._retention import Retention
+    from fusee.engine._runs import Runs
+    from fusee.engine._schedules import Scheduler
+    from fusee.engine._telemetry import Telemetry
+    from fusee.store import Store
 
-__all__ = ["Inbox", "deliver_command"]
+__all__ = ["Inbox"]
 
 log = logging.getLogger("fusee")
 
@@ -59,24 +68,49 @@ _FORGET_EVERY_S: Final = 600.0
 _NOT_CHAINED: Final = frozenset({"update", "query"})
 
 
-def deliver_command(id: str, run: int, seq: int, completion: ChildCompleted) -> Command:
-    """The ``deliver`` command taking a child's end to parent ``id`` (run ``run``, op ``seq``).
+class Operations(Protocol):
+    """The engine's operations on runs that the inbox applies commands through (`Engine`'s)."""
 
-    Its id is the parent's position, so posting it again stores it once.
+    def workflow(self, workflow: WorkflowDef[Any, Any] | str) -> WorkflowDef[Any, Any]: ...
 
-    Example:
-        >>> from fusee.record import Status
-        >>> deliver_command("p", 1, 3, ChildCompleted(Status.OK, b"")).id
-        'deliver/p/1/3'
-    """
-    fields = {
-        "run": run,
-        "seq": seq,
-        "status": int(completion.status),
-        "payload": completion.payload,
-    }
-    payload = encode_payload(fields)
-    return Command(f"deliver/{id}/{run}/{seq}", "deliver", id, payload, None, _now_ms())
+    async def begin(
+        self,
+        wf: WorkflowDef[Any, Any],
+        id: str,
+        data: bytes,
+        *,
+        id_policy: IdPolicy,
+        queue: Queue | str | None,
+        key: str | None,
+        priority: int,
+        debounce: Any,
+        deadline_ms: int,
+        not_before_ms: int,
+    ) -> Any: ...
+
+    async def start_tick(
+        self, wf: WorkflowDef[Any, Any], id: str, data: bytes, *, queue: str | None, tick_ms: int
+    ) -> None: ...
+
+    async def complete(self, token: str, value: Any = None) -> None: ...
+
+    async def _signal(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> None: ...
+
+    async def _update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any: ...
+
+    async def _query(self, id: str, name: str, arg: bytes) -> Any: ...
+
+    async def _cancel(self, id: str, reason: str) -> None: ...
+
+    async def _resume(self, id: str) -> None: ...
+
+    async def _delete(self, id: str) -> None: ...
+
+    async def _start_now(self, id: str) -> None: ...
+
+    async def _fork(self, id: str, new_id: str, at: int | str, input: bytes | None) -> None: ...
 
 
 class Inbox:
@@ -96,8 +130,36 @@ class Inbox:
         ...     engine.inbox.on_answer = lambda command, ok, fields: print(command.kind, ok)
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        *,
+        store: Store,
+        committer: Committer,
+        runs: Runs,
+        loop: asyncio.AbstractEventLoop,
+        leases: Leases | None,
+        version: str,
+        closed: Callable[[], bool],
+        owns: Callable[[str], bool],
+        telemetry: Telemetry,
+        messages: Messages,
+        retention: Retention,
+        schedules: Scheduler,
+        operations: Operations,
+    ) -> None:
+        self._store = store
+        self._committer = committer
+        self._runs = runs
+        self._loop = loop
+        self._leases = leases
+        self._version = version
+        self._closed = closed
+        self._owns = owns
+        self._telemetry = telemetry
+        self._messages = messages
+        self._retention = retention
+        self._schedules = schedules
+        self._operations = operations
         self._task: asyncio.Task[None] | None = None
         self._applying: set[asyncio.Task[None]] = set()
         # The last command applied to each run: the next one to it waits for it.
@@ -108,10 +170,10 @@ class Inbox:
 
     def start(self) -> None:
         """Starts serving, if the store keeps an inbox (every fusee store does)."""
-        if self._task is None and hasattr(self._engine.store, "take_commands"):
+        if self._task is None and hasattr(self._store, "take_commands"):
             # Not an engine task: the test host waits for those to finish,
             # and this one never does.
-            self._task = self._engine.loop.create_task(self._serve(), name="fusee-inbox")
+            self._task = self._loop.create_task(self._serve(), name="fusee-inbox")
 
     def stop(self) -> None:
         """Stops serving; commands being applied are left to the next life to take again."""
@@ -127,11 +189,10 @@ class Inbox:
         return len(self._applying)
 
     async def _serve(self) -> None:
-        engine = self._engine
-        store = engine.store
+        store = self._store
         next_forget = time.monotonic() + _FORGET_EVERY_S
-        while not engine.closed:
-            leases = engine.leases
+        while not self._closed():
+            leases = self._leases
             try:
                 if leases is None:
                     commands = await store.take_commands(_BATCH)
@@ -141,7 +202,7 @@ class Inbox:
                         _BATCH, shards=list(leases.held)
                     )
             except Exception as e:  # the inbox outlives any one failure of its store
-                if engine.closed:
+                if self._closed():
                     return
                 log.warning("taking commands from the store failed; retrying: %s", e)
                 await asyncio.sleep(_IDLE_S)
@@ -157,13 +218,13 @@ class Inbox:
             try:
                 await store.wait_commands(_IDLE_S)
             except Exception:
-                if engine.closed:
+                if self._closed():
                     return
                 await asyncio.sleep(_IDLE_S)
 
     def _dispatch(self, command: Command) -> None:
         before = self._chains.get(command.run_id)
-        task = self._engine.loop.create_task(self._run(command, before))
+        task = self._loop.create_task(self._run(command, before))
         self._applying.add(task)
         task.add_done_callback(self._applying.discard)
         if command.kind not in _NOT_CHAINED:
@@ -178,7 +239,7 @@ class Inbox:
         id = command.run_id
         if before is not None:
             await asyncio.wait((before,))
-        if command.kind != "stop" and not self._engine.owns(id):
+        if command.kind != "stop" and not self._owns(id):
             # Its shard moved to another worker since it was taken: that
             # worker takes it (unanswered) and applies it.
             self._untake(command)
@@ -215,7 +276,7 @@ class Inbox:
             }
             ok = False
         try:
-            await self._engine.store.answer_command(command.id, ok, encode_payload(fields))
+            await self._store.answer_command(command.id, ok, encode_payload(fields))
         except FuseeError as e:
             log.error("answering command %s (%s) failed: %s", command.id, command.kind, e)
             return
@@ -227,12 +288,12 @@ class Inbox:
 
     def _untake(self, command: Command) -> None:
         # Taken again by this engine too, should its shard come back.
-        untake = getattr(self._engine.store, "untake_command", None)
+        untake = getattr(self._store, "untake_command", None)
         if untake is not None:
             untake(command.id)
 
     async def _apply(self, command: Command) -> dict[str, Any]:
-        engine = self._engine
+        ops = self._operations
         p = decode_payload(command.payload)
         id = command.run_id
         kind = command.kind
@@ -249,7 +310,7 @@ class Inbox:
                 bytes(p["input"]),
             )
             queued = p.get("queued")
-            await engine.messages.start_child_of(
+            await self._messages.start_child_of(
                 link,
                 child,
                 dropped=bool(p.get("dropped")),
@@ -260,13 +321,13 @@ class Inbox:
             return {"message": f"started child run {id!r} of {link.id!r}"}
         if kind == "deliver":
             completion = ChildCompleted(Status(int(p["status"])), bytes(p["payload"]))
-            await engine.runs.deliver(id, int(p["run"]), int(p["seq"]), completion, settle=True)
+            await self._runs.deliver(id, int(p["run"]), int(p["seq"]), completion, settle=True)
             return {"message": f"delivered a child's end to run {id!r}"}
         if kind == "start" and p.get("scheduled_ms"):
-            wf = engine.workflow(str(p["workflow"]))
+            wf = ops.workflow(str(p["workflow"]))
             queue = p.get("queue")
             try:
-                await engine.start_tick(
+                await ops.start_tick(
                     wf,
                     id,
                     bytes(p["input"]),
@@ -278,14 +339,14 @@ class Inbox:
                     raise
             return {"message": f"started run {id!r} ({wf.name}) of a schedule's tick"}
         if kind == "start":
-            wf = engine.workflow(str(p["workflow"]))
+            wf = ops.workflow(str(p["workflow"]))
             value = wf.decode_input(bytes(p["input"]))
             policy = IdPolicy(p.get("id_policy") or IdPolicy.REJECT.value)
             debounce_ms = p.get("debounce_ms")
             try:
                 trace = p.get("trace")
-                with engine.telemetry.attached(bytes(trace) if trace else None):
-                    await engine.begin(
+                with self._telemetry.attached(bytes(trace) if trace else None):
+                    await ops.begin(
                         wf,
                         id,
                         checked(value, wf.decode_input, f"the input of run '{id}'", wf.input_type),
@@ -311,7 +372,7 @@ class Inbox:
             dedup = int(p.get("dedup") or 0) or dedup_key(command.dedup or f"command/{command.id}")
             try:
                 by = p.get("by")
-                await engine._signal(id, name, payload, dedup, bytes(by) if by else None)
+                await ops._signal(id, name, payload, dedup, bytes(by) if by else None)
             except FuseeError as e:
                 # A retry (the poster's, or this command taken again) after the
                 # run ended: delivered already, so applied, as a retry is.
@@ -324,29 +385,29 @@ class Inbox:
         if kind == "update":
             name = str(p["name"])
             update_id = p.get("update_id") or f"command/{command.id}"
-            value = await engine._update(id, name, str(update_id), bytes(p["payload"]))
+            value = await ops._update(id, name, str(update_id), bytes(p["payload"]))
             return {"value": _codec.encode(value), "message": f"update {name!r} of run {id!r}"}
         if kind == "query":
             name = str(p["name"])
-            value = await engine._query(id, name, bytes(p.get("arg") or _codec.encode(None)))
+            value = await ops._query(id, name, bytes(p.get("arg") or _codec.encode(None)))
             return {"value": _codec.encode(value), "message": f"query {name!r} of run {id!r}"}
         if kind == "cancel":
-            await engine._cancel(id, str(p.get("reason") or "cancelled"))
+            await ops._cancel(id, str(p.get("reason") or "cancelled"))
             return {"message": f"run {id!r} cancelled"}
         if kind == "resume":
-            await engine._resume(id)
+            await ops._resume(id)
             return {"message": f"run {id!r} resumed"}
         if kind == "delete":
-            await engine._delete(id)
+            await ops._delete(id)
             return {"message": f"run {id!r} deleted"}
         if kind == "prune":
-            count = await engine.retention.prune(int(p["before_ms"]))
+            count = await self._retention.prune(int(p["before_ms"]))
             return {"message": f"deleted {count} finished run(s)", "deleted": count}
         if kind == "start_now":
-            await engine._start_now(id)
+            await ops._start_now(id)
             return {"message": f"run {id!r} starts now"}
         if kind == "complete":
-            await engine.complete(str(p["token"]), _codec.decode(bytes(p["value"])))
+            await ops.complete(str(p["token"]), _codec.decode(bytes(p["value"])))
             return {"message": f"completed {p['token']!r}"}
         if kind == "fork":
             # Posted to the new run's id, from the old one's.
@@ -355,7 +416,7 @@ class Inbox:
             at = p["at"]
             input = p.get("input")
             try:
-                await engine._fork(id, new_id, at, None if input is None else bytes(input))
+                await ops._fork(id, new_id, at, None if input is None else bytes(input))
             except AlreadyExists:
                 # Taken again after the engine's last life forked but did not
                 # answer: the fork is one write, so a run under the new id
@@ -364,25 +425,24 @@ class Inbox:
                     raise
             return {"message": f"run {id!r} forked as {new_id!r}"}
         if kind == "schedule":
-            return await engine.schedules.apply(id, str(p["action"]), p)
+            return await self._schedules.apply(id, str(p["action"]), p)
         if kind == "stop":
             self.stop_requested.set()
             return {"message": "worker stopping"}
         if kind == "version":
             # Which version serves the store (`fusee versions` on SQLite, one engine).
-            return {"message": f"version {engine.version!r}", "version": engine.version}
+            return {"message": f"version {self._version!r}", "version": self._version}
         raise ValueError(f"command kind {kind!r} is not one this engine applies")
 
     async def _delivered(self, id: str, dedup: int) -> bool:
         """Whether run ``id``'s journal holds a signal with dedup key ``dedup``."""
-        engine = self._engine
-        state = engine.runs.loaded(id)
+        state = self._runs.loaded(id)
         if state is not None:
             # Ended here a moment ago (its journal not all in the store yet:
             # a queued run started and ended by a signal it held, say).
-            await engine.committer.durable(state.driver.machine.gate)
+            await self._committer.durable(state.driver.machine.gate)
             return dedup in state.dedups
-        store = engine.store
+        store = self._store
         row = await store.get(id)
         if row is None or row.status == RunStatus.QUEUED:
             return False
@@ -390,20 +450,19 @@ class Inbox:
         return any(isinstance(rec, Signal) and rec.dedup == dedup for rec in records)
 
     async def _forked_by_us(self, id: str, new_id: str) -> bool:
-        row = await self._engine.store.get(id)
+        row = await self._store.get(id)
         return row is not None and await self._started_by_us(new_id, row.workflow)
 
     async def _started_by_us(self, id: str, workflow: str) -> bool:
         # Taken again after the engine's last life stopped before answering:
         # a run of that workflow under that id is this command's own start.
-        engine = self._engine
-        await engine.runs.loading_settled(id)
-        loaded = engine.runs.loaded(id)
+        await self._runs.loading_settled(id)
+        loaded = self._runs.loaded(id)
         if loaded is not None:
             # Answered only once its start is durable: a crash would lose it.
-            await engine.committer.durable(loaded.start_lsn)
+            await self._committer.durable(loaded.start_lsn)
             return loaded.workflow.name == workflow
-        row = await engine.store.get(id)
+        row = await self._store.get(id)
         return row is not None and row.workflow == workflow
 
 

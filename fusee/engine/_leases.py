@@ -39,7 +39,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -47,7 +47,7 @@ from fusee.engine._state import shard_index
 from fusee.errors import FuseeError
 
 if TYPE_CHECKING:
-    from fusee.engine._engine import Engine
+    from fusee.engine._commit import Committer
 
 __all__ = ["APPLYING", "LeasedStore", "Leases", "default_worker", "forwards", "is_shared"]
 
@@ -99,7 +99,14 @@ class LeasedStore(Protocol):
 APPLYING: Final[ContextVar[bool]] = ContextVar("fusee_applying", default=False)
 
 
-def forwards(engine: Engine) -> bool:
+class _Leased(Protocol):
+    """What `forwards` reads of an engine: its leases (None on a store no worker shares)."""
+
+    @property
+    def leases(self) -> Leases | None: ...
+
+
+def forwards(engine: _Leased) -> bool:
     """Whether an operation its run's lost lease refused goes on through the store's inbox.
 
     A store no worker shares has no lease to lose: a `fusee.StaleLease` there
@@ -133,23 +140,51 @@ class Leases:
     """The shards one engine holds on a shared store, kept by lease.
 
     Args:
-        engine: The engine they serve.
         store: Its shared store (open).
         lease_s: A lease's length: a dead worker's shards move after it.
         owner: This worker's name: a worker started again under the same
             name takes its shards back at once.
+        committer: The engine's committer (its LSNs pass a taken shard's).
+        version: The engine's version (the workers' roll call shows it).
+        lost_shards: Drops at once the runs of shards another worker took.
+        recover_shards: Picks up the unfinished runs of shards taken.
+        drop_shards: Unloads the runs of shards given back.
 
     Example:
-        >>> async def main(engine: Engine) -> bool:
-        ...     return engine.leases is None or engine.leases.owns("order-1")
+        >>> def serves(leases: Leases | None, id: str) -> bool:
+        ...     return leases is None or leases.owns(id)
     """
 
-    def __init__(self, engine: Engine, store: LeasedStore, *, lease_s: float, owner: str) -> None:
+    def __init__(
+        self,
+        store: LeasedStore,
+        *,
+        lease_s: float,
+        owner: str,
+        committer: Committer,
+        version: str,
+        lost_shards: Callable[[list[int]], None],
+        recover_shards: Callable[[set[int]], Awaitable[None]],
+        drop_shards: Callable[[list[int]], None],
+        pins: bool = False,
+        lanes_changed: Callable[[set[int]], object] = lambda shards: None,
+        look_again: Callable[[], None] = lambda: None,
+    ) -> None:
         if not lease_s > 0:
             raise ValueError(f"a shard lease must last more than 0 s, not {lease_s!r}")
         if not isinstance(owner, str) or not owner:
             raise ValueError(f"a worker needs a non-empty str name, not {owner!r}")
-        self._engine = engine
+        self._committer = committer
+        self._version = version
+        self._lost_shards = lost_shards
+        self._recover_shards = recover_shards
+        self._drop_shards = drop_shards
+        # Whether the engine pins its version (a lane of its own), what to do
+        # when the lanes with a live worker change (in the background), and
+        # the queues' look at every queue while several lanes are live.
+        self._pins = pins
+        self._lanes_changed = lanes_changed
+        self._look_again = look_again
         self._store = store
         self.lease_s = lease_s
         self.owner = owner
@@ -218,8 +253,7 @@ class Leases:
 
     async def start(self) -> None:
         """Takes a first share (recovering its runs), then keeps the leases in the background."""
-        engine = self._engine
-        self.lane = await self._store.serve_version(engine.version if engine.pins else "")
+        self.lane = await self._store.serve_version(self._version if self._pins else "")
         await self._round(first=True)
         self._task = asyncio.get_running_loop().create_task(self._keep(), name="fusee-leases")
 
@@ -244,14 +278,14 @@ class Leases:
                 self._failing = False
 
     async def _round(self, *, first: bool = False) -> None:
-        store, engine = self._store, self._engine
+        store = self._store
         if self.held:
             asked = dict(self.held)
             kept = await store.renew_shards(self.owner, asked, self.lease_s)
             lost = [s for s, epoch in asked.items() if kept.get(s) != epoch and s in self.held]
             if lost:
-                engine.lost_shards(lost)
-        live = await store.join(self.owner, self.lease_s, self._engine.version)
+                self._lost_shards(lost)
+        live = await store.join(self.owner, self.lease_s, self._version)
         lanes, lanes_live = await store.lanes()
         self._lanes.update(lanes)
         if lanes_live != self.live:
@@ -259,9 +293,9 @@ class Leases:
             if not first and self.held:
                 # A lane lost its last worker (its runs may be this lane's
                 # to serve now), or came back.
-                engine.spawn(engine.lanes_changed(set(self.held)))
+                self._lanes_changed(set(self.held))
         if len(lanes_live) > 1 and not first:
-            engine.queues.look_again()
+            self._look_again()
         fair = -(-self.count // max(live, 1))
         self._over = self._over + 1 if len(self.held) > fair else 0
         if len(self.held) < fair:
@@ -275,17 +309,15 @@ class Leases:
             await self.give_back(sorted(self.held)[fair:])
 
     async def _adopt(self, got: dict[int, int]) -> None:
-        engine = self._engine
         # The previous holder's last records are the highest of those shards:
         # this worker's records number past them, before it writes any.
-        engine.committer.advance(await self._store.max_lsn(got))
+        self._committer.advance(await self._store.max_lsn(got))
         self.held.update(got)
         log.info("worker %s took shards %s", self.owner, _names(got))
-        await engine.recover_shards(set(got))
+        await self._recover_shards(set(got))
 
     async def give_back(self, shards: Iterable[int]) -> None:
         """Makes ``shards``' records durable, drops their runs and releases their leases."""
-        engine = self._engine
         wanted = [s for s in shards if s in self.held]
         if not wanted:
             return
@@ -293,9 +325,9 @@ class Leases:
             self._releasing[s] = self.held.pop(s)
         try:
             # Messages to their runs go to the next holder from here on.
-            await engine.committer.flush(bounded=False)
-            engine.drop_shards(wanted)
-            await engine.committer.flush(bounded=False)
+            await self._committer.flush(bounded=False)
+            self._drop_shards(wanted)
+            await self._committer.flush(bounded=False)
             await self._store.release_shards(self.owner, wanted)
             log.info("worker %s gave back shards %s", self.owner, _names(wanted))
         finally:

@@ -23,16 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from fusee import _codec
 from fusee._definitions import KnownSignals
 from fusee._driver import UPDATE_REJECTED, ReplayHost, RunDriver
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import carried_of
-from fusee.engine._leases import APPLYING, forwards
 from fusee.engine._run import dedup_key
 from fusee.engine._runs import through_end, unknown_workflow
 from fusee.engine._state import cancel_key
@@ -65,9 +63,16 @@ from fusee.remote import CompletionToken
 from fusee.remote._journal import decode_journal, end_record, error_pair
 
 if TYPE_CHECKING:
-    from fusee.engine._engine import Engine
+    from fusee._definitions import WorkflowDef
+    from fusee.engine._clock import Clock
+    from fusee.engine._commit import Committer
+    from fusee.engine._leases import Leases
+    from fusee.engine._queues import CreateRun, Queues
+    from fusee.engine._runs import Runs
     from fusee.engine._state import RunState
-    from fusee.store import RunRow
+    from fusee.engine._timers import Timers
+    from fusee.remote import Remote
+    from fusee.store import RunRow, Store
 
 __all__ = ["Messages"]
 
@@ -91,6 +96,32 @@ class _Held:
 _HELD: Final = _Held()
 
 
+class Turning(Protocol):
+    """What the messages room asks of the host: a run's turn after a resume."""
+
+    def turned(self, driver: RunDriver) -> None: ...
+
+
+class Routing(Protocol):
+    """What a run's sends and cancels ask of the router (`fusee.engine._router.Router`)."""
+
+    async def signal(
+        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
+    ) -> None: ...
+
+    async def cancel(self, id: str, reason: str) -> None: ...
+
+
+class Parts(Protocol):
+    """The engine's parts the messages room reaches, built after it (the Engine implements it)."""
+
+    @property
+    def queues(self) -> Queues: ...
+
+    @property
+    def router(self) -> Routing: ...
+
+
 class Messages:
     """Delivers messages to the runs of one engine.
 
@@ -98,12 +129,53 @@ class Messages:
         See `fusee.Run.signal`, `fusee.Run.update` and friends, which call it.
     """
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        *,
+        store: Store,
+        committer: Committer,
+        clock: Clock,
+        loop: asyncio.AbstractEventLoop,
+        runs: Runs,
+        timers: Timers,
+        host: Turning,
+        remote: Remote,
+        leases: Leases | None,
+        workflows: Mapping[str, WorkflowDef[Any, Any]],
+        workflow: Callable[[WorkflowDef[Any, Any] | str], WorkflowDef[Any, Any]],
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
+        check_open: Callable[[], None],
+        closed: Callable[[], bool],
+        owns: Callable[[str], bool],
+        create_run: CreateRun,
+        outbox_done: Callable[[RunState, int], None],
+        continue_run: Callable[[RunRow], Awaitable[None]],
+        parts: Parts,
+    ) -> None:
+        self._store = store
+        self._committer = committer
+        self._clock = clock
+        self._loop = loop
+        self._runs = runs
+        self._timers = timers
+        self._host = host
+        self._remote = remote
+        # Read by `forwards`: None on a store no worker shares.
+        self.leases = leases
+        self._workflows = workflows
+        self._workflow_of = workflow
+        self._spawn = spawn
+        self._check_open = check_open
+        self._closed = closed
+        self._owns = owns
+        self._create_run = create_run
+        self._outbox_done = outbox_done
+        self._continue_run = continue_run
+        self._parts = parts
         self._tokens = 0
         # The signal definitions signals are checked against before they are
         # recorded (``fusee worker`` adds its modules').
-        self.known = KnownSignals.of_workflows(engine.workflows.values())
+        self.known = KnownSignals.of_workflows(workflows.values())
 
     # --- signals -----------------------------------------------------------------------------
 
@@ -116,7 +188,7 @@ class Messages:
         """
         if not state.waits:
             return
-        timers = self._engine.timers
+        timers = self._timers
         driver = state.driver
         for seq in sorted(state.waits):
             # A delivery runs the code, which may drop another wait or end
@@ -148,11 +220,8 @@ class Messages:
 
     def _set_aside(self, state: RunState, ordinal: int, seq: int, error: PayloadError) -> None:
         """Logs signal ``ordinal`` set aside by wait ``seq`` (once per signal in this process)."""
-        if state.set_aside is None:
-            state.set_aside = set()
-        elif ordinal in state.set_aside:
+        if not state.set_aside_once(ordinal):
             return
-        state.set_aside.add(ordinal)
         log.warning(
             "run %r set aside signal %r #%d: its payload does not fit the type of the wait "
             "at #%d, which goes on waiting for one that does (%s)",
@@ -163,99 +232,7 @@ class Messages:
             error,
         )
 
-    # --- routing: a run of a shard another worker holds is reached there ----------------------
-
-    async def _routed(
-        self, id: str, here: Callable[[], Awaitable[T]], there: Callable[[], Awaitable[T]]
-    ) -> T:
-        """``here()`` if this engine serves run ``id``, else (or once it moved) ``there()``."""
-        engine = self._engine
-        engine.check_open()
-        if engine.owns(id):
-            try:
-                return await here()
-            except StaleLease:
-                # Its shard's lease ran out meanwhile, and nothing of this was
-                # written: the store's inbox takes it to whoever holds the
-                # shard now (this engine too, under a lease taken again), and
-                # the caller never hears of the move.
-                if not forwards(engine):
-                    raise
-        elif APPLYING.get():
-            raise StaleLease([engine.runs.shard_index(id)])
-        return await there()
-
-    async def signal(
-        self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
-    ) -> None:
-        """Records signal ``name`` for run ``id``; returns once it is durable.
-
-        Raises:
-            fusee.PayloadError: The payload does not fit the signal's known
-                definition (nothing is recorded).
-            fusee.RunFinished: The run has ended (or its end is being recorded).
-        """
-        self.known.check(id, name, payload)
-        await self._routed(
-            id,
-            lambda: self._signal_here(id, name, payload, dedup, by),
-            lambda: self._engine.remote.signal(id, name, payload, dedup, by),
-        )
-
-    async def query(self, id: str, name: str, arg: bytes) -> Any:
-        """Asks run ``id``'s query handler (a finished run is replayed to ask it)."""
-        return await self._routed(
-            id,
-            lambda: self._query_here(id, name, arg),
-            lambda: self._engine.remote.query(id, name, arg),
-        )
-
-    async def update(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
-        """Offers update ``name`` to run ``id``; returns the handler's result once durable.
-
-        An update with an ``update_id`` is applied at most once: a repeat
-        returns (or raises) what the first did.
-
-        Raises:
-            fusee.UpdateRejected: The validator refused it (nothing recorded).
-            fusee.UpdateFailed: The handler raised.
-            fusee.RunFinished: The run has ended.
-        """
-        if update_id is None and self._engine.leases is not None:
-            # On a shared store a move of the run's shard mid-update offers it
-            # again to the new holder: under one id, it is applied once.
-            update_id = f"{id}/update/{uuid.uuid4().hex}"
-        return await self._routed(
-            id,
-            lambda: self._update_here(id, name, update_id, payload),
-            lambda: self._engine.remote.update(id, name, update_id, payload),
-        )
-
-    async def cancel(self, id: str, reason: str) -> None:
-        """Cancels run ``id``; returns once the request is durable."""
-        await self._routed(
-            id,
-            lambda: self._cancel_here(id, reason),
-            lambda: self._engine.remote.cancel(id, reason),
-        )
-
-    async def resume(self, id: str) -> None:
-        """Gives run ``id``'s paused steps a fresh retry budget."""
-        await self._routed(
-            id, lambda: self._resume_here(id), lambda: self._engine.remote.resume(id)
-        )
-
-    async def complete(self, token: str, value: Any = None) -> None:
-        """Resolves the ``ctx.await_completion`` that handed out ``token``."""
-        id = CompletionToken.run_id(token)
-        data = _codec.encode(value, name="the completion's value")
-        await self._routed(
-            id,
-            lambda: self._complete_here(token, value),
-            lambda: self._engine.remote.complete(token, data),
-        )
-
-    async def _signal_here(
+    async def signal_here(
         self, id: str, name: str, payload: bytes, dedup: int, by: bytes | None
     ) -> None:
         """Records signal ``name`` for run ``id``; returns once it is durable.
@@ -263,10 +240,9 @@ class Messages:
         Raises:
             fusee.RunFinished: The run has ended (or its end is being recorded).
         """
-        engine = self._engine
-        engine.check_open()
+        self._check_open()
         state = await self._target_or_queued(
-            id, lambda: engine.queues.signal_queued(id, name, payload, dedup, by)
+            id, lambda: self._parts.queues.signal_queued(id, name, payload, dedup, by)
         )
         if isinstance(state, _Held):
             return
@@ -275,19 +251,17 @@ class Messages:
         if dedup and dedup in state.dedups:
             # Acknowledged as the first was: once it is durable (everything
             # appended so far is, then).
-            await engine.committer.durable(state.driver.machine.gate)
+            await self._committer.durable(state.driver.machine.gate)
             return
-        if dedup:
-            state.dedups.add(dedup)
         sig = Signal(state.run, name, dedup, payload, by)
-        state.signals.append(sig)
+        state.add_signal(sig)
         state.driver.append_signal(sig)
         lsn = state.driver.machine.gate
         self.match(state)
         if state.driver.signals_due():
             # No wait took it: the code's signal handlers get it now.
             state.driver.turn()
-        await engine.committer.durable(lsn)
+        await self._committer.durable(lsn)
 
     async def _target(self, id: str) -> RunState | None:
         """The run a message to ``id`` goes to: its loaded run, past a continue-as-new.
@@ -295,23 +269,22 @@ class Messages:
         A run ending in continue-as-new is not the end of its id: a message
         then waits for the next run (started once the end is durable).
         """
-        engine = self._engine
         delay = _ADMITTED_POLL_S
         continued = False
         while True:
-            state = await engine.runs.wake(id)
+            state = await self._runs.wake(id)
             if state is None:
-                row = await engine.store.get(id)
+                row = await self._store.get(id)
                 if row is None or row.status != RunStatus.CONTINUED:
                     return None
                 # Its next run is not started yet (its start was lost with a
                 # crash, or its shard moved): on its shard's owner, the
                 # message starts it, as recovery would; elsewhere it waits
                 # for the owner's recovery.
-                if engine.owns(id) and not continued:
+                if self._owns(id) and not continued:
                     continued = True
-                    await engine._continue(row)
-                    if engine.runs.loaded(id) is not None:
+                    await self._continue_run(row)
+                    if self._runs.loaded(id) is not None:
                         continue
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _ADMITTED_POLL_MAX_S)
@@ -319,8 +292,8 @@ class Messages:
             end = state.driver.end
             if end is None or end.status is not Status.CONTINUED:
                 return state
-            await engine.committer.durable(state.driver.machine.gate)
-            engine.check_open()
+            await self._committer.durable(state.driver.machine.gate)
+            self._check_open()
 
     async def _target_or_queued(
         self, id: str, to_queued: Callable[[], Awaitable[bool]]
@@ -344,11 +317,11 @@ class Messages:
     async def _finished(self, id: str, state: RunState | None, what: str) -> RunFinished:
         """The error for ``what`` sent to run ``id``, which has ended."""
         if state is None:
-            state = self._engine.runs.ending.get(id)
+            state = self._runs.ending.get(id)
         if state is not None:
             status = str(state.row_status)
         else:
-            row = await self._engine.store.get(id)
+            row = await self._store.get(id)
             status = str(row.status) if row is not None else "ended"
         return RunFinished(id, status, what)
 
@@ -365,20 +338,14 @@ class Messages:
         under way at once: a send or cancel to the child, in the same outbox,
         is applied after it (`_after_start`), never before.
         """
-        engine = self._engine
         state.outbox.add(rec.seq)
         if isinstance(rec, Child):
-            if state.starting is None:
-                state.starting = {}
-            state.starting[rec.id] = asyncio.Event()
-            engine.committer.on_durable(lsn, lambda: engine.spawn(self.start_child(state, rec)))
+            state.child_starting(rec.id)
+            self._committer.on_durable(lsn, lambda: self._spawn(self.start_child(state, rec)))
         else:
-            if state.sending is None:
-                state.sending = {}
-            before = state.sending.get(rec.target)
-            sent = state.sending[rec.target] = asyncio.Event()
-            engine.committer.on_durable(
-                lsn, lambda: engine.spawn(self.send(state, rec, before, sent, not lsn))
+            before, sent = state.sending_to(rec.target)
+            self._committer.on_durable(
+                lsn, lambda: self._spawn(self.send(state, rec, before, sent, not lsn))
             )
 
     def owe_cancel(self, state: RunState, seq: int, child: str) -> None:
@@ -388,12 +355,11 @@ class Messages:
         child again whenever it replays (a recovery re-derives it), and the
         child counts a second cancel as none.
         """
-        engine = self._engine
         state.dropped_children.add(seq)
         state.outbox.add(cancel_key(seq))
-        engine.committer.on_durable(
+        self._committer.on_durable(
             state.driver.machine.gate,
-            lambda: engine.spawn(self.cancel_child(state, seq, child)),
+            lambda: self._spawn(self.cancel_child(state, seq, child)),
         )
 
     async def _after_start(self, state: RunState, id: str) -> None:
@@ -418,14 +384,13 @@ class Messages:
         ``again``: re-derived from the journal (it may have been applied).
         """
         key = dedup_key(f"{sender.id}/{sender.run}/{rec.seq}")
-        engine = self._engine
         held = False
         try:
             await self._after_start(sender, rec.target)
             if before is not None:
                 await before.wait()
             at_ms = sender.driver.send_delays.get(rec.seq)
-            if at_ms is not None and at_ms > engine.clock.now_ms():
+            if at_ms is not None and at_ms > self._clock.now_ms():
                 # A delayed send stays in the outbox until its recorded time
                 # (a crash meanwhile: recovery owes it again), with no task
                 # waiting for it (an idle engine is idle); the sender's later
@@ -433,17 +398,17 @@ class Messages:
                 held = True
 
                 def again_then() -> None:
-                    if not engine.closed:
-                        engine.spawn(self.send(sender, rec, None, asyncio.Event(), again))
+                    if not self._closed():
+                        self._spawn(self.send(sender, rec, None, asyncio.Event(), again))
 
-                engine.clock.call_at(at_ms, again_then)
+                self._clock.call_at(at_ms, again_then)
                 return
             try:
                 if rec.name == CANCEL_SEND:
                     # A second delivery (after a crash) finds it cancelled: a no-op.
-                    await self.cancel(rec.target, str(_codec.decode(rec.payload)))
+                    await self._parts.router.cancel(rec.target, str(_codec.decode(rec.payload)))
                 else:
-                    await self.signal(
+                    await self._parts.router.signal(
                         rec.target, rec.name, rec.payload, key, _codec.encode(sender.id)
                     )
             except (NotFound, FuseeError) as e:
@@ -470,7 +435,7 @@ class Messages:
         # Not in a `finally`: a delivery cut short by the engine's close or
         # crash stays in the outbox, and recovery delivers it again.
         if not held:
-            self._engine.outbox_done(sender, rec.seq)
+            self._outbox_done(sender, rec.seq)
 
     # --- children ----------------------------------------------------------------------------
 
@@ -493,7 +458,7 @@ class Messages:
                 started.set()
         # Only once the child's start is durable (a start cut short by a
         # close or crash stays in the outbox, for recovery to redo).
-        self._engine.outbox_done(parent, rec.seq)
+        self._outbox_done(parent, rec.seq)
 
     async def start_child_of(
         self,
@@ -514,8 +479,7 @@ class Messages:
         another worker holds is started by that worker, once (the command's
         id is the parent's position).
         """
-        engine = self._engine
-        if not engine.owns(rec.id):
+        if not self._owns(rec.id):
             fields = {
                 "workflow": rec.wtype,
                 "input": rec.input,
@@ -528,23 +492,23 @@ class Messages:
                 "not_before_ms": not_before_ms,
             }
             command_id = f"child/{link.id}/{link.run}/{link.seq}"
-            await engine.remote.call("start", rec.id, fields, command_id=command_id)
+            await self._remote.call("start", rec.id, fields, command_id=command_id)
             if not rec.flags & DETACHED:
                 # Asked again by a later life of the parent (its recovery):
                 # the command, answered then, is not applied again, so the
                 # end of a child that ended meanwhile is read here. (An end
                 # delivered to an earlier life that did not record it is
                 # delivered again; a second delivery changes nothing.)
-                found = await engine.store.get(rec.id)
+                found = await self._store.get(rec.id)
                 if found is not None and found.status in _ENDED:
-                    journal = await engine.store.load(rec.id, found.run)
+                    journal = await self._store.load(rec.id, found.run)
                     if _parent_of(journal) == link:
                         self._child_ended(link, rec, found, journal)
             return
-        runs = engine.runs
+        runs = self._runs
         # A load under way (a message to the id) may yet find no run.
         await runs.loading_settled(rec.id)
-        row = await engine.store.get(rec.id) if runs.loaded(rec.id) is None else None
+        row = await self._store.get(rec.id) if runs.loaded(rec.id) is None else None
         loaded = runs.loaded(rec.id)
         if row is not None and row.status == RunStatus.QUEUED and (queued or not_before_ms):
             return  # queued by this start before a crash
@@ -556,11 +520,11 @@ class Messages:
                 # Its start is acknowledged (a command answered, an outbox
                 # entry done) only once it is: a crash would lose it, and
                 # nothing would start it again.
-                await engine.committer.durable(loaded.start_lsn)
+                await self._committer.durable(loaded.start_lsn)
                 parent_of = loaded.parent
             else:
                 assert row is not None
-                entries = await engine.store.load(rec.id, row.run)
+                entries = await self._store.load(rec.id, row.run)
                 parent_of = _parent_of(entries)
             if parent_of != link:
                 runs.fire(
@@ -581,7 +545,7 @@ class Messages:
         if dropped:
             # Cancelled before its start was durable: it never starts.
             return
-        wf = engine.workflows.get(rec.wtype)
+        wf = self._workflows.get(rec.wtype)
         if wf is None:
             runs.fire(
                 link.id,
@@ -590,7 +554,7 @@ class Messages:
                 ChildCompleted(
                     _FAILED,
                     _codec.encode(
-                        ["UnknownWorkflow", unknown_workflow(rec.wtype, engine.workflows)]
+                        ["UnknownWorkflow", unknown_workflow(rec.wtype, self._workflows)]
                     ),
                 ),
             )
@@ -598,7 +562,7 @@ class Messages:
         if queued is not None or not_before_ms:
             name, key = queued if queued is not None else (None, None)
             try:
-                await engine.queues.start_child(
+                await self._parts.queues.start_child(
                     wf, rec, link, name, key, trace=trace, not_before_ms=not_before_ms
                 )
             except UnknownQueue as e:
@@ -609,7 +573,7 @@ class Messages:
                     ChildCompleted(_FAILED, _codec.encode(["UnknownQueue", str(e)])),
                 )
             return
-        lsn = engine.create_run(
+        lsn = self._create_run(
             wf,
             rec.id,
             rec.input,
@@ -620,9 +584,9 @@ class Messages:
             deadline_ms=rec.deadline_ms,
         )
         try:
-            await engine.committer.durable(lsn)
+            await self._committer.durable(lsn)
         except StaleLease:
-            if engine.owns(rec.id):
+            if self._owns(rec.id):
                 raise
             # Its shard moved to another worker meanwhile, and nothing of the
             # start was written: that worker starts it.
@@ -640,48 +604,46 @@ class Messages:
     ) -> None:
         done = end_record(rec.id, row.run, entries)
         if done is not None:
-            self._engine.runs.fire(
-                link.id, link.run, rec.seq, ChildCompleted(done.status, done.payload)
-            )
+            self._runs.fire(link.id, link.run, rec.seq, ChildCompleted(done.status, done.payload))
 
     async def cancel_child(self, parent: RunState, seq: int, child: str) -> None:
         """Cancels attached child ``child`` of ``parent``, whose wait the code dropped."""
-        engine = self._engine
         await self._after_start(parent, child)
-        state = engine.runs.loaded(child)
+        state = self._runs.loaded(child)
         if state is not None:
             parent_of = state.parent.id if state.parent is not None else None
         else:
-            row = await engine.store.get(child)
+            row = await self._store.get(child)
             parent_of = row.parent if row is not None else None
         if parent_of == parent.id:
             # Else not started (it never will be), or not this parent's.
             with contextlib.suppress(RunFinished, NotFound):
-                await self.cancel(child, f"its parent '{parent.id}' stopped waiting for it")
+                await self._parts.router.cancel(
+                    child, f"its parent '{parent.id}' stopped waiting for it"
+                )
         # Not in a `finally`, as a send's: a cancel cut short stays owed.
-        engine.outbox_done(parent, cancel_key(seq))
+        self._outbox_done(parent, cancel_key(seq))
 
     # --- queries and updates -----------------------------------------------------------------
 
-    async def _query_here(self, id: str, name: str, arg: bytes) -> Any:
+    async def query_here(self, id: str, name: str, arg: bytes) -> Any:
         """Asks run ``id``'s query handler (a finished run is replayed to ask it)."""
-        engine = self._engine
-        engine.check_open()
-        state = await engine.runs.wake(id)
+        self._check_open()
+        state = await self._runs.wake(id)
         if state is not None and state.driver.end is None:
             return _codec.decode(state.driver.query(name, arg))
-        row = await engine.store.get(id)
+        row = await self._store.get(id)
         assert row is not None
-        entries = await engine.store.load(id, row.run)
+        entries = await self._store.load(id, row.run)
         records = through_end(decode_journal(id, row.run, entries))
-        replay = RunDriver(ReplayHost(), engine.workflow(row.workflow), records, entries[-1][0])
+        replay = RunDriver(ReplayHost(), self._workflow_of(row.workflow), records, entries[-1][0])
         try:
             replay.start()
             return _codec.decode(replay.query(name, arg))
         finally:
             replay.close()
 
-    async def _update_here(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
+    async def update_here(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
         """Offers update ``name`` to run ``id``; returns the handler's result once durable.
 
         An update with an ``update_id`` is applied at most once: a repeat
@@ -692,8 +654,7 @@ class Messages:
             fusee.UpdateFailed: The handler raised.
             fusee.RunFinished: The run has ended.
         """
-        engine = self._engine
-        engine.check_open()
+        self._check_open()
         state = await self._target(id)
         if state is None or state.driver.end is not None:
             if update_id is not None:
@@ -707,7 +668,7 @@ class Messages:
                 # Answered as the first was: once its outcome is durable
                 # (everything appended so far is, then), never before, or a
                 # crash could lose what the repeat acknowledged.
-                await engine.committer.durable(state.driver.machine.gate)
+                await self._committer.durable(state.driver.machine.gate)
                 return _update_result(name, id, outcome, _result_decoder(state, name))
             first = state.update_waiters.get(update_id)
             if first is not None:
@@ -715,11 +676,11 @@ class Messages:
                 return _update_result(name, id, outcome, _result_decoder(state, name))
         self._tokens += 1
         token = self._tokens
-        fut: asyncio.Future[tuple[Status, bytes]] = engine.loop.create_future()
+        fut: asyncio.Future[tuple[Status, bytes]] = self._loop.create_future()
 
         def answered(status: Status, out: bytes) -> None:
             lsn = state.driver.machine.gate
-            engine.committer.on_durable(lsn, lambda: _settle(fut, (status, out)))
+            self._committer.on_durable(lsn, lambda: _settle(fut, (status, out)))
 
         # The run keeps its callers' futures: its end (or the engine's close)
         # answers them, and it does not park while one waits.
@@ -746,11 +707,10 @@ class Messages:
 
     async def _recorded_outcome(self, id: str, update_id: str) -> tuple[Status, bytes] | None:
         """The outcome the journal of ended run ``id`` recorded for update ``update_id``."""
-        engine = self._engine
-        row = await engine.store.get(id)
+        row = await self._store.get(id)
         if row is None:
             return None
-        records = decode_journal(id, row.run, await engine.store.load(id, row.run))
+        records = decode_journal(id, row.run, await self._store.load(id, row.run))
         ordinal = None
         count = 0
         for rec in records:
@@ -768,65 +728,63 @@ class Messages:
 
     # --- cancel, resume, complete ------------------------------------------------------------
 
-    async def _cancel_here(self, id: str, reason: str) -> None:
+    async def cancel_here(self, id: str, reason: str) -> None:
         """Cancels run ``id``; returns once the request is durable."""
-        engine = self._engine
-        engine.check_open()
-        state = await self._target_or_queued(id, lambda: engine.queues.cancel_queued(id, reason))
+        self._check_open()
+        state = await self._target_or_queued(
+            id, lambda: self._parts.queues.cancel_queued(id, reason)
+        )
         if isinstance(state, _Held):
             return
         if state is None or state.driver.end is not None:
             raise await self._finished(id, state, "cancel")
-        if state.cancelled:
+        if not state.mark_cancelled():
             # A second cancel is a no-op: compensation runs to its end.
             return
-        state.cancelled = True
         state.driver.request_cancel(_codec.encode(reason))
-        await engine.committer.durable(state.driver.machine.gate)
+        await self._committer.durable(state.driver.machine.gate)
 
-    async def _resume_here(self, id: str) -> None:
+    async def resume_here(self, id: str) -> None:
         """Gives run ``id``'s paused steps a fresh retry budget."""
-        engine = self._engine
-        engine.check_open()
-        state = await engine.runs.wake(id)
+        self._check_open()
+        state = await self._runs.wake(id)
         if state is None:
             return
         if state.driver.bug is not None:
             # Paused by a bug in its code: replayed on the code there is now.
-            await engine.runs.reload(state)
+            await self._runs.reload(state)
             return
         for rec in state.driver.machine.resume(None):
             state.driver.append(rec)
         state.resumed.set()
-        engine.host.turned(state.driver)
-        await engine.committer.durable(state.driver.machine.gate)
+        self._host.turned(state.driver)
+        await self._committer.durable(state.driver.machine.gate)
 
-    async def _complete_here(self, token: str, value: Any = None) -> None:
+    async def complete_here(self, token: str, value: Any = None) -> None:
         """Resolves the ``ctx.await_completion`` that handed out ``token``."""
-        engine = self._engine
-        engine.check_open()
+        self._check_open()
         parsed = CompletionToken.parse(token)
-        state = await engine.runs.wake(parsed.id)
+        state = await self._runs.wake(parsed.id)
         if state is None or state.run != parsed.run:
             return
         data = _codec.encode(value, name="the completion's value")
         if state.driver.complete_async(parsed.seq, parsed.attempt, _OK, data):
-            await engine.committer.durable(state.driver.machine.gate)
+            await self._committer.durable(state.driver.machine.gate)
 
     def release_updates(self, why: str = "the engine closed before the update's answer") -> None:
         """Answers every waiting update caller (the engine closes, or its store failed)."""
         closed = _codec.encode(["EngineClosed", why])
-        for state in self._engine.runs.all():
+        for state in self._runs.all():
             for fut in list(state.updates):
                 _settle(fut, (Status.CANCELLED, closed))
 
     def release_updates_of(self, state: RunState) -> None:
         """Tells the update callers of ``state``'s run that it moved to another worker.
 
-        Each caller's update goes on there (`_routed`), under its id, so it is
+        Each caller's update goes on there (`Router.routed`), under its id, so it is
         applied once.
         """
-        shard = self._engine.runs.shard_index(state.id)
+        shard = self._runs.shard_index(state.id)
         for fut in list(state.updates):
             if not fut.done():
                 fut.set_exception(StaleLease([shard]))

@@ -31,8 +31,8 @@ import asyncio
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from fusee import _codec
 from fusee._durations import duration_ms
@@ -48,9 +48,12 @@ from fusee.store._queues import ItemBook, QueueItem
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
-    from fusee.engine._clock import TimerHandle
+    from fusee.engine._clock import Clock, TimerHandle
     from fusee.engine._commit import Committer
-    from fusee.engine._engine import Engine
+    from fusee.engine._leases import Leases
+    from fusee.engine._runs import Runs
+    from fusee.engine._state import RunState
+    from fusee.store import Store
 
 __all__ = ["Queues"]
 
@@ -95,6 +98,28 @@ class _Book(ItemBook):
         self._committer.forget_item(seq)
 
 
+class CreateRun(Protocol):
+    """Appends a run's `Start`, loads it and runs its first turn; returns its LSN.
+
+    `Engine.create_run`: an admitted item's run starts this way.
+    """
+
+    def __call__(
+        self,
+        wf: WorkflowDef[Any, Any],
+        id: str,
+        data: bytes,
+        *,
+        parent: Parent | None,
+        policy: int,
+        run: int,
+        signals: Iterable[Signal] = (),
+        trace: bytes | None = None,
+        meta: Meta | None = None,
+        deadline_ms: int = 0,
+    ) -> int: ...
+
+
 class Queues:
     """An engine's queues: enqueueing, admission, slot release, cancels and figures.
 
@@ -112,8 +137,41 @@ class Queues:
         'hi'
     """
 
-    def __init__(self, engine: Engine, queues: Iterable[Queue]) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        queues: Iterable[Queue],
+        *,
+        store: Store,
+        committer: Committer,
+        clock: Clock,
+        loop: asyncio.AbstractEventLoop,
+        runs: Runs,
+        leases: Leases | None,
+        workflows: Mapping[str, WorkflowDef[Any, Any]],
+        version: str,
+        version_number: int,
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+        closed: Callable[[], bool],
+        owns: Callable[[str], bool],
+        result_ready: Callable[[str], None],
+        attached: Callable[[RunState | None], Awaitable[None]],
+        create_run: CreateRun,
+    ) -> None:
+        self._store = store
+        self._committer = committer
+        self._clock = clock
+        self._loop = loop
+        self._runs = runs
+        self._leases = leases
+        self._workflows = workflows
+        self._version = version
+        self._version_number = version_number
+        self._spawn = spawn
+        self._closed = closed
+        self._owns = owns
+        self._result_ready = result_ready
+        self._attached = attached
+        self._create_run = create_run
         self.queues: dict[str, Queue] = {}
         for q in queues:
             if not isinstance(q, Queue):
@@ -134,9 +192,9 @@ class Queues:
         # Ended runs whose slots the next admission of their queue frees.
         self._released: dict[str, set[str]] = {}
         self._polls: set[str] = set()
-        self.shared = engine.leases is not None
+        self.shared = leases is not None
         # Alone on its store, the engine decides admissions itself (None: the store does).
-        self.book = None if self.shared else _Book(engine.committer)
+        self.book = None if self.shared else _Book(committer)
         # Items the book admitted whose runs are not started yet, and whether
         # they are being started (a run that ends at once admits the next
         # one: started by the loop below, not by recursion).
@@ -201,33 +259,32 @@ class Queues:
         Raises:
             fusee.AlreadyExists: The id is taken (see `fusee.IdPolicy`).
         """
-        engine = self._engine
         if key is not None and not isinstance(key, str):
             raise TypeError(f"a queue key must be a string or None, not {key!r}")
         if type(priority) is not int:
             raise TypeError(f"priority must be an int, not {priority!r}")
         debounce_ms = duration_ms(debounce) if debounce is not None else 0
         q = self.resolve(queue, debounce is not None or not_before_ms > 0)
-        now = engine.clock.now_ms()
+        now = self._clock.now_ms()
         book = self.book
         if debounce is not None:
             if book is not None:
                 debounced = book.debounce(id, data, now + debounce_ms)
                 if debounced:
-                    await engine.committer.stored()
+                    await self._committer.stored()
             else:
-                debounced = await engine.store.debounce_queued(id, data, now + debounce_ms)
+                debounced = await self._store.debounce_queued(id, data, now + debounce_ms)
             if debounced:
                 self.kick(q.name)
                 return
         # A load under way (a message to the id) may yet find no run.
-        await engine.runs.loading_settled(id)
-        loaded = engine.runs.loaded(id)
-        row = None if loaded is not None else await engine.store.get(id)
+        await self._runs.loading_settled(id)
+        loaded = self._runs.loaded(id)
+        row = None if loaded is not None else await self._store.get(id)
         if loaded is not None or row is not None:
             status = row.status if row is not None else RunStatus.RUNNING
             if id_policy is IdPolicy.ATTACH:
-                await engine.attached(loaded)
+                await self._attached(loaded)
                 return
             if id_policy is IdPolicy.REJECT or status not in FINISHED_STATUSES:
                 raise AlreadyExists(f"run '{id}' exists ({status}); {_policy_hint()}")
@@ -254,13 +311,12 @@ class Queues:
 
     async def _enqueue(self, item: QueueItem, row: RunRow) -> QueueItem | None:
         """Stores ``item`` with ``row`` and tries its queue; returns once durable (None: taken)."""
-        engine = self._engine
         # A handle means the id's latest run: the end of an earlier one (a
         # REPLACE) no longer answers its `result()`.
-        engine.result_ready(item.id)
+        self._result_ready(item.id)
         book = self.book
         if book is None:
-            stored = await engine.store.enqueue(item, row)
+            stored = await self._store.enqueue(item, row)
             if stored is not None:
                 self.kick(item.queue)
             return stored
@@ -268,21 +324,20 @@ class Queues:
         if stored is None:
             # The id's item may be on its way to the store still: a caller
             # told it exists (ATTACH) relies on it.
-            await engine.committer.stored()
+            await self._committer.stored()
             return None
-        engine.committer.put_row(row)
+        self._committer.put_row(row)
         # Admitted at once when the queue allows: its `Start` goes in the
         # same write as its item, and a queue costs a start no write of its own.
         self.kick(item.queue)
-        await engine.committer.stored()
+        await self._committer.stored()
         return stored
 
     # --- admission ----------------------------------------------------------------------
 
     def kick(self, name: str) -> None:
         """Tries an admission of queue ``name``: now in a book; soon in a store (one at a time)."""
-        engine = self._engine
-        if engine.closed:
+        if self._closed():
             return
         if self.book is not None:
             self._admit_now(name)
@@ -292,7 +347,7 @@ class Queues:
             self._again.add(name)
             return
         self._admitting.add(name)
-        self._rounds[name] = engine.spawn(self._admit(name))
+        self._rounds[name] = self._spawn(self._admit(name))
 
     def _admit_now(self, name: str) -> None:
         """Admits what queue ``name`` allows, in the book; their runs start in `start_admitted`."""
@@ -301,7 +356,7 @@ class Queues:
         if q is None:
             return
         admission = self.book.admit_now(
-            q.limits, self._engine.clock.now_ms(), self._runnable, count_left=False
+            q.limits, self._clock.now_ms(), self._runnable, count_left=False
         )
         self._admitted_now.extend(admission.items)
         if admission.wake_ms is not None:
@@ -314,7 +369,7 @@ class Queues:
         self._starting = True
         try:
             pending = self._admitted_now
-            while pending and not self._engine.closed:
+            while pending and not self._closed():
                 self._run(pending.popleft())
         finally:
             self._starting = False
@@ -337,10 +392,9 @@ class Queues:
         if self._admitted_now:
             # Ended outside a run's turn (found ended in its journal): nobody
             # else starts them soon.
-            self._engine.loop.call_soon(self.start_admitted)
+            self._loop.call_soon(self.start_admitted)
 
     async def _admit(self, name: str) -> None:
-        engine = self._engine
         q = self.queues.get(name)
         try:
             if q is None:
@@ -349,41 +403,41 @@ class Queues:
                 self._again.discard(name)
                 released = self._released.pop(name, set())
                 try:
-                    if engine.leases is not None:
+                    if self._leases is not None:
                         # Fenced: an item is admitted only while its shard is
                         # this worker's (`PostgresStore.admit`).
-                        admission = await engine.store.admit(  # type: ignore[call-arg]
+                        admission = await self._store.admit(  # type: ignore[call-arg]
                             q.limits,
-                            engine.clock.now_ms(),
+                            self._clock.now_ms(),
                             self._runnable,
                             released,
-                            fence=dict(engine.leases.held),
+                            fence=dict(self._leases.held),
                         )
                     else:
-                        admission = await engine.store.admit(
-                            q.limits, engine.clock.now_ms(), self._runnable, released
+                        admission = await self._store.admit(
+                            q.limits, self._clock.now_ms(), self._runnable, released
                         )
                 except BaseException:
                     # Freed by the next admission, or by recovery after a crash.
                     self._released.setdefault(name, set()).update(released)
                     raise
-                rows = await asyncio.gather(*(engine.store.get(i.id) for i in admission.items))
+                rows = await asyncio.gather(*(self._store.get(i.id) for i in admission.items))
                 for item, row in zip(admission.items, rows, strict=True):
-                    if not engine.owns(item.id):
+                    if not self._owns(item.id):
                         continue  # its shard moved meanwhile: its next owner starts it
                     if row is not None and row.run == item.run and row.status != RunStatus.QUEUED:
                         # Its run has a journal already: never started twice.
                         if row.status in FINISHED_STATUSES:
                             # It ended meanwhile (cancelled while queued, then a
                             # crash before its item went): its slot is freed.
-                            await engine.store.release_queued(item.id)
+                            await self._store.release_queued(item.id)
                         continue
                     self._run(item)
                 if admission.wake_ms is not None:
                     self._wake_at(name, admission.wake_ms)
                 if admission.left and self.shared:
                     self._poll(name)
-                if name not in self._again or engine.closed:
+                if name not in self._again or self._closed():
                     return
         finally:
             self._admitting.discard(name)
@@ -408,9 +462,8 @@ class Queues:
         Raises:
             fusee.UnknownQueue: The engine has no queue named ``queue``.
         """
-        engine = self._engine
         q = self.resolve(queue, not_before_ms > 0)
-        now = engine.clock.now_ms()
+        now = self._clock.now_ms()
         origin = _origin_of(link, rec.flags, trace, rec.deadline_ms)
         item = QueueItem(
             q.name, rec.id, 1, wf.name, rec.input, key, not_before_ms=not_before_ms, origin=origin
@@ -424,10 +477,9 @@ class Queues:
         # Its workflow is here, and so is its shard (on a store workers
         # share, in the lane that admits queued runs), and it is not being
         # cancelled.
-        engine = self._engine
         return (
-            item.workflow in engine.workflows
-            and engine.owns(item.id)
+            item.workflow in self._workflows
+            and self._owns(item.id)
             and self.admits()
             and item.id not in self._cancelling
         )
@@ -439,7 +491,7 @@ class Queues:
         of no version (`Leases.serving` of lane 0) admits and starts them,
         so that two lanes never both start one.
         """
-        leases = self._engine.leases
+        leases = self._leases
         return leases is None or leases.serving(0) == leases.lane
 
     def look_again(self) -> None:
@@ -454,14 +506,13 @@ class Queues:
                 self.kick(name)
 
     def _run(self, item: QueueItem) -> None:
-        engine = self._engine
-        runs = engine.runs
+        runs = self._runs
         loaded = runs.loaded(item.id)
         if loaded is not None and loaded.run >= item.run:
             # Started here already (an admission and a shard's recovery both
             # find it admitted with no journal): never started twice.
             return
-        wf = engine.workflows[item.workflow]
+        wf = self._workflows[item.workflow]
         if self.book is None:
             self.admitted[item.id] = item.queue
         parent, policy, trace, deadline_ms = _origin(item.origin)
@@ -474,7 +525,7 @@ class Queues:
             seen.add(dedup)
             signals.append(Signal(item.run, name, dedup, payload, by))
         scheduled_ms = _scheduled_of(item.origin)
-        engine.create_run(
+        self._create_run(
             wf,
             item.id,
             item.input,
@@ -494,14 +545,13 @@ class Queues:
 
         Called when loading ``id`` raised `RunQueued`.
         """
-        engine = self._engine
         signal = _codec.encode([name, dedup, payload, by])
         if self.book is not None:
             if not self.book.add_signal(id, signal):
                 return False  # admitted already: started here at once
-            await engine.committer.stored()
+            await self._committer.stored()
             return True
-        if await engine.store.signal_queued(id, signal):
+        if await self._store.signal_queued(id, signal):
             return True
         # Admitted meanwhile: once its admission has started it here, the
         # signal goes to it as to any loaded run.
@@ -521,7 +571,7 @@ class Queues:
             self._wakes.pop(name, None)
             self.kick(name)
 
-        self._wakes[name] = (at_ms, self._engine.clock.call_at(at_ms, wake))
+        self._wakes[name] = (at_ms, self._clock.call_at(at_ms, wake))
 
     def _poll(self, name: str) -> None:
         if name in self._polls:
@@ -532,7 +582,7 @@ class Queues:
             self._polls.discard(name)
             self.kick(name)
 
-        self._engine.loop.call_later(_POLL_S, poll)
+        self._loop.call_later(_POLL_S, poll)
 
     # --- a run's end, a cancel, recovery ------------------------------------------------
 
@@ -547,10 +597,10 @@ class Queues:
             self.kick(name)
         elif self.shared and self.named:
             # On a shared store another engine may have admitted it.
-            self._engine.spawn(self._release(id))
+            self._spawn(self._release(id))
 
     async def _release(self, id: str) -> None:
-        name = await self._engine.store.release_queued(id)
+        name = await self._store.release_queued(id)
         if name is not None:
             self.kick(name)
 
@@ -559,23 +609,22 @@ class Queues:
 
         Its queue's limits still hold: it is admitted as soon as they allow.
         """
-        engine = self._engine
-        now = engine.clock.now_ms()
+        now = self._clock.now_ms()
         book = self.book
         if book is not None:
             # Its admission time only: its input stays whatever the last debounce gave.
             queue = book.start_early(id, now)
             if queue is None:
                 return False
-            row = await engine.store.get(id)
+            row = await self._store.get(id)
             if row is not None and row.status == RunStatus.QUEUED:
-                engine.committer.put_row(dataclasses.replace(row, wake_ms=None))
+                self._committer.put_row(dataclasses.replace(row, wake_ms=None))
             self.kick(queue)
-            await engine.committer.stored()
+            await self._committer.stored()
             return True
         # One conditional write in the store: a debounce landing meanwhile
         # keeps its newer input.
-        queue = await engine.store.start_queued(id, now)
+        queue = await self._store.start_queued(id, now)
         if queue is None:
             return False
         self.kick(queue)
@@ -586,7 +635,6 @@ class Queues:
 
         Called when loading ``id`` raised `RunQueued`.
         """
-        engine = self._engine
         if self.book is not None:
             item = self.book.remove(id)
             if item is None:
@@ -601,16 +649,16 @@ class Queues:
         while (under_way := self._cancelling.get(id)) is not None:
             # One cancel of it at a time here: the next finds it ended.
             await asyncio.wait([under_way])
-        done: asyncio.Future[None] = engine.loop.create_future()
+        done: asyncio.Future[None] = self._loop.create_future()
         self._cancelling[id] = done
         try:
-            row = await engine.store.get(id)
+            row = await self._store.get(id)
             if row is not None and row.status in FINISHED_STATUSES:
                 # Cancelled already (then, maybe, a crash before its item
                 # went): it has ended, as the caller hears.
-                await engine.store.unqueue(id)
+                await self._store.unqueue(id)
                 return False
-            items = await engine.store.queue_items()
+            items = await self._store.queue_items()
             item = next((i for i in items if i.id == id and i.state == "queued"), None)
             if item is None:
                 # Admitted meanwhile: once its admission has started it here,
@@ -620,7 +668,7 @@ class Queues:
                     await asyncio.wait(rounds)
                 return False
             await self._finish_cancelled(item, reason)
-            await engine.store.unqueue(id)
+            await self._store.unqueue(id)
         finally:
             del self._cancelling[id]
             done.set_result(None)
@@ -629,28 +677,27 @@ class Queues:
     async def _finish_cancelled(self, item: QueueItem, reason: str) -> None:
         # Its journal says it started and was cancelled, so `result()`,
         # `fusee show` and the Client read it as any cancelled run.
-        engine = self._engine
-        now = engine.clock.now_ms()
+        now = self._clock.now_ms()
         run, id = item.run, item.id
         start = Start(
             run=run,
             id=id,
             wtype=item.workflow,
-            version=engine.version_number,
+            version=self._version_number,
             started_ms=now,
             input=item.input,
         )
-        engine.committer.append(id, run, encode(start))
+        self._committer.append(id, run, encode(start))
         done = Done(run, Status.CANCELLED, now, _codec.encode(reason))
-        lsn = engine.committer.append(id, run, encode(done))
-        engine.committer.put_row(
-            RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now, version=engine.version)
+        lsn = self._committer.append(id, run, encode(done))
+        self._committer.put_row(
+            RunRow(id, run, item.workflow, RunStatus.CANCELLED, now, now, version=self._version)
         )
-        await engine.committer.durable(lsn)
-        engine.result_ready(id)
+        await self._committer.durable(lsn)
+        self._result_ready(id)
         parent, policy, _, _ = _origin(item.origin)
         if parent is not None and not policy & DETACHED:
-            engine.runs.fire(
+            self._runs.fire(
                 parent.id, parent.run, parent.seq, ChildCompleted(Status.CANCELLED, done.payload)
             )
 
@@ -660,7 +707,7 @@ class Queues:
         Done items count too: a rate window remembers them.
         """
         if self.book is not None:
-            self.book.take_stored(await self._engine.store.queue_items(done=True))
+            self.book.take_stored(await self._store.queue_items(done=True))
 
     async def recover(self, shards: set[int] | None = None) -> None:
         """Picks up the items of ``shards`` (None: all): admitted ones go on or free their slot.
@@ -669,38 +716,37 @@ class Queues:
         an item admitted by a worker that died before it started the run is
         started by the shard's next owner. Their queues are tried.
         """
-        engine = self._engine
         book = self.book
-        items = book.items() if book is not None else await engine.store.queue_items()
+        items = book.items() if book is not None else await self._store.queue_items()
         names: set[str] = set()
-        runs = engine.runs
+        runs = self._runs
         for item in items:
             if shards is not None and runs.shard_index(item.id) not in shards:
                 continue
             names.add(item.queue)
-            if item.workflow not in engine.workflows:
+            if item.workflow not in self._workflows:
                 continue
             if item.state == "queued":
                 if book is None and item.id not in self._cancelling:
-                    row = await engine.store.get(item.id)
+                    row = await self._store.get(item.id)
                     if row is not None and row.run == item.run and row.status in FINISHED_STATUSES:
                         # Cancelled while queued, then a crash before its item went.
-                        await engine.store.unqueue(item.id)
+                        await self._store.unqueue(item.id)
                 continue
-            row = await engine.store.get(item.id)
+            row = await self._store.get(item.id)
             if row is None or row.run != item.run:
                 continue
             if row.status == RunStatus.QUEUED:
                 # Admitted, then a crash before its start was durable.
                 idle = not runs.is_loading(item.id) and runs.loaded(item.id) is None
-                if engine.owns(item.id) and idle and self.admits():
+                if self._owns(item.id) and idle and self.admits():
                     self._run(item)
             elif row.status in FINISHED_STATUSES and row.status != RunStatus.CONTINUED:
                 # Ended, then a crash before its slot was freed.
                 if book is not None:
                     book.release(item.id)
                 else:
-                    await engine.store.release_queued(item.id)
+                    await self._store.release_queued(item.id)
             elif book is None:
                 self.admitted[item.id] = item.queue
         for name in sorted(names):
@@ -712,7 +758,7 @@ class Queues:
     async def stats(self) -> list[QueueStats]:
         """Queued and running runs per queue and per key, by queue name."""
         book = self.book
-        items = book.items() if book is not None else await self._engine.store.queue_items()
+        items = book.items() if book is not None else await self._store.queue_items()
         return queue_stats(items, [n for n in self.queues if n != _DEBOUNCE_QUEUE])
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from fusee._durations import duration_ms
@@ -27,8 +27,11 @@ from fusee.errors import FuseeError, RunNotFinished
 from fusee.remote._journal import no_run
 
 if TYPE_CHECKING:
-    from fusee.engine._clock import TimerHandle
-    from fusee.engine._engine import Engine
+    from fusee.engine._clock import Clock, TimerHandle
+    from fusee.engine._commit import Committer
+    from fusee.engine._runs import Runs
+    from fusee.engine._state import RunState
+    from fusee.store import Store
 
 __all__ = ["BATCH", "Retention", "retention_ms"]
 
@@ -73,12 +76,41 @@ class Retention:
     """An engine's deletes of finished runs: the periodic sweep, ``run.delete()``, prunes.
 
     Args:
-        engine: The engine.
         after_ms: Delete runs that ended this long ago (None: no sweep).
+        store: The engine's store.
+        committer: The engine's committer (a batch waits for it to go idle).
+        clock: The engine's clock (the sweep's timer).
+        runs: The engine's loaded runs (a loaded run is not finished).
+        spawn: Starts an engine task.
+        closed: Whether the engine is closed.
+        check_open: Raises if the engine is closed.
+        status_of: The status of a loaded run (the one a refusal names).
+        forget_runs: Drops what the engine keeps of deleted runs.
     """
 
-    def __init__(self, engine: Engine, after_ms: int | None) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        after_ms: int | None,
+        *,
+        store: Store,
+        committer: Committer,
+        clock: Clock,
+        runs: Runs,
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
+        closed: Callable[[], bool],
+        check_open: Callable[[], None],
+        status_of: Callable[[RunState], RunStatus],
+        forget_runs: Callable[[Iterable[str]], None],
+    ) -> None:
+        self._store = store
+        self._committer = committer
+        self._clock = clock
+        self._runs = runs
+        self._spawn = spawn
+        self._closed = closed
+        self._check_open = check_open
+        self._status_of = status_of
+        self._forget_runs = forget_runs
         self.after_ms = after_ms
         self._every_ms = (
             0
@@ -91,7 +123,7 @@ class Retention:
     def start(self) -> None:
         """Sweeps now (what came due while no engine ran), then every so often."""
         if self.after_ms is not None:
-            self._engine.spawn(self._sweep())
+            self._spawn(self._sweep())
 
     def stop(self) -> None:
         """Disarms the next sweep (one under way is cancelled with the engine's tasks)."""
@@ -103,19 +135,19 @@ class Retention:
     def _arm(self) -> None:
         if self._stopped:
             return
-        engine = self._engine
-        self._timer = engine.clock.call_at(
-            engine.clock.now_ms() + self._every_ms, lambda: engine.spawn(self._sweep())
+        clock = self._clock
+        self._timer = clock.call_at(
+            clock.now_ms() + self._every_ms, lambda: self._spawn(self._sweep())
         )
 
     async def _sweep(self) -> None:
         self._timer = None
         assert self.after_ms is not None
         try:
-            await self.prune(self._engine.clock.now_ms() - self.after_ms)
+            await self.prune(self._clock.now_ms() - self.after_ms)
         except FuseeError as e:
             # A store outage: the next sweep tries again; nothing is lost.
-            if not self._engine.closed:
+            if not self._closed():
                 log.warning("fusee retention: deleting finished runs failed (%s); will retry", e)
         finally:
             self._arm()
@@ -126,12 +158,11 @@ class Retention:
         On a store workers share, every worker may prune at once: each run
         is deleted by one of them.
         """
-        engine = self._engine
         total = 0
         while True:
-            engine.check_open()
+            self._check_open()
             await self._quiet()
-            gone = await engine.store.delete_runs(finished_before_ms=before_ms, limit=BATCH)
+            gone = await self._store.delete_runs(finished_before_ms=before_ms, limit=BATCH)
             if gone:
                 await self._forget(gone)
                 total += len(gone)
@@ -142,7 +173,7 @@ class Retention:
 
     async def _quiet(self) -> None:
         """Waits a little for the committer to go idle: a batch then delays no run's write."""
-        committer = self._engine.committer
+        committer = self._committer
         waited = 0.0
         while not committer.idle and waited < _QUIET_MAX_S:
             await asyncio.sleep(_QUIET_POLL_S)
@@ -155,28 +186,28 @@ class Retention:
             fusee.NotFound: No run has this id.
             fusee.RunNotFinished: It has not finished (cancel it first).
         """
-        engine = self._engine
-        engine.check_open()
-        await engine.runs.loading_settled(id)
+        runs = self._runs
+        self._check_open()
+        await runs.loading_settled(id)
         # What was handed to the store about it (its end, its last row) is
         # stored first: the store then decides on what the engine knows.
-        await engine.committer.stored()
-        state = engine.runs.loaded(id)
+        await self._committer.stored()
+        state = runs.loaded(id)
         if state is not None:
-            raise RunNotFinished(id, engine._info_of(engine.runs.row(state)).status)
-        if id in engine.runs.ending:
+            raise RunNotFinished(id, self._status_of(state))
+        if id in runs.ending:
             # Ended, its sends and child starts not all delivered yet.
             raise RunNotFinished(id, RunStatus.RUNNING)
-        gone = await engine.store.delete_runs([id])
+        gone = await self._store.delete_runs([id])
         if not gone:
-            row = await engine.store.get(id)
+            row = await self._store.get(id)
             if row is None:
                 raise no_run(id)
             raise RunNotFinished(id, row.status)
         await self._forget(gone)
 
     async def _forget(self, ids: Sequence[str]) -> None:
-        self._engine.forget_runs(ids)
+        self._forget_runs(ids)
         await self.delete_blobs(ids)
 
     async def delete_blobs(self, ids: Sequence[str]) -> None:
@@ -186,6 +217,6 @@ class Retention:
         blobs no run refers to (space, never a run without its data).
         """
         try:
-            await delete_blobs_of(self._engine.store, ids)
+            await delete_blobs_of(self._store, ids)
         except Exception as e:  # the blob store's own errors: the runs are gone already
             log.warning("fusee retention: deleting the blobs of %d runs failed: %s", len(ids), e)

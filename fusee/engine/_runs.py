@@ -14,13 +14,13 @@ parked or crashed run comes back exactly as it was.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, assert_never
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 from fusee import _codec
-from fusee._driver import ReplayHost, RunDriver
+from fusee._driver import ReplayHost, RunDriver, RunHost
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.engine._carry import seed
-from fusee.engine._inbox import deliver_command
 from fusee.engine._leases import APPLYING
 from fusee.engine._state import RunState, Shard, shard_index
 from fusee.engine._timers import DEADLINE, TIMER, WAKE
@@ -58,13 +58,64 @@ from fusee.record import (
 )
 from fusee.remote._journal import decode_journal, no_run
 from fusee.remote._versions import UNVERSIONED
+from fusee.remote._wire import deliver_command
 from fusee.store import RunRow
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
-    from fusee.engine._engine import Engine
+    from fusee._payloads import RecordWatch
+    from fusee.engine._clock import Clock
+    from fusee.engine._commit import Committer
+    from fusee.engine._deadlines import Deadlines
+    from fusee.engine._leases import Leases
+    from fusee.engine._telemetry import RunTelemetry, Telemetry
+    from fusee.engine._timers import Timers
+    from fusee.errors import DeterminismError
+    from fusee.store import Store
 
 __all__ = ["Runs", "pinned_elsewhere", "unknown_workflow"]
+
+
+class DriverHost(RunHost, Protocol):
+    """The host a run's driver calls (`EngineHost`): a bug that pauses, a divergence."""
+
+    def paused(self, driver: RunDriver, traceback: str) -> None: ...
+
+    def stuck(self, driver: RunDriver, error: DeterminismError) -> None: ...
+
+
+class Owing(Protocol):
+    """What loading a run asks of the messages room: waits matched, its outbox filled."""
+
+    def match(self, state: RunState) -> None: ...
+
+    def owe(self, state: RunState, rec: Child | Send, lsn: int = 0) -> None: ...
+
+
+class Parts(Protocol):
+    """The engine's parts the run table reaches, built after it (the Engine implements it).
+
+    The run table is made before the timers (which fire into it) and the
+    rooms above it, so it asks for them when a run loads, never at its
+    making; it reports a loaded run found ended to the facade (`ended`).
+    """
+
+    @property
+    def timers(self) -> Timers: ...
+
+    @property
+    def deadlines(self) -> Deadlines: ...
+
+    @property
+    def messages(self) -> Owing: ...
+
+    @property
+    def telemetry(self) -> Telemetry: ...
+
+    @property
+    def leases(self) -> Leases | None: ...
+
+    def ended(self, state: RunState, done: Done, lsn: int) -> None: ...
 
 
 class Runs:
@@ -74,8 +125,49 @@ class Runs:
         See `fusee.engine.Engine`, which keeps one.
     """
 
-    def __init__(self, engine: Engine, shards: int) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        shards: int,
+        *,
+        store: Store,
+        committer: Committer,
+        clock: Clock,
+        loop: asyncio.AbstractEventLoop,
+        host: DriverHost,
+        workflows: Mapping[str, WorkflowDef[Any, Any]],
+        version: str,
+        version_number: int,
+        pins: bool,
+        strict: bool,
+        on_error: str,
+        record_watch: RecordWatch,
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
+        check_open: Callable[[], None],
+        closed: Callable[[], bool],
+        owns: Callable[[str], bool],
+        stuck_error: Callable[[str], DeterminismError | None],
+        fail_waiters: Callable[[str, BaseException], None],
+        parts: Parts,
+    ) -> None:
+        self._store = store
+        self._committer = committer
+        self._clock = clock
+        self._loop = loop
+        self._host = host
+        self._workflows = workflows
+        self._version = version
+        self._version_number = version_number
+        self._pins = pins
+        self._strict = strict
+        self._on_error = on_error
+        self._record_watch = record_watch
+        self._spawn = spawn
+        self._check_open = check_open
+        self._closed = closed
+        self._owns = owns
+        self._stuck_error = stuck_error
+        self._fail_waiters = fail_waiters
+        self._parts = parts
         self.shards = [Shard() for _ in range(shards)]
         self._loading: dict[str, asyncio.Future[RunState | None]] = {}
         # Ended runs whose row still says "running" while their outbox
@@ -129,7 +221,7 @@ class Runs:
             wake_ms,
             state.attributes,
             parent.id if parent is not None else None,
-            self._engine.version,
+            self._version,
             # A bug's traceback goes with the row, for other processes' describe.
             state.driver.bug,
         )
@@ -141,34 +233,46 @@ class Runs:
         one started before versions were recorded, and any run of an engine
         that does not pin (`Engine.pins`), on any.
         """
-        engine = self._engine
         return (
-            not engine.pins
-            or version in (UNVERSIONED, engine.version_number)
+            not self._pins
+            or version in (UNVERSIONED, self._version_number)
             or wf.versioning == "auto"
         )
 
     def put_row(self, state: RunState) -> None:
         """Queues ``state``'s row with the next group commit."""
-        self._engine.committer.put_row(self.row(state))
+        self._committer.put_row(self.row(state))
 
     # --- making and loading ------------------------------------------------------------------
 
-    def make_state(self, wf: WorkflowDef[Any, Any], records: list[Record], gate: int) -> RunState:
+    def make_state(
+        self,
+        wf: WorkflowDef[Any, Any],
+        records: list[Record],
+        gate: int,
+        *,
+        telemetry: RunTelemetry | None = None,
+        start_lsn: int = 0,
+    ) -> RunState:
         """A new state for a run of ``wf`` with journal ``records`` (not loaded yet)."""
-        engine = self._engine
         start = records[0]
         assert isinstance(start, Start)
-        driver = RunDriver(engine.host, wf, records, gate, strict=engine.strict)
-        if (wf.on_error or engine.on_error) == "pause":
-            driver.on_bug = engine.host.paused
+        driver = RunDriver(self._host, wf, records, gate, strict=self._strict)
+        if (wf.on_error or self._on_error) == "pause":
+            driver.on_bug = self._host.paused
         state = RunState(
-            driver, wf, start.started_ms, start.parent, start.policy, self.shard(start.id)
+            driver,
+            wf,
+            start.started_ms,
+            start.parent,
+            start.policy,
+            self.shard(start.id),
+            telemetry=telemetry,
+            start_lsn=start_lsn,
+            records=list(records) if self._strict else None,
         )
         driver.host_data = state
         seed(state, start.meta)
-        if engine.strict:
-            state.records = list(records)
         return state
 
     async def wake(
@@ -187,8 +291,7 @@ class Runs:
         state = self.loaded(id)
         if state is not None:
             return state
-        engine = self._engine
-        stuck = engine.stuck_error(id)
+        stuck = self._stuck_error(id)
         if stuck is not None:
             raise stuck
         pending = self._loading.get(id)
@@ -197,11 +300,11 @@ class Runs:
             # Woken after the load, this caller may find the run unloaded
             # meanwhile (parked, dropped, the engine closed): its state is
             # then closed, and the caller needs the run's current one.
-            engine.check_open()
+            self._check_open()
             if state is not None and self.loaded(id) is not state:
                 return await self.wake(id, row, recovering=recovering)
             return state
-        fut: asyncio.Future[RunState | None] = engine.loop.create_future()
+        fut: asyncio.Future[RunState | None] = self._loop.create_future()
         self._loading[id] = fut
         try:
             state = await self._load(id, row, recovering)
@@ -213,7 +316,7 @@ class Runs:
                 # hears why instead of waiting forever (a run that moved to
                 # another worker is waited for there: `Engine.drop_shards`;
                 # a queued one runs once its queue admits it).
-                engine.fail_waiters(id, e)
+                self._fail_waiters(id, e)
             raise
         else:
             fut.set_result(state)
@@ -224,9 +327,8 @@ class Runs:
     async def _load(
         self, id: str, row: RunRow | None = None, recovering: bool = False
     ) -> RunState | None:
-        engine = self._engine
         if row is None:
-            row = await engine.store.get(id)
+            row = await self._store.get(id)
         if row is None:
             raise no_run(id)
         if row.status in FINISHED_STATUSES or id in self.ending:
@@ -234,24 +336,24 @@ class Runs:
         if row.status == RunStatus.QUEUED:
             # No journal yet: signals and cancels to it are handled by `Queues`.
             raise RunQueued(id)
-        leases = engine.leases
+        leases = self._parts.leases
         if leases is not None and not APPLYING.get() and await leases.elsewhere(row.version):
             # A run of another version's lane: the store's inbox takes the
             # caller's message to that lane's worker (a command routed here
             # by the store is this lane's, whatever this worker last read).
             raise StaleLease([self.shard_index(id)])
-        wf = engine.workflows.get(row.workflow)
+        wf = self._workflows.get(row.workflow)
         if wf is None:
-            raise UnknownWorkflow(unknown_workflow(row.workflow, engine.workflows))
-        entries = await engine.store.load(id, row.run)
+            raise UnknownWorkflow(unknown_workflow(row.workflow, self._workflows))
+        entries = await self._store.load(id, row.run)
         if leases is not None:
             # Its records may be another lane's, numbered past this worker's.
-            engine.committer.advance(entries[-1][0])
+            self._committer.advance(entries[-1][0])
         # The engine may have stopped while the store read (a close, or the
         # test host's crash): a run loaded now would never be closed, and its
         # code would be left to the garbage collector.
-        engine.check_open()
-        if not engine.owns(id):
+        self._check_open()
+        if not self._owns(id):
             # Its shard moved to another worker while it was being read.
             raise StaleLease([self.shard_index(id)])
         started = self.loaded(id)
@@ -268,14 +370,14 @@ class Runs:
                 # message by what it knows now (back here, it is answered
                 # that the run waits for a worker of its version).
                 raise StaleLease([self.shard_index(id)])
-            raise UnknownWorkflow(pinned_elsewhere(id, wf.name, row.version, engine.version))
-        engine.record_watch.loaded(id, row.run, len(entries))
-        engine.timers.disarm(id, -1)
-        state = self.make_state(wf, records, entries[-1][0])
+            raise UnknownWorkflow(pinned_elsewhere(id, wf.name, row.version, self._version))
+        self._record_watch.loaded(id, row.run, len(entries))
+        self._parts.timers.disarm(id, -1)
         start = records[0]
         assert isinstance(start, Start)
-        state.telemetry = engine.telemetry.run(start, "recovered" if recovering else "woken")
-        state.row_status = RunStatus(row.status)
+        telemetry = self._parts.telemetry.run(start, "recovered" if recovering else "woken")
+        state = self.make_state(wf, records, entries[-1][0], telemetry=telemetry)
+        state.mark(RunStatus(row.status))
         state.shard.add(state)
         # A row that does not say "suspended" is not a parked run's: the run
         # was loaded when its process stopped (or its shard moved), and what
@@ -288,21 +390,21 @@ class Runs:
             # between them), or set aside: offered once the code, replayed,
             # has reached its waits again, since a wait's type decides
             # whether it takes a signal (`Messages.match`).
-            engine.messages.match(state)
+            self._parts.messages.match(state)
         done = records[-1]
         if state.driver.end is not None and isinstance(done, Done):
             # A journal that ends with the run's `Done` under a row still
             # unfinished (the row's write was lost with a crash inside a
             # batch): the run is finished as if the `Done` were new, so its
             # row, its result's waiters and its parent hear of it.
-            engine.ended(state, done, entries[-1][0])
+            self._parts.ended(state, done, entries[-1][0])
             return None
         # A woken run takes a delivery that makes it go on: its row says
         # "running" at once (even when the store's does: a park's
         # "suspended" row may still be on its way), so that a crash before it
         # parks again recovers it.
         if state.row_status == RunStatus.SUSPENDED:
-            state.row_status = RunStatus.RUNNING
+            state.mark(RunStatus.RUNNING)
         self.put_row(state)
         return state
 
@@ -313,7 +415,6 @@ class Runs:
         outcomes and attributes; with ``recovering``, the sends too (delivered
         again: the crash may have lost them, and their targets count each once).
         """
-        engine = self._engine
         id, run = state.id, state.run
         timers: dict[int, int] = {}
         deadlines: dict[int, int] = {}
@@ -322,9 +423,7 @@ class Runs:
         for rec in records:
             match rec:
                 case Signal():
-                    state.signals.append(rec)
-                    if rec.dedup:
-                        state.dedups.add(rec.dedup)
+                    state.add_signal(rec)
                 case Send():
                     sends.append(rec)
                 case Update():
@@ -352,7 +451,7 @@ class Runs:
                     state.attributes.update(_codec.decode(rec.payload))
                 case Cancel():
                     deadlines.clear()
-                    state.cancelled = True
+                    state.mark_cancelled()
                 case (
                     Start()
                     | Step()
@@ -374,15 +473,15 @@ class Runs:
                 case _:
                     assert_never(rec)
         for seq, at in timers.items():
-            engine.timers.arm(id, run, seq, at, TIMER)
+            self._parts.timers.arm(id, run, seq, at, TIMER)
         for seq, at in deadlines.items():
-            engine.timers.arm(id, run, seq, at, DEADLINE)
-        engine.deadlines.arm(state)
+            self._parts.timers.arm(id, run, seq, at, DEADLINE)
+        self._parts.deadlines.arm(state)
         for child in children.values():
-            engine.messages.owe(state, child)
+            self._parts.messages.owe(state, child)
         if recovering:
             for send in sends:
-                engine.messages.owe(state, send)
+                self._parts.messages.owe(state, send)
 
     async def reload(self, state: RunState) -> RunState | None:
         """Loads ``state``'s run again from its journal, on the engine's current code.
@@ -390,8 +489,7 @@ class Runs:
         For a run a bug paused (``on_error="pause"``): its code is replayed
         from the start, so a fix deployed since takes over where it raised.
         """
-        engine = self._engine
-        await engine.committer.durable(state.driver.machine.gate)
+        await self._committer.durable(state.driver.machine.gate)
         if self.loaded(state.id) is state:
             state.shard.remove(state)
             state.driver.close()
@@ -408,7 +506,7 @@ class Runs:
             if state.run == run:
                 state.driver.complete(seq, completion)
             return
-        self._engine.spawn(self.deliver(id, run, seq, completion))
+        self._spawn(self.deliver(id, run, seq, completion))
 
     async def deliver(
         self, id: str, run: int, seq: int, completion: Completion, *, settle: bool = False
@@ -419,11 +517,10 @@ class Runs:
         record is durable (an inbox's ``deliver`` is answered then, never
         before: a crash before would lose it).
         """
-        engine = self._engine
-        if not engine.owns(id):
+        if not self._owns(id):
             # Only a child's end reaches a run from another shard.
             assert isinstance(completion, ChildCompleted)
-            await engine.store.post_command(deliver_command(id, run, seq, completion))
+            await self._store.post_command(deliver_command(id, run, seq, completion))
             return
         try:
             state = await self.wake(id)
@@ -432,22 +529,22 @@ class Runs:
                 raise
             # Another lane's run (or its shard moved as it loaded): its
             # worker takes the child's end through the store's inbox.
-            await engine.store.post_command(deliver_command(id, run, seq, completion))
+            await self._store.post_command(deliver_command(id, run, seq, completion))
             return
         taken = state is not None and state.run == run and state.driver.complete(seq, completion)
         if taken and settle and state is not None:
-            await engine.committer.durable(state.driver.machine.gate)
+            await self._committer.durable(state.driver.machine.gate)
 
     def wake_soon(self, id: str) -> None:
         """Wakes parked run ``id`` (its wake-up time came)."""
-        self._engine.spawn(self.wake(id))
+        self._spawn(self.wake(id))
 
     # --- parking -----------------------------------------------------------------------------
 
     def arm_wake(self, row: RunRow) -> None:
         """Arms a parked run's wake-up from its row."""
         if row.wake_ms is not None:
-            self._engine.timers.arm(row.id, row.run, -1, row.wake_ms, WAKE)
+            self._parts.timers.arm(row.id, row.run, -1, row.wake_ms, WAKE)
 
     def _parkable(self, state: RunState) -> bool:
         return (
@@ -468,21 +565,20 @@ class Runs:
             # finished child is not recovered). A parent parked on a child is
             # therefore woken at once by recovery, which replays it and asks
             # its children again (`rebuild` -> `start_child`).
-            now = self._engine.clock.now_ms()
+            now = self._clock.now_ms()
             wake = now if wake is None else min(wake, now)
         return wake
 
     async def park(self, state: RunState) -> None:
         """Drops suspended ``state`` from memory once its records are durable."""
-        state.park_handle = None
-        engine = self._engine
+        state.park_timer_fired()
         driver = state.driver
-        if engine.closed or not self._parkable(state):
+        if self._closed() or not self._parkable(state):
             return
-        await engine.committer.durable(driver.machine.gate, bounded=False)
+        await self._committer.durable(driver.machine.gate, bounded=False)
         if not self._parkable(state):
             return
-        if engine.strict:
+        if self._strict:
             self.check_replay(state)
             if driver.error is not None:
                 return
@@ -491,8 +587,8 @@ class Runs:
         driver.close()
         if state.telemetry is not None:
             state.telemetry.unloaded("parked")
-        state.row_status = RunStatus.SUSPENDED
-        engine.committer.put_row(self.row(state, wake_ms=wake))
+        state.mark(RunStatus.SUSPENDED)
+        self._committer.put_row(self.row(state, wake_ms=wake))
 
     def check_replay(self, state: RunState) -> None:
         """The dev profile's strict replay: the journal so far, replayed against the code."""
@@ -507,7 +603,7 @@ class Runs:
             replay.close()
         if replay.error is not None:
             state.driver.error = replay.error
-            self._engine.host.stuck(state.driver, replay.error)
+            self._host.stuck(state.driver, replay.error)
 
     def close_all(self) -> None:
         """Ends every loaded run's code and unloads it (the engine stops)."""

@@ -37,8 +37,8 @@ import contextlib
 import dataclasses
 import datetime
 import logging
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from fusee._schedule import Schedule, manual_run_id, parse_spec, run_id
 from fusee._status import FINISHED_STATUSES
@@ -50,8 +50,11 @@ from fusee.store import ScheduleRow
 
 if TYPE_CHECKING:
     from fusee._definitions import WorkflowDef
+    from fusee._queue import Queue
     from fusee._schedule import Overlap
-    from fusee.engine._engine import Engine
+    from fusee.engine._clock import Clock
+    from fusee.remote import RunInfo
+    from fusee.store import Store
 
 __all__ = ["BACKFILL_MAX", "LATE_MS", "Scheduler", "check_schedules"]
 
@@ -107,6 +110,14 @@ def check_schedules(
     return out
 
 
+class StartTick(Protocol):
+    """Starts run ``id`` of a schedule's tick ``tick_ms`` on ``queue`` (`Engine.start_tick`)."""
+
+    def __call__(
+        self, wf: WorkflowDef[Any, Any], id: str, data: bytes, *, queue: str | None, tick_ms: int
+    ) -> Awaitable[None]: ...
+
+
 class Scheduler:
     """The schedules of one engine: its ticker, and pause, resume, trigger and list.
 
@@ -119,9 +130,36 @@ class Scheduler:
         ...     print([row.name for row in await engine.schedules.list()])
     """
 
-    def __init__(self, engine: Engine, schedules: Iterable[Schedule] = ()) -> None:
-        self._engine = engine
-        self._schedules = check_schedules(engine.workflows.values(), schedules)
+    def __init__(
+        self,
+        schedules: Iterable[Schedule] = (),
+        *,
+        store: Store,
+        clock: Clock,
+        workflows: Mapping[str, WorkflowDef[Any, Any]],
+        workflow: Callable[[WorkflowDef[Any, Any] | str], WorkflowDef[Any, Any]],
+        resolve_queue: Callable[[str | None, bool], Queue],
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
+        closed: Callable[[], bool],
+        check_open: Callable[[], None],
+        start_tick: StartTick,
+        cancel: Callable[[str, str], Awaitable[None]],
+        describe: Callable[[str], Awaitable[RunInfo]],
+        handle: Callable[[str], Run[Any]],
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._workflows = workflows
+        self._workflow_of = workflow
+        self._resolve_queue = resolve_queue
+        self._spawn = spawn
+        self._closed = closed
+        self._check_open = check_open
+        self._tick_start = start_tick
+        self._cancel_run = cancel
+        self._describe_run = describe
+        self._handle = handle
+        self._schedules = check_schedules(workflows.values(), schedules)
         # The names of the schedules of this engine's code (the others were made at run time).
         self._in_code = frozenset(self._schedules)
         self._timers: dict[str, TimerHandle] = {}
@@ -146,16 +184,15 @@ class Scheduler:
         engine opened with no schedules leaves the stored ones as they are, and
         looks for the ones made at run time in the background.
         """
-        engine = self._engine
         if not self._in_code:
             # Nothing of its own to reconcile: opening waits for no read.
-            engine.spawn(self._adopt_new(first=True))
+            self._spawn(self._adopt_new(first=True))
             return
         for s in self._schedules.values():
             if s.queue_name is not None:
-                engine.queues.resolve(s.queue_name, False)
-        now = engine.clock.now_ms()
-        stored = {row.name: row for row in await engine.store.schedules()}
+                self._resolve_queue(s.queue_name, False)
+        now = self._clock.now_ms()
+        stored = {row.name: row for row in await self._store.schedules()}
         for found in stored.values():
             if found.name not in self._in_code:
                 self._adopt(found)
@@ -165,11 +202,11 @@ class Scheduler:
             row = stored.get(name)
             if row is None:
                 row = ScheduleRow(name, s.workflow.name, s.spec, last_tick_ms=now, done_tick_ms=now)
-                await engine.store.put_schedule(row)
+                await self._store.put_schedule(row)
             elif (
                 row.spec != s.spec or row.workflow != s.workflow.name or row.removed or row.dynamic
             ):
-                await engine.store.put_schedule(
+                await self._store.put_schedule(
                     ScheduleRow(name, s.workflow.name, s.spec, removed=False)
                 )
             if row.last_run:
@@ -180,14 +217,14 @@ class Scheduler:
                 await self._finish_claimed(s, claimed)
         for name, row in stored.items():
             if name not in self._schedules and not row.removed and not row.dynamic:
-                await engine.store.put_schedule(
+                await self._store.put_schedule(
                     ScheduleRow(name, row.workflow, row.spec, removed=True)
                 )
         for s in self._schedules.values():
             # Due ticks (missed while no worker ran) are looked at at once;
             # the tick then arms the timer of the next.
-            engine.spawn(self._fire(s))
-        if is_shared(engine.store):
+            self._spawn(self._fire(s))
+        if is_shared(self._store):
             self._arm_adopting()
 
     async def _finish_claimed(self, s: Schedule, row: ScheduleRow) -> None:
@@ -197,19 +234,19 @@ class Scheduler:
             id = run_id(s.name, tick)
             await self._start(s, id, tick)
             changes = {"done_tick_ms": tick, "last_run": id, "ticked_ms": tick}
-            await self._engine.store.set_schedule(s.name, changes)
+            await self._store.set_schedule(s.name, changes)
 
     def _adopt(self, row: ScheduleRow) -> Schedule | None:
         """Takes run-time schedule ``row`` on, if this engine runs its workflow; returns it."""
         if not row.dynamic or row.removed:
             return None
-        wf = self._engine.workflows.get(row.workflow)
+        wf = self._workflows.get(row.workflow)
         if wf is None:
             return None  # a worker that runs that workflow ticks it
         try:
             s = _from_row(row, wf)
             if s.queue_name is not None:
-                self._engine.queues.resolve(s.queue_name, False)
+                self._resolve_queue(s.queue_name, False)
         except (ValueError, TypeError, FuseeError) as e:
             log.error("schedule %r: its stored definition cannot tick here: %s", row.name, e)
             return None
@@ -224,20 +261,19 @@ class Scheduler:
 
         def due() -> None:
             self._timers.pop("", None)
-            self._engine.spawn(self._adopt_new())
+            self._spawn(self._adopt_new())
 
         # "" is no schedule's name: the timer of the look for new ones.
-        self._timers[""] = self._engine.clock.call_at(self._engine.clock.now_ms() + _ADOPT_MS, due)
+        self._timers[""] = self._clock.call_at(self._clock.now_ms() + _ADOPT_MS, due)
 
     async def _adopt_new(self, first: bool = False) -> None:
-        engine = self._engine
         try:
-            await self._adopt_rows(await engine.store.schedules())
+            await self._adopt_rows(await self._store.schedules())
         except FuseeError as e:
-            if not engine.closed:
+            if not self._closed():
                 log.error("schedules: looking for new ones failed; tried again later: %s", e)
         # One engine writes a store that is not shared: it made them all.
-        if not engine.closed and (is_shared(engine.store) or not first):
+        if not self._closed() and (is_shared(self._store) or not first):
             self._arm_adopting()
 
     async def _adopt_rows(self, rows: Iterable[ScheduleRow]) -> None:
@@ -247,7 +283,7 @@ class Scheduler:
                 if s is not None:
                     async with self._lock(s.name):
                         await self._finish_claimed(s, row)
-                    self._engine.spawn(self._fire(s))
+                    self._spawn(self._fire(s))
 
     def stop(self) -> None:
         """Cancels every timer (the engine closes or crashes)."""
@@ -267,37 +303,36 @@ class Scheduler:
 
         def due() -> None:
             self._timers.pop(s.name, None)
-            self._engine.spawn(self._fire(s))
+            self._spawn(self._fire(s))
 
-        self._timers[s.name] = self._engine.clock.call_at(at_ms, due)
+        self._timers[s.name] = self._clock.call_at(at_ms, due)
 
     async def _fire(self, s: Schedule) -> None:
-        engine = self._engine
         if self._schedules.get(s.name) is not s:
             return  # changed or deleted meanwhile: its new definition has its own timer
-        nxt = s.next_tick(engine.clock.now_ms())
+        nxt = s.next_tick(self._clock.now_ms())
         try:
             async with self._lock(s.name):
                 current = await self._current(s)
                 if current is None:
                     return
                 s = current
-                nxt = s.next_tick(engine.clock.now_ms())
+                nxt = s.next_tick(self._clock.now_ms())
                 await self.tick(s, nxt)
         except FuseeError as e:
-            if engine.closed:
+            if self._closed():
                 return
             log.error(
                 "schedule %r: a tick failed; it is tried again at the next one: %s", s.name, e
             )
-        if not engine.closed:
+        if not self._closed():
             self._arm(s, nxt)
 
     async def _current(self, s: Schedule) -> Schedule | None:
         """``s`` as its row now says, for a schedule made at run time (None: deleted)."""
         if s.name in self._in_code:
             return s
-        rows = await self._engine.store.schedules()
+        rows = await self._store.schedules()
         await self._adopt_rows(rows)
         row = next((r for r in rows if r.name == s.name), None)
         if row is None or row.removed or not row.dynamic:
@@ -324,7 +359,7 @@ class Scheduler:
         return lock
 
     async def _row(self, name: str) -> ScheduleRow | None:
-        for row in await self._engine.store.schedules():
+        for row in await self._store.schedules():
             if row.name == name:
                 return row
         return None
@@ -337,13 +372,12 @@ class Scheduler:
         before that write leaves the last claimed tick not done, which the
         next open starts (or finds started).
         """
-        engine = self._engine
-        store = engine.store
+        store = self._store
         row = await self._row(s.name)
         if row is None or row.removed:
             return
         before = row
-        now = engine.clock.now_ms()
+        now = self._clock.now_ms()
         if row.buffered_ms and not row.paused and not await self._is_running(row.last_run):
             row = await self._start_buffered(s, row)
         horizon = now - max(s.catch_up_ms, LATE_MS)
@@ -365,7 +399,6 @@ class Scheduler:
             await store.set_schedule(s.name, changes)
 
     async def _start_tick(self, s: Schedule, row: ScheduleRow, tick: int) -> ScheduleRow:
-        engine = self._engine
         previous = row.last_run
         if previous and s.overlap != "allow" and await self._is_running(previous):
             if s.overlap == "skip":
@@ -376,7 +409,7 @@ class Scheduler:
                 return row
             # cancel_other: the newer tick wins.
             with contextlib.suppress(RunFinished, NotFound):
-                await engine._cancel(previous, f"schedule '{s.name}' started a newer tick")
+                await self._cancel_run(previous, f"schedule '{s.name}' started a newer tick")
         id = run_id(s.name, tick)
         await self._start(s, id, tick)
         return dataclasses.replace(row, last_run=id, ticked_ms=tick)
@@ -388,18 +421,17 @@ class Scheduler:
         return dataclasses.replace(row, buffered_ms=0, last_run=id, ticked_ms=tick)
 
     async def _start(self, s: Schedule, id: str, tick: int) -> Run[Any]:
-        engine = self._engine
         # AlreadyExists: this tick's run started already, in another worker or before a crash.
         with contextlib.suppress(AlreadyExists):
-            await engine.start_tick(s.workflow, id, s.input_data, queue=s.queue_name, tick_ms=tick)
+            await self._tick_start(s.workflow, id, s.input_data, queue=s.queue_name, tick_ms=tick)
         self._last_runs[id] = s.name
-        return Run(engine, id)
+        return self._handle(id)
 
     async def _is_running(self, id: str) -> bool:
         if not id:
             return False
         try:
-            info = await self._engine._describe(id)
+            info = await self._describe_run(id)
         except NotFound:
             return False
         return info.status not in FINISHED_STATUSES
@@ -412,7 +444,7 @@ class Scheduler:
         s = self._schedules.get(name)
         if s is None or s.overlap != "buffer_one":
             return
-        self._engine.spawn(self._after_end(s, id))
+        self._spawn(self._after_end(s, id))
 
     async def _after_end(self, s: Schedule, id: str) -> None:
         async with self._lock(s.name):
@@ -424,7 +456,7 @@ class Scheduler:
                     "last_run": after.last_run,
                     "ticked_ms": after.ticked_ms,
                 }
-                await self._engine.store.set_schedule(s.name, changes)
+                await self._store.set_schedule(s.name, changes)
 
     # --- pause, resume, trigger, list ------------------------------------------------------
 
@@ -435,7 +467,7 @@ class Scheduler:
             fusee.NotFound: The store has no schedule of that name.
         """
         await self._known(name)
-        await self._engine.store.set_schedule(name, {"paused": True})
+        await self._store.set_schedule(name, {"paused": True})
 
     async def resume(self, name: str) -> None:
         """Resumes schedule ``name``: its next tick starts; those skipped while paused do not.
@@ -444,7 +476,7 @@ class Scheduler:
             fusee.NotFound: The store has no schedule of that name.
         """
         await self._known(name)
-        await self._engine.store.set_schedule(name, {"paused": False})
+        await self._store.set_schedule(name, {"paused": False})
 
     async def trigger(self, name: str) -> Run[Any]:
         """Starts a run of schedule ``name`` now, whatever its ticks, overlap and pause.
@@ -461,9 +493,9 @@ class Scheduler:
                 f"({', '.join(self.names) or 'none'}); trigger it where it is"
             )
         async with self._lock(name):
-            now = self._engine.clock.now_ms()
+            now = self._clock.now_ms()
             run = await self._start(s, manual_run_id(name, now), now)
-            await self._engine.store.set_schedule(name, {"last_run": run.id})
+            await self._store.set_schedule(name, {"last_run": run.id})
         return run
 
     # --- run-time schedules -----------------------------------------------------------------
@@ -499,9 +531,8 @@ class Scheduler:
             >>> async def main(engine: Engine) -> None:
             ...     await engine.schedules.create("hourly", "report", every="1h")
         """
-        engine = self._engine
-        engine.check_open()
-        wf = engine.workflow(workflow)
+        self._check_open()
+        wf = self._workflow_of(workflow)
         s = Schedule(
             name,
             wf,
@@ -516,9 +547,8 @@ class Scheduler:
         return await self._create(s)
 
     async def _create(self, s: Schedule) -> ScheduleRow:
-        engine = self._engine
         if s.queue_name is not None:
-            engine.queues.resolve(s.queue_name, False)
+            self._resolve_queue(s.queue_name, False)
         async with self._lock(s.name):
             old = await self._row(s.name)
             if old is not None and not old.removed:
@@ -526,7 +556,7 @@ class Scheduler:
                 raise AlreadyExists(
                     f"schedule '{s.name}' exists (made {made}); update it, or delete it first"
                 )
-            now = engine.clock.now_ms()
+            now = self._clock.now_ms()
             row = ScheduleRow(
                 s.name,
                 s.workflow.name,
@@ -537,10 +567,10 @@ class Scheduler:
                 dynamic=True,
             )
             if old is not None:
-                await engine.store.delete_schedule(s.name)
-            await engine.store.put_schedule(row)
+                await self._store.delete_schedule(s.name)
+            await self._store.put_schedule(row)
             self._schedules[s.name] = s
-        engine.spawn(self._fire(s))
+        self._spawn(self._fire(s))
         return row
 
     async def update(
@@ -573,8 +603,7 @@ class Scheduler:
             >>> async def main(engine: Engine) -> None:
             ...     await engine.schedules.update("hourly", every="2h", input={"full": True})
         """
-        engine = self._engine
-        engine.check_open()
+        self._check_open()
         given = {
             "cron": cron,
             "every": every,
@@ -587,13 +616,12 @@ class Scheduler:
         return await self._update(name, {k: v for k, v in given.items() if v is not _KEEP})
 
     async def _update(self, name: str, changes: Mapping[str, Any]) -> ScheduleRow:
-        engine = self._engine
         for key in changes:
             if key not in _UPDATABLE:
                 raise ValueError(f"a schedule's {key!r} cannot change; it has {_UPDATABLE}")
         async with self._lock(name):
             row = self._runtime(await self._known(name), "update")
-            wf = engine.workflow(row.workflow)
+            wf = self._workflow_of(row.workflow)
             args = parse_spec(row.spec)
             args["input"] = wf.decode_input(row.input)
             if "cron" in changes and changes["cron"] is not None:
@@ -604,12 +632,12 @@ class Scheduler:
             args.update(changes)
             s = Schedule(name, wf, **args)
             if s.queue_name is not None:
-                engine.queues.resolve(s.queue_name, False)
+                self._resolve_queue(s.queue_name, False)
             new = dataclasses.replace(row, spec=s.spec, input=s.input_data)
-            await engine.store.put_schedule(new)
+            await self._store.put_schedule(new)
             self._forget(name)
             self._schedules[name] = s
-        engine.spawn(self._fire(s))
+        self._spawn(self._fire(s))
         return new
 
     async def delete(self, name: str) -> None:
@@ -623,11 +651,10 @@ class Scheduler:
             >>> async def main(engine: Engine) -> None:
             ...     await engine.schedules.delete("hourly")
         """
-        engine = self._engine
-        engine.check_open()
+        self._check_open()
         async with self._lock(name):
             self._runtime(await self._known(name), "delete")
-            await engine.store.delete_schedule(name)
+            await self._store.delete_schedule(name)
             self._forget(name)
 
     async def backfill(
@@ -655,12 +682,11 @@ class Scheduler:
             ...     day = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC)
             ...     await engine.schedules.backfill("hourly", day, day + datetime.timedelta(days=1))
         """
-        engine = self._engine
-        engine.check_open()
+        self._check_open()
         start_ms, end_ms = _ms(start, "start"), _ms(end, "end")
         if end_ms < start_ms:
             raise ValueError(f"a backfill's end ({end}) is before its start ({start})")
-        if end_ms > engine.clock.now_ms():
+        if end_ms > self._clock.now_ms():
             raise ValueError(
                 f"a backfill covers past ticks; its end ({end}) is after now "
                 "(later ticks start on schedule)"
@@ -705,14 +731,14 @@ class Scheduler:
             ValueError: An action this engine does not know.
         """
         if action == "create":
-            wf = self._engine.workflow(str(fields["workflow"]))
+            wf = self._workflow_of(str(fields["workflow"]))
             args = _transported(fields, wf)
             s = Schedule(name, wf, **args)
             await self._create(s)
             return {"message": f"schedule {name!r} created"}
         if action == "update":
             row = await self._known(name)
-            wf = self._engine.workflow(row.workflow)
+            wf = self._workflow_of(row.workflow)
             await self._update(name, _transported(fields, wf))
             return {"message": f"schedule {name!r} updated"}
         if action == "delete":
@@ -741,7 +767,7 @@ class Scheduler:
 
     async def list(self) -> list[ScheduleRow]:
         """Every schedule row of the store (removed ones too), by name."""
-        return await self._engine.store.schedules()
+        return await self._store.schedules()
 
     async def _here(self, name: str) -> Schedule | None:
         """Schedule ``name`` if this engine ticks it, adopting a run-time one not adopted yet.

@@ -5,14 +5,18 @@ runs and their timers. A `RunState` is one loaded run.
 
 The rule: a run is loaded in at most one `RunState` at a time, and
 `RunState.loaded` says whether a state is that one (parked, ended and
-replaced states answer False and must not act).
+replaced states answer False and must not act). Other modules read a
+state's fields and change them through its methods only, which keep what
+belongs together together (a signal and its dedup id, an end and its
+held-back row); scripts/check_layers.py refuses an assignment to a field
+from outside this module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +152,10 @@ class RunState:
         parent: Parent | None,
         policy: int,
         shard: Shard,
+        *,
+        telemetry: RunTelemetry | None = None,
+        start_lsn: int = 0,
+        records: list[Record] | None = None,
     ) -> None:
         # Written out: one is made for every run started or loaded, and the
         # __init__ a dataclass writes calls a factory for each container.
@@ -173,7 +181,7 @@ class RunState:
         self.starting = None
         self.sending = None
         self.dropped_children = set()
-        self.start_lsn = 0
+        self.start_lsn = start_lsn
         self.final_row = None
         self.attributes = {}
         self.resumed_event = None
@@ -181,12 +189,12 @@ class RunState:
         self.steps = set()
         self.heartbeat_due = {}
         self.due = {}
-        self.records = None
+        self.records = records
         self.row_status = _RUNNING
         self.shard = shard
         self.loaded = False
         self.updates = set()
-        self.telemetry = None
+        self.telemetry = telemetry
 
     @property
     def resumed(self) -> asyncio.Event:
@@ -195,6 +203,104 @@ class RunState:
         if event is None:
             event = self.resumed_event = asyncio.Event()
         return event
+
+    def add_signal(self, sig: Signal) -> None:
+        """Records ``sig`` as the run's next signal (its ordinal: its place); its dedup id is seen.
+
+        Every way a signal reaches a loaded run comes here: a live delivery,
+        one carried over by a continue-as-new, one read back from the journal.
+        """
+        self.signals.append(sig)
+        if sig.dedup:
+            self.dedups.add(sig.dedup)
+
+    def carry(self, dedups: list[int], updates: Iterable[tuple[str, Status, bytes]]) -> None:
+        """Seeds the dedup ids and update outcomes its `Start` carried from earlier runs."""
+        self.carried_dedups = dedups
+        self.dedups.update(dedups)
+        for update_id, status, payload in updates:
+            self.carried_updates[update_id] = (status, payload)
+
+    def set_aside_once(self, ordinal: int) -> bool:
+        """Notes that a wait set signal ``ordinal`` aside; False if it was noted already."""
+        set_aside = self.set_aside
+        if set_aside is None:
+            set_aside = self.set_aside = set()
+        elif ordinal in set_aside:
+            return False
+        set_aside.add(ordinal)
+        return True
+
+    def mark_cancelled(self) -> bool:
+        """Notes that the run was asked to cancel; False if it was already (a no-op then)."""
+        if self.cancelled:
+            return False
+        self.cancelled = True
+        return True
+
+    def mark(self, status: RunStatus) -> None:
+        """Sets the status its row says (written by the caller)."""
+        self.row_status = status
+
+    def pause(self) -> bool:
+        """Marks the run paused; False if its row says so already."""
+        if self.row_status is RunStatus.PAUSED:
+            return False
+        self.row_status = RunStatus.PAUSED
+        return True
+
+    def end(self, status: RunStatus) -> None:
+        """Marks the run ended with ``status``: it is never parked from now on."""
+        self.row_status = status
+        handle = self.park_handle
+        if handle is not None:
+            handle.cancel()
+            self.park_handle = None
+
+    def hold_final_row(self, row: RunRow) -> None:
+        """Holds back the ended run's ``row`` until its outbox is empty."""
+        self.final_row = row
+
+    def take_final_row(self) -> RunRow | None:
+        """The held-back row of the ended run (None if none), given once."""
+        row, self.final_row = self.final_row, None
+        return row
+
+    def idle(self, arm: Callable[[], TimerHandle]) -> None:
+        """The run is idle: its park timer is armed by ``arm`` unless it is already."""
+        if self.park_handle is None:
+            self.park_handle = arm()
+
+    def busy(self) -> None:
+        """The run is not idle: its park timer, if armed, is disarmed."""
+        handle = self.park_handle
+        if handle is not None:
+            handle.cancel()
+            self.park_handle = None
+
+    def park_timer_fired(self) -> None:
+        """Its park timer fired: a later idle turn arms a new one."""
+        self.park_handle = None
+
+    def child_starting(self, id: str) -> None:
+        """Marks the start of its child ``id`` as under way (in the outbox)."""
+        starting = self.starting
+        if starting is None:
+            starting = self.starting = {}
+        starting[id] = asyncio.Event()
+
+    def sending_to(self, target: str) -> tuple[asyncio.Event | None, asyncio.Event]:
+        """Marks a send to ``target`` as under way: (the one before it, if any; this one).
+
+        The send waits for the one before it, so that one run's messages to
+        another are applied in the order its journal records them.
+        """
+        sending = self.sending
+        if sending is None:
+            sending = self.sending = {}
+        before = sending.get(target)
+        sent = sending[target] = asyncio.Event()
+        return before, sent
 
     def unload(self) -> None:
         """Makes this state no longer its run's loaded one; its driver forgets it.

@@ -11,6 +11,7 @@ use these functions only, so the format is written in one place.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -18,9 +19,17 @@ import msgpack
 
 from fusee import errors as _errors
 from fusee.errors import FuseeError, PayloadError
-from fusee.store import Answer
+from fusee.machine import ChildCompleted
+from fusee.store import Answer, Command
 
-__all__ = ["answer_fields", "decode_error", "decode_payload", "encode_error", "encode_payload"]
+__all__ = [
+    "answer_fields",
+    "decode_error",
+    "decode_payload",
+    "deliver_command",
+    "encode_error",
+    "encode_payload",
+]
 
 # The errors a poster raises again by type: fusee's tree.
 _ERROR_TYPES: Final[Mapping[str, type[BaseException]]] = {
@@ -119,3 +128,24 @@ def answer_fields(answer: Answer) -> dict[str, Any]:
     if not answer.ok:
         raise decode_error(bytes(fields.get("error") or b""))
     return fields
+
+
+def deliver_command(id: str, run: int, seq: int, completion: ChildCompleted) -> Command:
+    """The ``deliver`` command taking a child's end to parent ``id`` (run ``run``, op ``seq``).
+
+    Its id is the parent's position, so posting it again stores it once.
+
+    Example:
+        >>> from fusee.record import Status
+        >>> deliver_command("p", 1, 3, ChildCompleted(Status.OK, b"")).id
+        'deliver/p/1/3'
+    """
+    fields = {
+        "run": run,
+        "seq": seq,
+        "status": int(completion.status),
+        "payload": completion.payload,
+    }
+    payload = encode_payload(fields)
+    now_ms = time.time_ns() // 1_000_000
+    return Command(f"deliver/{id}/{run}/{seq}", "deliver", id, payload, None, now_ms)
