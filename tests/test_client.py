@@ -40,9 +40,11 @@ WORKFLOWS: list[fusee.WorkflowDef[Any, Any]] = [
 
 
 @contextlib.asynccontextmanager
-async def serving(store: Store) -> AsyncIterator[fusee.Engine]:
+async def serving(
+    store: Store, codecs: tuple[fusee.PayloadCodec, ...] = ()
+) -> AsyncIterator[fusee.Engine]:
     await store.open()
-    engine = fusee.Engine(store, WORKFLOWS)
+    engine = fusee.Engine(store, WORKFLOWS, codecs=codecs)
     await engine.recover()
     try:
         yield engine
@@ -333,6 +335,25 @@ async def test_starts_posted_at_once_are_applied_by_a_postgres_worker_in_one_tra
     finally:
         await conn.close()
     assert (starts, answers) == (1, 1)
+
+
+async def test_results_read_ahead_on_postgres_are_opened_by_the_clients_codecs(
+    postgres_cluster: Cluster,
+) -> None:
+    store = postgres_cluster.new_store()
+    codecs = (fusee.codecs.Zstd(),)
+    async with serving(store, codecs=codecs):
+        theirs = PostgresStore(postgres_cluster.dsn, schema=store.schema, client=True)
+        await theirs.open()
+        try:
+            async with await fusee.Client.connect(theirs, codecs=codecs) as client:
+                ids = [f"z-{k}" for k in range(4)]
+                runs = await asyncio.gather(*(client.start(wfs.echo, id, id * 50) for id in ids))
+                # The first result read finds its run ended and reads the
+                # others' ends ahead: each through the codec chain.
+                assert [await run.result() for run in runs] == [id * 50 for id in ids]
+        finally:
+            await theirs.close()
 
 
 async def test_results_awaited_one_by_one_on_postgres_are_read_ahead_in_one_trip(

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from fusee import _codec
+from fusee._payloads import payloads_of
 from fusee._status import FINISHED_STATUSES, RunStatus
 from fusee.errors import FuseeError, StoreError
 from fusee.record import Done
@@ -177,7 +178,7 @@ class Remote:
         What was read ahead is the end of the run started here, read once.
         """
         self.check_open()
-        get_ended = getattr(self.store, "get_ended", None)
+        get_ended = self._ended_reader()
         known = self._started.pop(id, None)
         if known is not None:
             return self._end_value(id, known[0], [known[1]])
@@ -198,6 +199,25 @@ class Remote:
                     return self._end_value(id, row, [end])
                 return self._end_value(id, row, await self.store.load(id, row.run))
             await polling.wait()
+
+    def _ended_reader(
+        self,
+    ) -> Callable[[str], Awaitable[tuple[RunRow | None, tuple[int, bytes] | None]]] | None:
+        # The store's `get_ended`, its end record's payloads opened as
+        # `load` opens them (a codec chain, blobs), since it reads the
+        # journal past the store's payload door.
+        read = getattr(self.store, "get_ended", None)
+        payloads = payloads_of(self.store)
+        if read is None or payloads is None:
+            return read
+
+        async def opened(id: str) -> tuple[RunRow | None, tuple[int, bytes] | None]:
+            row, end = await read(id)
+            if end is not None:
+                end = (await payloads.open_entries(id, [end]))[0]
+            return row, end
+
+        return opened
 
     async def _read_ahead(
         self,
