@@ -217,6 +217,10 @@ async def test_during_a_rolling_deploy_each_version_serves_its_own_runs_messages
     # worker's start runs on its own version.
     fresh = await client.start(tally, "fresh", 0)
     late = await a.start(tally, "late", 1)
+    # Each worker learns of the other's lane at its next lease round: until
+    # then, the older version's worker admits queued runs as it did alone.
+    assert a.leases is not None
+    await eventually(lambda: len(a.leases.live) == 2)  # type: ignore[union-attr]
     # A queued start has no version until it runs: the newest version's
     # workers admit it (no worker here is without a version).
     queued = await a.start(tally, "queued", 2, queue="line")

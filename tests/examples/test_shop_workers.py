@@ -127,7 +127,7 @@ async def charged(payment_url: str) -> dict[str, int]:
 
 
 async def shard_owners(store_url: str) -> dict[int, str]:
-    """Each shard's live owner."""
+    """Each shard's live owner (the workers share one version: one lane of shards)."""
     store = PostgresStore(store_url, readonly=True)
     try:
         await store.open()
@@ -137,7 +137,8 @@ async def shard_owners(store_url: str) -> dict[int, str]:
         leases = await store.leases()
     finally:
         await store.close()
-    return {shard: owner for shard, (owner, _, live) in leases.items() if owner and live}
+    # A lane's shard s is slot lane * SHARDS + s (docs/deploys.md).
+    return {slot % SHARDS: owner for slot, (owner, _, live) in leases.items() if owner and live}
 
 
 def an_order(n: int) -> Order:
