@@ -122,6 +122,7 @@ class EngineHost:
         state: RunState | None = driver.host_data
         if state is None or not state.loaded:
             return lsn
+        state.journal_len += 1
         if state.records is not None:
             state.records.append(record)
         if type(record) in _QUIET:
@@ -133,9 +134,11 @@ class EngineHost:
         self, driver: RunDriver, seq: int, name: str, attempt: int, status: Status, payload: bytes
     ) -> int:
         state: RunState | None = driver.host_data
-        if state is not None and state.loaded and state.records is not None:
-            # The dev profile keeps every record: made, as `append` makes it.
-            return self.append(driver, Step(driver.run, seq, name, attempt, status, payload))
+        if state is not None and state.loaded:
+            if state.records is not None:
+                # The dev profile keeps every record: made, as `append` makes it.
+                return self.append(driver, Step(driver.run, seq, name, attempt, status, payload))
+            state.journal_len += 1
         # A `Step` is quiet (`_QUIET`): nothing else to do for it.
         payloads = self._engine.payloads
         sealed = payloads.seal_step(payload) if payloads.codecs else None
@@ -233,6 +236,9 @@ class EngineHost:
             engine.queues.start_admitted()
         if state is None or not state.loaded or driver.end is not None:
             return
+        watch = engine.record_watch
+        if state.journal_len > watch.over:
+            watch.check(state.id, state.run, state.journal_len)
         m = driver.machine
         # A run that owes other runs messages is not idle: its row says
         # "running" until its outbox is empty (`Engine.outbox_done` turns it

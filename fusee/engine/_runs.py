@@ -162,6 +162,7 @@ class Runs:
             driver, wf, start.started_ms, start.parent, start.policy, self.shard(start.id)
         )
         driver.host_data = state
+        state.journal_len = len(records)
         seed(state, start.meta)
         if engine.strict:
             state.records = list(records)
@@ -250,9 +251,10 @@ class Runs:
         first = records[0]
         if isinstance(first, Start) and not self.may_run(wf, first.version):
             raise UnknownWorkflow(pinned_elsewhere(id, wf.name, row.version, engine.version))
-        engine.record_watch.loaded(id, row.run, len(entries))
+        engine.record_watch.check(id, row.run, len(entries))
         engine.timers.disarm(id, -1)
         state = self.make_state(wf, records, entries[-1][0])
+        state.journal_len = len(entries)
         start = records[0]
         assert isinstance(start, Start)
         state.telemetry = engine.telemetry.run(start, "recovered" if recovering else "woken")

@@ -128,6 +128,9 @@ class RunState:
     # a parked run is woken at the earliest.
     due: dict[int, int]
     records: list[Record] | None
+    # How many records its journal holds (loaded and appended since): the
+    # engine's `warn_records` watch reads it once a turn.
+    journal_len: int
     row_status: RunStatus
     # Its shard, found once (a crc32 of its id).
     shard: Shard
@@ -182,6 +185,7 @@ class RunState:
         self.heartbeat_due = {}
         self.due = {}
         self.records = None
+        self.journal_len = 0
         self.row_status = _RUNNING
         self.shard = shard
         self.loaded = False
