@@ -8,24 +8,42 @@ per shape, in one process, the shapes in rotating order each repetition:
 - method: a bound async method, ``Adder(i).run``;
 - closure: an annotated ``async def`` closure made in the loop;
 - thread: ``functools.partial(svc.inc_sync, i)``, a sync method, run in a worker thread;
-- dataclass: the W7 `Order` (a dataclass) from a lambda with ``result_type=Order``;
-- pydantic: the same order as a pydantic v2 model, from a lambda with its ``result_type``.
+- dataclass: the W7 `Order` (a dataclass), built in the step, from a lambda
+  with ``result_type=Order``;
+- pydantic: the same order as a pydantic v2 model, built in the step, from a
+  lambda with its ``result_type``;
+- dataclass-ahead, pydantic-ahead: the same, the step returning a value built
+  ahead (as W7's steps do): what the engine and the codec cost, without the
+  user code that builds the value.
 
 Each figure is the median over the repetitions of the shape's time over bare
 W2's in the same repetition (the machine's drift cancels out), with goals
 for the partial (1.1x), the dataclass (1.25x) and the pydantic model (1.5x).
 
+With ``--instructions``, the figures are callgrind's instead (noise-free up to
+a few per cent, see bench/instructions.py): each of bare, dataclass,
+dataclass-ahead, pydantic and pydantic-ahead runs under valgrind with N and 3N
+workflows; the difference over 2N workflows is what a step costs, and each
+shape's is given over bare's.
+
     python bench/field.py [--workflows N] [--steps S] [--repeat R]
+    python bench/field.py --instructions [--workflows N] [--steps S]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import datetime as dt
 import functools
 import json
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -36,8 +54,26 @@ from _workloads import Order, add_one, order
 
 import fusee
 
-SHAPES = ("bare", "partial", "method", "closure", "thread", "dataclass", "pydantic")
-GOALS = {"partial": "<= 1.1", "dataclass": "<= 1.25", "pydantic": "<= 1.5"}
+SHAPES = (
+    "bare",
+    "partial",
+    "method",
+    "closure",
+    "thread",
+    "dataclass",
+    "pydantic",
+    "dataclass-ahead",
+    "pydantic-ahead",
+)
+GOALS = {
+    "partial": "<= 1.1",
+    "dataclass": "<= 1.25",
+    "pydantic": "<= 1.5",
+    "dataclass-ahead": "<= 1.25",
+    "pydantic-ahead": "<= 1.5",
+}
+# The shapes callgrind counts (`--instructions`): the results' costs.
+COUNTED = ("bare", "dataclass", "dataclass-ahead", "pydantic", "pydantic-ahead")
 
 
 class Service:
@@ -86,6 +122,24 @@ async def make_model(i: int) -> OrderModel:
     return OrderModel(id=o.id, placed=o.placed, customer=o.customer, items=items, total=o.total)
 
 
+def _model(o: Order) -> OrderModel:
+    items = [ItemModel(sku=x.sku, qty=x.qty, price=x.price) for x in o.items]
+    return OrderModel(id=o.id, placed=o.placed, customer=o.customer, items=items, total=o.total)
+
+
+# Built ahead, for the -ahead shapes: W7's orders, and the same as models.
+ORDERS_AHEAD = [order(i) for i in range(64)]
+MODELS_AHEAD = [_model(o) for o in ORDERS_AHEAD]
+
+
+async def order_ahead(i: int) -> Order:
+    return ORDERS_AHEAD[i % len(ORDERS_AHEAD)]
+
+
+async def model_ahead(i: int) -> OrderModel:
+    return MODELS_AHEAD[i % len(MODELS_AHEAD)]
+
+
 def step_of(shape: str, svc: Service, i: int) -> tuple[Callable[[], Awaitable[Any] | Any], Any]:
     """The step function of ``shape`` for the ``i``-th step, and its result_type (or None)."""
     if shape == "bare":
@@ -104,6 +158,10 @@ def step_of(shape: str, svc: Service, i: int) -> tuple[Callable[[], Awaitable[An
         return functools.partial(svc.inc_sync, i), None
     if shape == "dataclass":
         return (lambda: make_order(i)), Order
+    if shape == "dataclass-ahead":
+        return (lambda: order_ahead(i)), Order
+    if shape == "pydantic-ahead":
+        return (lambda: model_ahead(i)), OrderModel
     return (lambda: make_model(i)), OrderModel
 
 
@@ -136,12 +194,88 @@ async def once(shape: str, workflows: int, steps: int) -> float:
         return time.perf_counter() - t0
 
 
+def instructions(valgrind: str, shape: str, workflows: int, steps: int) -> int:
+    """Instructions callgrind counts for a child process running W2 of ``shape``."""
+    out = subprocess.run(
+        [
+            valgrind,
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            shape,
+            "--workflows",
+            str(workflows),
+            "--steps",
+            str(steps),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind printed no total:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def counted(workflows: int, steps: int) -> None:
+    """Prints the `COUNTED` shapes' instructions per step, and each over bare's."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        print("field: valgrind is not installed; no figures", file=sys.stderr)
+        return
+    jobs = [(shape, k) for shape in COUNTED for k in (workflows, 3 * workflows)]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        totals = dict(
+            zip(
+                jobs,
+                pool.map(lambda j: instructions(valgrind, j[0], j[1], steps), jobs),
+                strict=True,
+            )
+        )
+    per_step = {
+        shape: (totals[(shape, 3 * workflows)] - totals[(shape, workflows)])
+        / (2 * workflows * steps)
+        for shape in COUNTED
+    }
+    print(
+        json.dumps(
+            {
+                "bench": "field",
+                "figure": "W8 bare W2 step, instructions (callgrind)",
+                "value": round(per_step["bare"]),
+                "steps": [workflows * steps, 3 * workflows * steps],
+            }
+        )
+    )
+    for shape in COUNTED[1:]:
+        row = {
+            "bench": "field",
+            "figure": f"W8 {shape} / bare W2, instructions per step (callgrind)",
+            "value": round(per_step[shape] / per_step["bare"], 3),
+            **({"goal": GOALS[shape]} if shape in GOALS else {}),
+            "instructions": round(per_step[shape]),
+        }
+        print(json.dumps(row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workflows", type=int, default=200)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        asyncio.run(once(args.child, args.workflows, args.steps))
+        return
+    if args.instructions:
+        counted(args.workflows, args.steps)
+        return
     times: dict[str, list[float]] = {shape: [] for shape in SHAPES}
     for r in range(args.repeat):
         # Rotating which goes first, so the VM's drift hits all alike.

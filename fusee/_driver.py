@@ -256,6 +256,47 @@ class RunDriver:
         See ``fusee.engine``, the host that drives these.
     """
 
+    # Slots: a driver's fields are read on every delivery. CPython 3.11 keeps
+    # an object's 30th field on in a dict, where each read is a lookup; a
+    # slot stays one load, however many fields the driver grows.
+    __slots__ = (
+        "_delivered",
+        "_handler_error",
+        "_known",
+        "_loop_timers",
+        "_marked",
+        "_ops",
+        "_signal_at",
+        "_signals",
+        "_signals_reached",
+        "_timer_at_ms",
+        "_turning",
+        "_waited",
+        "bug",
+        "child_delays",
+        "child_queues",
+        "end",
+        "error",
+        "handlers",
+        "host",
+        "host_data",
+        "id",
+        "loop",
+        "machine",
+        "main",
+        "on_bug",
+        "run",
+        "send_delays",
+        "signals_handled",
+        "signals_taken",
+        "start_record",
+        "strict",
+        "turn_started",
+        "update_waiters",
+        "watch",
+        "workflow",
+    )
+
     def __init__(
         self,
         host: RunHost,

@@ -39,6 +39,7 @@ import dataclasses
 import hashlib
 import logging
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -255,50 +256,42 @@ def _with(rec: Record, changes: dict[str, bytes]) -> Record:
 
 
 class RecordWatch:
-    """Counts each loaded run's records; past ``limit``, logs one warning per run.
+    """Warns, once per run, about a journal past ``limit`` records.
+
+    The count itself is the run's own (the engine keeps it in the run's
+    state, one addition per record); the engine hands it to `check` once a
+    turn, not once a record.
 
     Example:
         >>> w = RecordWatch(2)
-        >>> w.count("a", 1); w.count("a", 1); w.count("a", 1)
+        >>> w.check("a", 1, 2); w.check("a", 1, 3); w.check("a", 1, 4)
         >>> w.warned("a", 1)
         True
     """
 
+    __slots__ = ("_warned", "limit", "over")
+
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
-        self._counts: dict[tuple[str, int], int] = {}
+        # The count past which `check` has something to say: a plain
+        # comparison for the engine, None or not.
+        self.over: int = limit if limit is not None else sys.maxsize
         self._warned: set[tuple[str, int]] = set()
 
-    def loaded(self, id: str, run: int, records: int) -> None:
-        """Sets run ``run`` of ``id``'s count from its loaded journal."""
-        if self.limit is None:
-            return
-        self._counts[id, run] = records
-        self._check(id, run, records)
-
-    def count(self, id: str, run: int) -> None:
-        """Counts one record appended to run ``run`` of ``id``."""
-        if self.limit is None:
-            return
-        key = (id, run)
-        n = self._counts.get(key, 0) + 1
-        self._counts[key] = n
-        if n > self.limit and key not in self._warned:
-            self._check(id, run, n)
+    def check(self, id: str, run: int, records: int) -> None:
+        """Run ``run`` of ``id`` has ``records`` records: logs the warning the first time past."""
+        if records > self.over and (id, run) not in self._warned:
+            assert self.limit is not None
+            self._warned.add((id, run))
+            log.warning("%s", too_many_records(id, run, records, self.limit))
 
     def ended(self, id: str, run: int) -> None:
         """Forgets an ended run."""
-        self._counts.pop((id, run), None)
         self._warned.discard((id, run))
 
     def warned(self, id: str, run: int) -> bool:
         """Whether the warning about run ``run`` of ``id`` was logged."""
         return (id, run) in self._warned
-
-    def _check(self, id: str, run: int, n: int) -> None:
-        if self.limit is not None and n > self.limit and (id, run) not in self._warned:
-            self._warned.add((id, run))
-            log.warning("%s", too_many_records(id, run, n, self.limit))
 
 
 def too_many_records(id: str, run: int, records: int, limit: int) -> str:
@@ -577,8 +570,7 @@ class _Door:
     def append(
         self, entries: Sequence[Entry], runs: Sequence[Any] = (), **options: Any
     ) -> Awaitable[None]:
-        if not self.payloads.active:
-            return self.raw_append(entries, runs, **options)
+        # Installed only for a chain or a blob store (`install`).
         sealed, puts = self.payloads.seal(entries)
         tail = self._tail
         if not puts and (tail is None or tail.done()):
@@ -635,26 +627,41 @@ def _put_all(blobs: BlobStore, puts: list[tuple[str, bytes]]) -> None:
 def install(store: Store, payloads: Payloads, *, always: bool = False) -> Store:
     """Makes ``store``'s ``append`` and ``load`` go through ``payloads``; returns ``store``.
 
-    Installing again replaces the earlier door; a `Payloads` that needs no
-    door (no chain, no blobs) takes an earlier door away, unless ``always``
-    (an engine or a reader, which says what an encoded payload needs).
+    Installing again replaces the earlier door. ``append`` goes through it
+    only when ``payloads`` has a chain or a blob store: otherwise the store's
+    own ``append`` stays, with nothing in front of it. A `Payloads` that
+    needs no door takes an earlier door away, unless ``always`` (an engine
+    or a reader: its ``load`` says what an encoded payload needs).
 
     Example:
         >>> from fusee.store.memory import MemoryStore
-        >>> store = install(MemoryStore(), Payloads([]))
-        >>> "append" in vars(store)
-        False
+        >>> store = install(MemoryStore(), Payloads([]), always=True)
+        >>> _door_of(store.load) is not None, _door_of(store.append) is None
+        (True, True)
     """
-    if not payloads.active and not always:
-        for name in ("append", "load"):
-            door = _door_of(vars(store).get(name))
-            if door is not None:
-                setattr(store, name, door.raw_append if name == "append" else door.raw_load)
-        return store
     door = _Door(store, payloads)
-    store.__dict__["append"] = door.append
-    store.__dict__["load"] = door.load
+    if payloads.active:
+        store.append = door.append  # type: ignore[method-assign,assignment]
+    else:
+        _put_back(store, "append", door.raw_append)
+    if payloads.active or always:
+        store.load = door.load  # type: ignore[method-assign]
+    else:
+        _put_back(store, "load", door.raw_load)
     return store
+
+
+def _put_back(store: Store, name: str, raw: Callable[..., Any]) -> None:
+    """Makes ``store.<name>`` ``raw`` again, what it was before any door."""
+    if getattr(store, name) == raw:
+        return
+    if getattr(raw, "__self__", None) is store and getattr(type(store), name, None) is getattr(
+        raw, "__func__", None
+    ):
+        # The store's own method: no instance attribute left in front of it.
+        delattr(store, name)
+    else:
+        setattr(store, name, raw)
 
 
 def payloads_of(store: Store) -> Payloads | None:
@@ -665,7 +672,7 @@ def payloads_of(store: Store) -> Payloads | None:
         >>> payloads_of(MemoryStore()) is None
         True
     """
-    door = _door_of(vars(store).get("load"))
+    door = _door_of(store.load)
     return door.payloads if door is not None else None
 
 

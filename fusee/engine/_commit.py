@@ -151,6 +151,48 @@ class Committer:
         1
     """
 
+    # Slots: `append` runs for every record (see `RunDriver`'s).
+    __slots__ = (
+        "_abandoned",
+        "_backing_off",
+        "_batch_waiters",
+        "_callbacks",
+        "_clock",
+        "_closing",
+        "_commands",
+        "_entries",
+        "_failed_batches",
+        "_fence",
+        "_flights",
+        "_forget",
+        "_idle",
+        "_items",
+        "_loop",
+        "_lost",
+        "_on_fail",
+        "_on_stale",
+        "_order",
+        "_outage_waiters",
+        "_retry_turn",
+        "_rows",
+        "_shard_of",
+        "_stopped",
+        "_stored",
+        "_taken",
+        "_tasks",
+        "_waiters",
+        "_woken",
+        "durable_lsn",
+        "failed",
+        "lsn",
+        "on_write",
+        "outage",
+        "retried_writes",
+        "store",
+        "write_timeout_s",
+        "writes",
+    )
+
     def __init__(
         self,
         store: Store,
@@ -185,8 +227,6 @@ class Committer:
         self._order = itertools.count()
         self._loop = asyncio.get_running_loop()
         self.failed: StoreError | None = None
-        # Told of every record appended (id, run): the engine's journal-length watch.
-        self.watch: Callable[[str, int], None] | None = None
         self.writes = 0
         # Batches handed to the store and not yet back, in call order: with
         # SQLite one is on a writer thread for a while, and "idle" must not
@@ -251,8 +291,6 @@ class Committer:
             raise self.failed
         lsn = self.lsn = self.lsn + 1
         self._entries.append(Entry(lsn, id, run, data))
-        if self.watch is not None:
-            self.watch(id, run)
         if not self._woken and self._idle:
             self._wake()
         return lsn

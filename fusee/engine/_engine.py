@@ -250,6 +250,7 @@ class Engine(BulkActions, Executes):
             park_after_ms=self.park_after_ms,
             spawn=self.spawn,
             parts=self,
+            record_watch=self.record_watch,
         )
         self.runs = Runs(
             shards,
@@ -321,7 +322,6 @@ class Engine(BulkActions, Executes):
         self.events.wait = self.hooks.wait_result
         self.steps = StepExecutor(self.host, self.loop)
         self.steps.max_payload = self.payloads.max_payload
-        self.committer.watch = self.record_watch.count
         self.telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
         self.closed: bool = False
         self._results: dict[str, list[asyncio.Future[None]]] = {}

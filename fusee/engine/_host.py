@@ -54,7 +54,7 @@ from fusee.record import (
 
 if TYPE_CHECKING:
     from fusee._driver import RunDriver
-    from fusee._payloads import Payloads
+    from fusee._payloads import Payloads, RecordWatch
     from fusee._runtime import StepCall
     from fusee.engine._clock import Clock
     from fusee.engine._commit import Committer
@@ -165,6 +165,7 @@ class EngineHost:
         "_park_after_ms",
         "_parts",
         "_payloads",
+        "_record_watch",
         "_spawn",
         "_strict",
         "clock",
@@ -184,7 +185,9 @@ class EngineHost:
         park_after_ms: int,
         spawn: Callable[[Coroutine[Any, Any, Any]], object],
         parts: Parts,
+        record_watch: RecordWatch,
     ) -> None:
+        self._record_watch = record_watch
         self._parts = parts
         self._payloads = payloads
         self._strict = strict
@@ -209,6 +212,7 @@ class EngineHost:
         state: RunState | None = driver.host_data
         if state is None or not state.loaded:
             return lsn
+        state.count_record()
         if state.records is not None:
             state.records.append(record)
         if type(record) in _QUIET:
@@ -220,9 +224,11 @@ class EngineHost:
         self, driver: RunDriver, seq: int, name: str, attempt: int, status: Status, payload: bytes
     ) -> int:
         state: RunState | None = driver.host_data
-        if state is not None and state.loaded and state.records is not None:
-            # The dev profile keeps every record: made, as `append` makes it.
-            return self.append(driver, Step(driver.run, seq, name, attempt, status, payload))
+        if state is not None and state.loaded:
+            if state.records is not None:
+                # The dev profile keeps every record: made, as `append` makes it.
+                return self.append(driver, Step(driver.run, seq, name, attempt, status, payload))
+            state.count_record()
         # A `Step` is quiet (`_QUIET`): nothing else to do for it.
         payloads = self._payloads
         sealed = payloads.seal_step(payload) if payloads.codecs else None
@@ -320,6 +326,9 @@ class EngineHost:
             parts.queues.start_admitted()
         if state is None or not state.loaded or driver.end is not None:
             return
+        watch = self._record_watch
+        if state.journal_len > watch.over:
+            watch.check(state.id, state.run, state.journal_len)
         m = driver.machine
         # A run that owes other runs messages is not idle: its row says
         # "running" until its outbox is empty (`Engine.outbox_done` turns it

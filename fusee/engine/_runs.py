@@ -253,6 +253,7 @@ class Runs:
         *,
         telemetry: RunTelemetry | None = None,
         start_lsn: int = 0,
+        journal_len: int | None = None,
     ) -> RunState:
         """A new state for a run of ``wf`` with journal ``records`` (not loaded yet)."""
         start = records[0]
@@ -270,6 +271,7 @@ class Runs:
             telemetry=telemetry,
             start_lsn=start_lsn,
             records=list(records) if self._strict else None,
+            journal_len=len(records) if journal_len is None else journal_len,
         )
         driver.host_data = state
         seed(state, start.meta)
@@ -371,12 +373,14 @@ class Runs:
                 # that the run waits for a worker of its version).
                 raise StaleLease([self.shard_index(id)])
             raise UnknownWorkflow(pinned_elsewhere(id, wf.name, row.version, self._version))
-        self._record_watch.loaded(id, row.run, len(entries))
+        self._record_watch.check(id, row.run, len(entries))
         self._parts.timers.disarm(id, -1)
         start = records[0]
         assert isinstance(start, Start)
         telemetry = self._parts.telemetry.run(start, "recovered" if recovering else "woken")
-        state = self.make_state(wf, records, entries[-1][0], telemetry=telemetry)
+        state = self.make_state(
+            wf, records, entries[-1][0], telemetry=telemetry, journal_len=len(entries)
+        )
         state.mark(RunStatus(row.status))
         state.shard.add(state)
         # A row that does not say "suspended" is not a parked run's: the run

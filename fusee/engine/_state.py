@@ -132,6 +132,9 @@ class RunState:
     # a parked run is woken at the earliest.
     due: dict[int, int]
     records: list[Record] | None
+    # How many records its journal holds (loaded and appended since): the
+    # engine's `warn_records` watch reads it once a turn.
+    journal_len: int
     row_status: RunStatus
     # Its shard, found once (a crc32 of its id).
     shard: Shard
@@ -156,6 +159,7 @@ class RunState:
         telemetry: RunTelemetry | None = None,
         start_lsn: int = 0,
         records: list[Record] | None = None,
+        journal_len: int = 0,
     ) -> None:
         # Written out: one is made for every run started or loaded, and the
         # __init__ a dataclass writes calls a factory for each container.
@@ -190,6 +194,7 @@ class RunState:
         self.heartbeat_due = {}
         self.due = {}
         self.records = records
+        self.journal_len = journal_len
         self.row_status = _RUNNING
         self.shard = shard
         self.loaded = False
@@ -203,6 +208,10 @@ class RunState:
         if event is None:
             event = self.resumed_event = asyncio.Event()
         return event
+
+    def count_record(self) -> None:
+        """One more record in the run's journal (the `warn_records` watch reads the count)."""
+        self.journal_len += 1
 
     def add_signal(self, sig: Signal) -> None:
         """Records ``sig`` as the run's next signal (its ordinal: its place); its dedup id is seen.
