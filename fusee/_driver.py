@@ -260,6 +260,7 @@ class RunDriver:
     # an object's 30th field on in a dict, where each read is a lookup; a
     # slot stays one load, however many fields the driver grows.
     __slots__ = (
+        "__weakref__",  # a test host watches that a finished run leaves memory
         "_delivered",
         "_handler_error",
         "_known",
