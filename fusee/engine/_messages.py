@@ -644,16 +644,7 @@ class Messages:
             replay.close()
 
     async def update_here(self, id: str, name: str, update_id: str | None, payload: bytes) -> Any:
-        """Offers update ``name`` to run ``id``; returns the handler's result once durable.
-
-        An update with an ``update_id`` is applied at most once: a repeat
-        returns (or raises) what the first did.
-
-        Raises:
-            fusee.UpdateRejected: The validator refused it (nothing recorded).
-            fusee.UpdateFailed: The handler raised.
-            fusee.RunFinished: The run has ended.
-        """
+        """`Router.update` for run ``id``, which this engine holds (same answers and errors)."""
         self._check_open()
         state = await self._target(id)
         if state is None or state.driver.end is not None:
