@@ -213,8 +213,10 @@ async def test_start_now_keeps_the_input_of_a_debounce_landing_in_the_same_insta
     fusee_engine: Any, postgres_cluster: Cluster, crash: bool
 ) -> None:
     # On a store workers share, the store applies both (`Store.start_queued`,
-    # `Store.debounce_queued`): the debounce lands as start_now's first store
-    # call returns, before anything else start_now does.
+    # `Store.debounce_queued`): the debounce lands between start_now's read of
+    # the item and its write, or just before its one conditional write (after
+    # that write the run may be admitted at once, and a debounce then meets a
+    # running id).
     @fusee.workflow("echo")
     async def echo(ctx: fusee.Ctx, text: str) -> str:
         return await ctx.step("echo", lambda: text)
@@ -226,19 +228,28 @@ async def test_start_now_keeps_the_input_of_a_debounce_landing_in_the_same_insta
         store = t.store
         landed: list[str] = []
 
-        def debounce_lands_first(call: Callable[..., Awaitable[Any]]) -> Any:
+        async def land() -> None:
+            if not landed:
+                landed.append("newer")
+                await t.start(echo, "save-2", "newer", queue=q, debounce="5s")
+
+        def debounce_lands(call: Callable[..., Awaitable[Any]], *, before: bool) -> Any:
             async def calling(*args: Any, **kw: Any) -> Any:
+                if before:
+                    await land()
                 result = await call(*args, **kw)
-                if not landed:
-                    landed.append("newer")
-                    await t.start(echo, "save-2", "newer", queue=q, debounce="5s")
+                await land()
                 return result
 
             return calling
 
         with pytest.MonkeyPatch.context() as mp:
-            for name in ("queue_items", "start_queued", "debounce_queued"):
-                mp.setattr(store, name, debounce_lands_first(getattr(store, name)))
+            for name, before in [
+                ("queue_items", False),
+                ("start_queued", True),
+                ("debounce_queued", True),
+            ]:
+                mp.setattr(store, name, debounce_lands(getattr(store, name), before=before))
             await run.start_now()
         assert landed == ["newer"]
         await settle_or_crash(t, crash)
